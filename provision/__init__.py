@@ -1,0 +1,3 @@
+"""provision: fleet provisioning for SGLang inference servers."""
+
+__version__ = "0.1.0"

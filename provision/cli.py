@@ -1,0 +1,277 @@
+"""The `provision` command line. Thin: parse flags, pick hosts, run, report.
+
+Heavy modules (fabric, paramiko, rich) are imported inside commands so that
+`provision --help` and no-op runs start fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+from provision import __version__
+from provision.errors import (EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, ConfigError,
+                              ProvisionError, UsageError)
+
+EXIT_HELP = "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
+
+
+class Ctx:
+    """What every fleet command shares: hosts, connection options, output mode."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _split_i(value: str | None):
+    """`-i` is an inventory when it is YAML, an identity (private key) otherwise."""
+    if value is None:
+        return None, None
+    if value.endswith((".yaml", ".yml")):
+        return value, None
+    return None, value
+
+
+def fleet_options(fn):
+    """Host selection and connection flags, shared by every fleet command."""
+    opts = [
+        click.option("--host", "hosts", multiple=True, metavar="HOST",
+                     help="Host name or address (repeatable). Names go through ~/.ssh/config."),
+        click.option("-i", "i_opt", metavar="PATH",
+                     help="An inventory (*.yaml/*.yml) or, for anything else, a private key file."),
+        click.option("--inventory", metavar="FILE", help="Inventory file (ours or Ansible's YAML format)."),
+        click.option("--limit", "-l", metavar="PATTERN",
+                     help="Select inventory hosts: names, groups or globs, comma-separated; !x excludes."),
+        click.option("--identity", metavar="KEY", help="Private key file (same as -i KEY)."),
+        click.option("--user", "-u", metavar="USER", help="SSH user (default: ssh config, then root)."),
+        click.option("--port", "-p", type=int, metavar="PORT", help="SSH port (default: ssh config, then 22)."),
+        click.option("--ssh-config", metavar="FILE", envvar="PROVISION_SSH_CONFIG",
+                     help="OpenSSH client config to read (default ~/.ssh/config; Include is followed)."),
+        click.option("--known-hosts", metavar="FILE", envvar="PROVISION_KNOWN_HOSTS",
+                     help="known_hosts file (default: UserKnownHostsFile from ssh config, then ~/.ssh/known_hosts)."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Record unknown host keys (appending to known_hosts); changed keys are still refused."),
+        click.option("--forks", "-f", type=click.IntRange(1, 512), default=16, show_default=True,
+                     help="Hosts worked on at once."),
+        click.option("--connect-timeout", type=float, default=10.0, show_default=True, metavar="S",
+                     help="Seconds to wait for a host's SSH handshake."),
+        click.option("--timeout", "command_timeout", type=float, default=300.0, show_default=True, metavar="S",
+                     help="Deadline for each remote step; a host that exceeds it fails on its own."),
+        click.option("--sudo/--no-sudo", default=None,
+                     help="Run remote steps through `sudo -n` (default: when the SSH user is not root)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document for all hosts instead of lines."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+
+    @functools.wraps(fn)
+    def wrapper(hosts, i_opt, inventory, limit, identity, user, port, ssh_config, known_hosts,
+                accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, as_json, **kw):
+        inv_from_i, id_from_i = _split_i(i_opt)
+        if inv_from_i and inventory:
+            raise UsageError("give the inventory once: -i FILE.yaml or --inventory FILE")
+        from provision.runner import ConnOptions
+
+        ctx = Ctx(hosts=list(hosts), inventory=inventory or inv_from_i, limit=limit, as_json=as_json,
+                  conn=ConnOptions(user=user, port=port, identity=identity or id_from_i, ssh_config=ssh_config,
+                                   known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys,
+                                   connect_timeout=connect_timeout, command_timeout=command_timeout, forks=forks,
+                                   sudo=sudo))
+        return fn(ctx, **kw)
+
+    return wrapper
+
+
+def selected_hosts(ctx: Ctx):
+    from provision.inventory import adhoc, load_inventory, select
+
+    if ctx.hosts and ctx.inventory:
+        inv = load_inventory(ctx.inventory)
+        names = set(ctx.hosts)
+        hosts = [h for h in inv.hosts if h.name in names]
+        missing = names - {h.name for h in hosts}
+        hosts += adhoc(sorted(missing)).hosts
+    elif ctx.inventory:
+        inv = load_inventory(ctx.inventory)
+        for note in inv.notes:
+            click.echo(f"note: {note}", err=True)
+        hosts = select(inv, ctx.limit)
+    elif ctx.hosts:
+        hosts = adhoc(ctx.hosts).hosts
+    else:
+        raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY.yaml")
+    return hosts
+
+
+def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: bool = False,
+              columns: list[str] | None = None) -> int:
+    """Run fn on the selected hosts, print as results arrive, return the exit code."""
+    from provision import report
+    from provision.runner import Fleet, run_hosts
+
+    hosts = selected_hosts(ctx)
+    if not hosts:
+        click.echo("error: no host matched the selection; nothing was done", err=True)
+        return EXIT_NOTHING
+    fleet = Fleet(ctx.conn)
+
+    def on_result(r):
+        if ctx.as_json:
+            return
+        click.echo(report.host_line(r, check=check))
+        for note in r.notes:
+            click.echo(f"    note: {note}")
+        if show_diff and r.diff:
+            click.echo(r.diff, nl=not r.diff.endswith("\n"))
+
+    try:
+        results = run_hosts(fleet, hosts, fn, on_result=on_result)
+    finally:
+        fleet.close()
+    for w in dict.fromkeys(fleet.warnings):
+        click.echo(f"warning: {w}", err=True)
+    code = report.exit_code(results, check=check)
+    if ctx.as_json:
+        click.echo(report.to_document(command, results, code))
+    elif len(results) > 1:
+        from rich.console import Console
+
+        console = Console(stderr=False, highlight=False)
+        console.print(report.table(results, columns))
+        click.echo(report.summary_line(results))
+    return code
+
+
+class ProvisionGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ProvisionError as exc:
+            click.echo(f"error: {exc.message}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=ProvisionGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="Exit codes (every command):\n\n\b\n" + EXIT_HELP)
+@click.version_option(__version__, prog_name="provision")
+def main():
+    """Provision SGLang GPU servers over SSH: patch, launch, reconcile.
+
+    \b
+    provision patch --host gpu01             inject the EAGLE-3 delegation methods
+    provision patch --host gpu01 --check --diff   show what would change
+    provision status -i inventories/prod.yaml     version, install, patch state
+    provision sandbox up                     a local simulated GPU host to try it on
+    """
+
+
+def _spec_option(fn):
+    return click.option("--spec", metavar="PLAYBOOK",
+                        help="Patch spec playbook (a path, or a name in playbooks/). "
+                             "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
+
+
+def _install_options(fn):
+    fn = click.option("--sglang-path", metavar="DIR",
+                      help="Pin the install: the `sglang` package directory itself (the one holding srt/).")(fn)
+    fn = click.option("--python", "python_", metavar="PATH",
+                      help="Interpreter whose SGLang to act on (default: the host's `python:`, then python3).")(fn)
+    return fn
+
+
+def _patch_like(command: str):
+    def deco(fn):
+        @fleet_options
+        @_spec_option
+        @_install_options
+        @click.option("--check", is_flag=True, help="Decide and report, change nothing (exit 4 if changes are due).")
+        @click.option("--diff", is_flag=True, help="Show a unified diff of each change.")
+        @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
+        @functools.wraps(fn)
+        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, **kw):
+            from provision.patching import do_patch
+            from provision.playbook import load_patch_spec
+
+            pspec = load_patch_spec(spec) if spec else None
+            if pspec is None:
+                load_patch_spec(None)  # fail early on a broken default playbook
+            extra = fn(ctx, **kw) or {}
+            op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                             python=python_, timeout=ctx.conn.command_timeout, **extra)
+            code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
+                             columns=["host", "verdict", "version", "file", "detail", "elapsed"])
+            sys.exit(code)
+
+        return wrapped
+
+    return deco
+
+
+@main.command()
+@_patch_like("patch")
+@click.option("--verify-import", is_flag=True,
+              help="Also import the patched class with the host's interpreter and check the methods are callable.")
+@click.option("--kill-at", hidden=True, type=click.Choice(["before_read", "after_temp_write", "after_replace",
+                                                           "before_verify"]))
+def patch(ctx, verify_import=False, kill_at=None):
+    """Inject the missing EAGLE-3 delegation methods into the wrapper class.
+
+    Finds the SGLang install on each host (the one a running server uses, else
+    the one the configured python imports, else the only one), then adds exactly
+    the methods the class lacks, inside the class, between marker comments.
+    Methods the class already has natively are left alone; a broken hand patch
+    (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
+
+    \b
+    Verdicts: patched, unchanged, native, repaired, failed, unknown.
+    """
+    return {"verify_import": verify_import, "kill_at": kill_at}
+
+
+@main.command()
+@_patch_like("unpatch")
+def unpatch(ctx):
+    """Remove provision's block again, leaving every other byte as before `patch`."""
+    return {}
+
+
+@main.command()
+@fleet_options
+@_spec_option
+@_install_options
+def status(ctx, spec, sglang_path, python_):
+    """Show each host's SGLang version, install path, patch state and server."""
+    from provision.patching import do_status
+    from provision.playbook import load_patch_spec
+
+    pspec = load_patch_spec(spec) if spec else None
+    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+    code = run_fleet(ctx, "status", fn, columns=["host", "version", "install", "patch_state", "server", "elapsed"])
+    sys.exit(code)
+
+
+def _register_optional():
+    """Commands that live in their own modules."""
+    for modname in ("provision.sandbox.cli", "provision.cli_launch", "provision.cli_audit", "provision.cli_fleet"):
+        try:
+            mod = __import__(modname, fromlist=["COMMANDS"])
+        except ImportError as exc:
+            if exc.name != modname:
+                raise
+            continue
+        for cmd in getattr(mod, "COMMANDS", None) or [getattr(mod, "sandbox")]:
+            main.add_command(cmd)
+
+
+_register_optional()
+
+
+def entry():  # pragma: no cover - console script
+    main()

@@ -1,0 +1,195 @@
+"""Playbooks: YAML files holding a patch spec (`patch:`) and a launch profile (`launch:`).
+
+Pure: text in, validated data out. Every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import keyword
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision.errors import ConfigError
+
+import sys
+
+_REPO_PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+# A checkout (or editable install) reads the repo's playbooks/; `pip install .`
+# puts the same files under <prefix>/share/provision/playbooks.
+PACKAGE_PLAYBOOKS = (_REPO_PLAYBOOKS if _REPO_PLAYBOOKS.is_dir()
+                     else Path(sys.prefix) / "share" / "provision" / "playbooks")
+DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_TOP_KEYS = {"name", "description", "patch", "launch"}
+_PATCH_KEYS = {"file", "class", "delegate", "methods"}
+_METHOD_KEYS = {"name", "params"}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    params: str
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    name: str
+    file: str
+    cls: str
+    delegate: str
+    methods: tuple[MethodSpec, ...]
+    source: str = ""
+
+    def to_engine(self) -> dict:
+        """The plain dict the remote engine consumes."""
+        return {
+            "name": self.name,
+            "file": self.file,
+            "class": self.cls,
+            "delegate": self.delegate,
+            "methods": [{"name": m.name, "params": m.params} for m in self.methods],
+        }
+
+    @property
+    def sha(self) -> str:
+        text = json.dumps(self.to_engine(), sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Playbook:
+    name: str
+    description: str
+    patch: PatchSpec | None
+    launch: dict | None = None
+    path: str = ""
+    raw: dict = field(default_factory=dict)
+
+
+def _where(path: str, key: str) -> str:
+    return f"{path}: {key}"
+
+
+def _check_params(path: str, where: str, params: str) -> None:
+    try:
+        tree = ast.parse(f"def _({params}):\n    pass\n")
+    except SyntaxError as exc:
+        raise ConfigError(f"{_where(path, where)}: not a valid parameter list ({exc.msg}): {params!r}") from None
+    args = tree.body[0].args  # type: ignore[attr-defined]
+    positional = args.posonlyargs + args.args
+    if not positional or positional[0].arg != "self":
+        raise ConfigError(f"{_where(path, where)}: the first parameter must be `self`, got {params!r}")
+
+
+def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods")
+    unknown = set(data) - _PATCH_KEYS
+    if unknown:
+        raise ConfigError(f"{_where(path, 'patch')}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"allowed: {', '.join(sorted(_PATCH_KEYS))}")
+    for key in ("file", "class", "delegate", "methods"):
+        if key not in data:
+            raise ConfigError(f"{_where(path, 'patch.' + key)}: missing (required)")
+    file = data["file"]
+    if not isinstance(file, str) or not file.endswith(".py") or file.startswith("/") or ".." in file.split("/"):
+        raise ConfigError(f"{_where(path, 'patch.file')}: expected a .py path relative to the sglang package "
+                          f"(e.g. srt/models/kimi_k25.py), got {file!r}")
+    for key in ("class", "delegate"):
+        val = data[key]
+        if not isinstance(val, str) or not _IDENT.match(val) or keyword.iskeyword(val):
+            raise ConfigError(f"{_where(path, 'patch.' + key)}: expected a Python identifier, got {val!r}")
+    methods = data["methods"]
+    if not isinstance(methods, list) or not methods:
+        raise ConfigError(f"{_where(path, 'patch.methods')}: expected a non-empty list of {{name, params}}")
+    seen: set[str] = set()
+    out: list[MethodSpec] = []
+    for i, m in enumerate(methods):
+        where = f"patch.methods[{i}]"
+        if not isinstance(m, dict):
+            raise ConfigError(f"{_where(path, where)}: expected a mapping with name and params")
+        unknown = set(m) - _METHOD_KEYS
+        if unknown:
+            raise ConfigError(f"{_where(path, where)}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+        mname = m.get("name")
+        if not isinstance(mname, str) or not _IDENT.match(mname) or keyword.iskeyword(mname):
+            raise ConfigError(f"{_where(path, where + '.name')}: expected a method name, got {mname!r}")
+        if mname.startswith("__"):
+            raise ConfigError(f"{_where(path, where + '.name')}: dunder methods cannot be delegated: {mname}")
+        if mname in seen:
+            raise ConfigError(f"{_where(path, where + '.name')}: {mname} is listed twice")
+        seen.add(mname)
+        params = m.get("params", "self")
+        if not isinstance(params, str):
+            raise ConfigError(f"{_where(path, where + '.params')}: expected a string like 'self, layer_ids=None'")
+        _check_params(path, where + ".params", params)
+        out.append(MethodSpec(mname, params.strip()))
+    return PatchSpec(name=name, file=file, cls=data["class"], delegate=data["delegate"],
+                     methods=tuple(out), source=path)
+
+
+def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{loc} not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with name, patch and/or launch")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{_where(path, 'name')}: expected a lower-case name like kimi-k25-eagle3, got {name!r}")
+    desc = data.get("description") or ""
+    if not isinstance(desc, str):
+        raise ConfigError(f"{_where(path, 'description')}: expected text")
+    patch = parse_patch(data["patch"], path, name) if data.get("patch") is not None else None
+    launch = data.get("launch")
+    if launch is not None and not isinstance(launch, dict):
+        raise ConfigError(f"{_where(path, 'launch')}: expected a mapping (module, args, env, ...)")
+    if patch is None and launch is None:
+        raise ConfigError(f"{path}: has neither `patch:` nor `launch:`")
+    return Playbook(name=name, description=desc, patch=patch, launch=launch, path=path, raw=data)
+
+
+def resolve_path(spec: str | None) -> Path:
+    """A playbook path as given, or a name looked up in the shipped playbooks/."""
+    if not spec:
+        return PACKAGE_PLAYBOOKS / DEFAULT_PLAYBOOK
+    p = Path(spec)
+    if p.exists():
+        return p
+    for cand in (PACKAGE_PLAYBOOKS / spec, PACKAGE_PLAYBOOKS / f"{spec}.yaml"):
+        if cand.exists():
+            return cand
+    raise ConfigError(f"{spec}: no such playbook file (shipped ones: "
+                      f"{', '.join(sorted(x.name for x in PACKAGE_PLAYBOOKS.glob('*.yaml')))})")
+
+
+def load_playbook(spec: str | None) -> Playbook:
+    path = resolve_path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    return parse_playbook(text, str(path))
+
+
+def load_patch_spec(spec: str | None) -> PatchSpec:
+    pb = load_playbook(spec)
+    if pb.patch is None:
+        raise ConfigError(f"{pb.path}: has no `patch:` section, so it cannot be used with --spec")
+    return pb.patch

@@ -1,0 +1,256 @@
+"""The remote entry point: one request in (stdin), one JSON result out.  STDLIB ONLY.
+
+Runs on the host under ``python3`` from PATH. When the SGLang install to edit is
+owned by another interpreter (a different Python binary), the agent re-runs the
+same bundle under that interpreter on the host itself, so the grammar that checks
+the edit is the one that will import the file. Still one SSH round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from provision.remote import discover
+from provision.remote.bootstrap import BOOTSTRAP, EVENT_PREFIX, RESULT_PREFIX, frame
+
+
+def default_state_dir() -> str:
+    if os.geteuid() == 0:
+        return "/var/lib/provision"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "provision")
+
+
+def emit(obj: dict) -> None:
+    sys.stdout.write(RESULT_PREFIX + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def event(obj: dict) -> None:
+    sys.stdout.write(EVENT_PREFIX + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def module_resolver(pkg_dir: str):
+    """Map ``sglang.x.y`` to the file in this install, for base-class resolution."""
+    root = os.path.dirname(pkg_dir)
+
+    def resolve(modname: str):
+        if not (modname == "sglang" or modname.startswith("sglang.")):
+            return None
+        rel = modname.replace(".", "/")
+        for cand in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
+            try:
+                with open(cand, "rb") as fh:
+                    return fh.read()
+            except OSError:
+                continue
+        return None
+
+    return resolve
+
+
+def _facts(req: dict) -> dict:
+    return discover.discover(extra_interpreters=req.get("interpreters") or [],
+                             pinned=req.get("sglang_path"), configured_python=req.get("python"))
+
+
+def _install(facts: dict) -> dict | None:
+    for rec in facts["installs"]:
+        if rec["path"] == facts["chosen"]:
+            return rec
+    return None
+
+
+def _spec_file(install: dict, spec: dict) -> str:
+    return os.path.join(install["path"], spec["file"])
+
+
+def op_discover(req: dict) -> dict:
+    return {"ok": True, "facts": _facts(req)}
+
+
+def op_status(req: dict) -> dict:
+    from provision.remote import engine, fileops
+
+    facts = _facts(req)
+    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
+    inst = _install(facts)
+    if inst is None:
+        return out
+    spec = req.get("spec")
+    state_dir = req.get("state_dir") or default_state_dir()
+    if spec:
+        path = _spec_file(inst, spec)
+        try:
+            with open(path, "rb") as fh:
+                src = fh.read()
+        except OSError as exc:
+            out["patch"] = {"error": {"kind": "file-missing", "message": f"{path}: {exc.strerror}"}}
+        else:
+            info = engine.inspect(src, spec, resolve_module=module_resolver(inst["path"]))
+            info["file"] = path
+            out["patch"] = info
+    try:
+        out["state"] = fileops.read_state(state_dir)
+    except Exception as exc:  # noqa: BLE001 - status must never crash on a bad state file
+        out["state_error"] = repr(exc)
+    return out
+
+
+def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
+    """Re-run under the interpreter that owns the install, if it is a different binary."""
+    owner, env_extra = discover.owner_python(inst)
+    if req.get("_stage") == "owner":
+        return None
+    if os.path.realpath(owner) == os.path.realpath(sys.executable):
+        return None
+    sub = dict(req, _stage="owner", sglang_path=inst["path"])
+    env = dict(os.environ, **env_extra)
+    proc = subprocess.run([owner, "-c", BOOTSTRAP], input=frame(bundle, json.dumps(sub).encode()),
+                          capture_output=True, env=env, timeout=req.get("timeout", 600))
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    return {"ok": False, "error": {"kind": "owner-python",
+                                   "message": f"{owner} could not run the engine (exit {proc.returncode}): "
+                                              + proc.stderr.decode('utf-8', 'replace').strip()[-400:]}}
+
+
+def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
+    from provision.remote import fileops
+
+    facts = _facts(req)
+    if facts["error"]:
+        return {"ok": False, "facts": facts, "error": facts["error"]}
+    inst = _install(facts)
+    if inst is None:
+        return {"ok": False, "facts": facts,
+                "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
+    servers = facts["servers"]
+    loading = [s for s in servers if not s["listening"] and s.get("install") == inst["path"]]
+    if loading and not req.get("force") and not req.get("check"):
+        s = loading[0]
+        return {"ok": False, "facts": facts,
+                "error": {"kind": "server-loading",
+                          "message": f"an SGLang server (pid {s['pid']}) is still loading from this install; "
+                                     "its ranks may import different versions of the file. "
+                                     "Wait for it, stop it, or pass --force"}}
+    sub = _owner_reexec(req, bundle, inst)
+    if sub is not None:
+        sub.setdefault("facts", facts)
+        return sub
+    spec = req["spec"]
+    path = _spec_file(inst, spec)
+    state_dir = req.get("state_dir") or default_state_dir()
+    common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")),
+                  kill_at=req.get("kill_at"))
+    if not os.path.lexists(path):
+        return {"ok": False, "facts": facts,
+                "error": {"kind": "file-missing",
+                          "message": f"{path} does not exist (spec {spec['name']} expects "
+                                     f"{spec['file']} in the sglang package)"}}
+    t0 = time.monotonic()
+    if unpatch:
+        res = fileops.unpatch_file(path, spec, **common)
+    else:
+        res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
+                                 resolve_module=module_resolver(inst["path"]), **common)
+    res["elapsed"] = round(time.monotonic() - t0, 4)
+    running = [s for s in servers if s.get("install") == inst["path"] and s["listening"]]
+    changed = res.get("verdict") in ("patched", "repaired", "unpatched")
+    if running and changed and not req.get("check"):
+        res.setdefault("notes", []).append(
+            f"restart needed: the running server (pid {running[0]['pid']}) imported the old file")
+        res["restart_needed"] = True
+    if inst.get("git") and changed and not req.get("check"):
+        res.setdefault("notes", []).append(
+            f"{inst['git']} is a git checkout: the patch is a local change there and `git pull` will refuse "
+            "to update the file until `provision unpatch`")
+    if req.get("verify_import") and not req.get("check") and res.get("verdict") not in ("failed",):
+        res["verify_import"] = verify_import(inst, spec)
+    return {"ok": res.get("verdict") != "failed", "facts": facts, "result": res, "error": res.get("error")}
+
+
+VERIFY_SNIPPET = r"""
+import importlib, json, sys
+mod, cls, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+try:
+    m = importlib.import_module(mod)
+except Exception as exc:
+    print(json.dumps({"importable": False, "why": "%s: %s" % (type(exc).__name__, exc)})); sys.exit(0)
+c = getattr(m, cls, None)
+print(json.dumps({"importable": True, "class_found": c is not None,
+                  "callable": {n: callable(getattr(c, n, None)) for n in names}}))
+"""
+
+
+def verify_import(inst: dict, spec: dict) -> dict:
+    owner, env_extra = discover.owner_python(inst)
+    mod = "sglang." + spec["file"][:-3].replace("/", ".")
+    names = ",".join(m["name"] for m in spec["methods"])
+    try:
+        proc = subprocess.run([owner, "-c", VERIFY_SNIPPET, mod, spec["class"], names], capture_output=True,
+                              text=True, timeout=120, env=dict(os.environ, **env_extra), cwd="/")
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return {"status": "not-verifiable", "why": "import timed out after 120 s"}
+    except (ValueError, IndexError, OSError) as exc:
+        return {"status": "not-verifiable", "why": f"no answer from {owner}: {exc}"}
+    if not data.get("importable"):
+        return {"status": "not-verifiable", "why": f"cannot import {mod} here: {data.get('why')}"}
+    if not data.get("class_found"):
+        return {"status": "failed", "why": f"{mod} has no class {spec['class']}"}
+    bad = [n for n, ok in data["callable"].items() if not ok]
+    if bad:
+        return {"status": "failed", "why": "not callable on the class: " + ", ".join(bad)}
+    return {"status": "ok", "why": "imported; every method is callable on the class"}
+
+
+def dispatch(req: dict, bundle: bytes) -> dict:
+    op = req.get("op")
+    if op == "discover":
+        return op_discover(req)
+    if op == "status":
+        return op_status(req)
+    if op == "patch":
+        return op_patch(req, bundle)
+    if op == "unpatch":
+        return op_patch(req, bundle, unpatch=True)
+    if op in EXTRA_OPS:
+        return EXTRA_OPS[op](req, bundle)
+    return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {op!r}"}}
+
+
+# Other remote modules register ops here (server control, audit), keeping this file small.
+EXTRA_OPS: dict = {}
+
+
+def _load_extra_ops() -> None:
+    for name in ("server_ops", "audit_ops", "restore_ops"):
+        try:
+            mod = __import__(f"provision.remote.{name}", fromlist=["OPS"])
+        except ImportError:
+            continue
+        EXTRA_OPS.update(getattr(mod, "OPS", {}))
+
+
+def main(request: bytes, bundle: bytes) -> int:
+    try:
+        req = json.loads(request)
+        _load_extra_ops()
+        out = dispatch(req, bundle)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - report, don't lose the host's answer
+        import traceback
+
+        out = {"ok": False, "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}",
+                                      "traceback": traceback.format_exc()[-2000:]}}
+    out.setdefault("host_python", sys.executable)
+    emit(out)
+    return 0

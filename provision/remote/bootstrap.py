@@ -1,0 +1,37 @@
+"""The few lines sent as the remote command's argument.  STDLIB ONLY.
+
+Everything else travels on stdin, written straight to the SSH channel (fast,
+and never visible in the host's process list):
+
+    <header json>\\n<zlib(json{module name: source})><request json>
+
+The bootstrap installs an import hook serving the bundled modules under their
+real names (``provision.remote.engine`` ...) and calls ``agent.main``.
+"""
+
+BOOTSTRAP = (
+    "import sys,json,zlib,types\n"
+    "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h['b']);Q=r.read(h['q'])\n"
+    "M=json.loads(zlib.decompress(B))\n"
+    "for n in ('provision','provision.remote'):\n"
+    " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
+    "class F:\n"
+    " def find_spec(s,n,p=None,t=None):\n"
+    "  import importlib.util as u\n"
+    "  return u.spec_from_loader(n,s) if n in M else None\n"
+    " def create_module(s,sp):return None\n"
+    " def exec_module(s,m):exec(compile(M[m.__name__],'<provision:'+m.__name__+'>','exec'),m.__dict__)\n"
+    "sys.meta_path.insert(0,F())\n"
+    "import provision.remote.agent as a\n"
+    "sys.exit(a.main(Q,B))\n"
+)
+
+RESULT_PREFIX = "PROVISION-RESULT "
+EVENT_PREFIX = "PROVISION-EVENT "
+
+
+def frame(bundle: bytes, request: bytes) -> bytes:
+    """The stdin bytes for one remote call."""
+    import json
+
+    return json.dumps({"b": len(bundle), "q": len(request)}).encode() + b"\n" + bundle + request

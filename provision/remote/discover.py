@@ -1,0 +1,327 @@
+"""Find SGLang installs on this host without importing sglang.  STDLIB ONLY.
+
+Runs on the GPU host (shipped as text by provision). Importing sglang pulls in
+torch and takes seconds, so each candidate interpreter is asked only for
+``importlib.util.find_spec("sglang")`` and ``importlib.metadata``; source
+checkouts are found on disk. Installs are de-duplicated by real path.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+# Asked of each candidate interpreter. Prints one JSON line. Does not import sglang.
+PROBE = r"""
+import json, sys, os
+out = {"executable": sys.executable, "prefix": sys.prefix,
+       "version": "%d.%d.%d" % sys.version_info[:3]}
+try:
+    import importlib.util
+    spec = importlib.util.find_spec("sglang")
+except Exception as exc:
+    spec = None
+    out["error"] = repr(exc)
+if spec is not None and spec.submodule_search_locations:
+    out["sglang"] = list(spec.submodule_search_locations)[0]
+    try:
+        import importlib.metadata as md
+        dist = md.distribution("sglang")
+        out["dist_version"] = dist.version
+        p = getattr(dist, "_path", None)
+        out["dist_info"] = str(p) if p else None
+        du = dist.read_text("direct_url.json")
+        if du:
+            out["direct_url"] = json.loads(du)
+    except Exception:
+        pass
+print(json.dumps(out))
+"""
+
+INTERPRETER_GLOBS = [
+    "/usr/bin/python3", "/usr/local/bin/python3",
+    "/opt/*/bin/python3", "/opt/*/*/bin/python3", "/opt/conda/envs/*/bin/python3",
+    "/root/*/bin/python3", "/root/.venv*/bin/python3", "/root/*/.venv/bin/python3",
+    "/root/miniconda3/envs/*/bin/python3", "/root/anaconda3/envs/*/bin/python3",
+    "/root/.local/share/uv/tools/*/bin/python3",
+    "/home/*/*/bin/python3", "/home/*/.venv*/bin/python3", "/home/*/*/.venv/bin/python3",
+    "/home/*/miniconda3/envs/*/bin/python3",
+    "/workspace/*/bin/python3", "/workspace/.venv/bin/python3",
+]
+
+CHECKOUT_GLOBS = [
+    "/root/sglang/python/sglang", "/root/*/sglang/python/sglang", "/root/*/python/sglang",
+    "/opt/sglang/python/sglang", "/opt/*/sglang/python/sglang", "/opt/*/python/sglang",
+    "/home/*/sglang/python/sglang", "/home/*/*/sglang/python/sglang",
+    "/data/sglang/python/sglang", "/data/*/sglang/python/sglang",
+    "/workspace/sglang/python/sglang", "/workspace/*/sglang/python/sglang",
+    "/sgl-workspace/sglang/python/sglang",
+]
+
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+
+
+def _is_sglang_pkg(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "__init__.py")) and os.path.isdir(os.path.join(path, "srt", "models"))
+
+
+def package_version(pkg: str) -> str | None:
+    """Version of an sglang package dir read from its files (no import)."""
+    for name in ("_version.py", "version.py"):
+        try:
+            with open(os.path.join(pkg, name), encoding="utf-8") as fh:
+                m = _VERSION_RE.search(fh.read())
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    pyproject = os.path.join(os.path.dirname(pkg), "pyproject.toml")
+    try:
+        with open(pyproject, encoding="utf-8") as fh:
+            m = re.search(r'^version\s*=\s*"([^"]+)"', fh.read(), re.M)
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def git_root(pkg: str) -> str | None:
+    d = os.path.realpath(pkg)
+    for _ in range(4):
+        d = os.path.dirname(d)
+        if os.path.exists(os.path.join(d, ".git")):
+            return d
+    return None
+
+
+def probe_interpreter(python: str, env: dict | None = None, cwd: str | None = None, timeout: float = 15) -> dict | None:
+    try:
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=timeout,
+                              env=env, cwd=cwd or "/")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def candidate_interpreters(extra: list[str] | None = None) -> list[str]:
+    seen: list[str] = []
+    for p in list(extra or []) + [shutil.which("python3") or ""]:
+        if p and p not in seen:
+            seen.append(p)
+    for pattern in INTERPRETER_GLOBS:
+        for p in sorted(glob.glob(pattern)):
+            if os.access(p, os.X_OK) and p not in seen:
+                seen.append(p)
+    home = os.path.expanduser("~")
+    for pattern in (home + "/*/bin/python3", home + "/.venv*/bin/python3", home + "/*/.venv/bin/python3"):
+        for p in sorted(glob.glob(pattern)):
+            if os.access(p, os.X_OK) and p not in seen:
+                seen.append(p)
+    return seen
+
+
+def _proc_cmdline(pid: str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _proc_environ(pid: str) -> dict:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return {}
+    env = {}
+    for item in items:
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env
+
+
+def _flag(argv: list[str], *names: str, default: str | None = None) -> str | None:
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return default
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def running_servers() -> list[dict]:
+    """SGLang launch_server processes on this host (the main process of each tree)."""
+    found = []
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    by_pid = {}
+    for pid in pids:
+        argv = _proc_cmdline(pid)
+        if not argv:
+            continue
+        joined = " ".join(argv)
+        if "sglang.launch_server" in joined or "sglang/launch_server.py" in joined or \
+                (len(argv) > 2 and argv[1].endswith("sglang") and argv[2] == "serve"):
+            by_pid[pid] = argv
+    for pid, argv in by_pid.items():
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                ppid = fh.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            ppid = "0"
+        if ppid in by_pid:
+            continue  # a child (scheduler rank) of a server we already list
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            exe = argv[0]
+        host = _flag(argv, "--host", default="127.0.0.1")
+        port = int(_flag(argv, "--port", default="30000") or 30000)
+        found.append({"pid": int(pid), "argv": argv, "exe": exe, "python": argv[0],
+                      "host": host, "port": port, "listening": port_open(host or "127.0.0.1", port)})
+    return found
+
+
+def _server_install(server: dict) -> str | None:
+    env = _proc_environ(str(server["pid"]))
+    try:
+        cwd = os.readlink(f"/proc/{server['pid']}/cwd")
+    except OSError:
+        cwd = None
+    keep = {k: v for k, v in env.items() if k in ("PYTHONPATH", "PATH", "VIRTUAL_ENV", "HOME", "PYTHONHOME")}
+    res = probe_interpreter(server["python"] if os.path.isabs(server["python"]) else server["exe"],
+                            env=keep or None, cwd=cwd)
+    if res and res.get("sglang"):
+        return os.path.realpath(res["sglang"])
+    return None
+
+
+def discover(extra_interpreters: list[str] | None = None, pinned: str | None = None,
+             configured_python: str | None = None) -> dict:
+    """All SGLang installs, the running servers, and which install to act on."""
+    installs: dict[str, dict] = {}
+    warnings: list[str] = []
+
+    def add(pkg: str, kind: str, python: str | None, version: str | None, dist_info: str | None = None,
+            direct_url: dict | None = None) -> None:
+        real = os.path.realpath(pkg)
+        rec = installs.setdefault(real, {
+            "path": real, "kind": kind, "version": version, "interpreters": [], "dist_info": dist_info,
+            "git": None, "pythonpath": None,
+        })
+        if python and python not in rec["interpreters"]:
+            rec["interpreters"].append(python)
+        if version and not rec["version"]:
+            rec["version"] = version
+        if dist_info and not rec["dist_info"]:
+            rec["dist_info"] = dist_info
+        if direct_url and (direct_url.get("dir_info") or {}).get("editable"):
+            rec["kind"] = "editable"
+
+    interpreters = candidate_interpreters(([configured_python] if configured_python else []) + (extra_interpreters or []))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        probes = list(pool.map(probe_interpreter, interpreters))
+    for python, res in zip(interpreters, probes):
+        if not res or not res.get("sglang"):
+            continue
+        pkg = res["sglang"]
+        if not _is_sglang_pkg(pkg):
+            continue
+        dist_info = res.get("dist_info")
+        kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
+        add(pkg, kind, python, res.get("dist_version") or package_version(pkg), dist_info, res.get("direct_url"))
+
+    for pattern in CHECKOUT_GLOBS:
+        for pkg in sorted(glob.glob(pattern)):
+            if _is_sglang_pkg(pkg):
+                add(pkg, "source", None, package_version(pkg))
+
+    if pinned:
+        if not _is_sglang_pkg(pinned):
+            return {"installs": list(installs.values()), "servers": [], "chosen": None, "warnings": warnings,
+                    "error": {"kind": "pinned-missing",
+                              "message": f"--sglang-path {pinned}: not an sglang package directory "
+                                         "(expected the dir holding __init__.py and srt/models/)"}}
+        add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
+
+    for rec in installs.values():
+        if rec["version"] is None:
+            rec["version"] = package_version(rec["path"])
+        root = git_root(rec["path"]) if rec["kind"] != "site-packages" else None
+        rec["git"] = root
+        if not rec["interpreters"]:
+            # An un-installed source checkout: python3 runs it with PYTHONPATH set.
+            rec["pythonpath"] = os.path.dirname(rec["path"])
+        if rec["dist_info"] is None and rec["kind"] == "site-packages":
+            for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), "sglang-*.dist-info")):
+                rec["dist_info"] = cand
+
+    servers = running_servers()
+    for s in servers:
+        s["install"] = _server_install(s)
+
+    chosen, reason, error = None, None, None
+    if pinned:
+        chosen, reason = os.path.realpath(pinned), "pinned with --sglang-path"
+    else:
+        live = [s for s in servers if s.get("install")]
+        if live:
+            chosen, reason = live[0]["install"], f"the running server (pid {live[0]['pid']}) imports it"
+        elif configured_python:
+            for rec in installs.values():
+                if configured_python in rec["interpreters"]:
+                    chosen, reason = rec["path"], f"{configured_python} imports it"
+            if chosen is None and len(installs) == 1:
+                chosen = next(iter(installs))
+                reason = "the only install on this host"
+        if chosen is None:
+            py3 = shutil.which("python3")
+            for rec in installs.values():
+                if py3 and py3 in rec["interpreters"]:
+                    chosen, reason = rec["path"], f"python3 on PATH ({py3}) imports it"
+                    break
+        if chosen is None and len(installs) == 1:
+            chosen, reason = next(iter(installs)), "the only install on this host"
+        if chosen is None and installs:
+            error = {"kind": "ambiguous",
+                     "message": "several SGLang installs and none is imported by python3 on PATH: "
+                                + "; ".join(f"{r['path']} ({r['version']})" for r in installs.values())
+                                + ". Pin one with --sglang-path or set `python:` for the host"}
+        if not installs:
+            error = {"kind": "not-found",
+                     "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
+                                "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"}
+    return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
+            "chosen_reason": reason, "warnings": warnings, "error": error}
+
+
+def owner_python(install: dict) -> tuple[str, dict]:
+    """(interpreter, extra env) that imports this install."""
+    if install["interpreters"]:
+        return install["interpreters"][0], {}
+    py = shutil.which("python3") or "/usr/bin/python3"
+    return py, {"PYTHONPATH": install["pythonpath"]}

@@ -1,0 +1,74 @@
+"""Fetch and unpack real SGLang wheels from the package registry.
+
+The sandbox hosts and the engine tests use real SGLang releases, never a copy
+checked into this repository. Wheels are fetched with ``pip download --no-deps``
+into a cache directory and unpacked once per version.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+DEFAULT_VERSIONS = ("0.5.9", "0.5.10")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PROVISION_WHEEL_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "provision-wheels"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class WheelUnavailable(RuntimeError):
+    """The SGLang wheel is not cached and could not be downloaded."""
+
+
+def wheel_path(version: str) -> Path:
+    """Return the cached wheel for ``sglang==version``, downloading it if needed."""
+    cache = cache_dir()
+    name = f"sglang-{version}-py3-none-any.whl"
+    path = cache / name
+    if path.exists():
+        return path
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "-d", str(cache), f"sglang=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not path.exists():
+        raise WheelUnavailable(
+            f"could not fetch sglang=={version} ({' '.join(cmd)}): "
+            + (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        )
+    return path
+
+
+def extracted(version: str) -> Path:
+    """Unpack the wheel once; return the directory that holds ``sglang/`` and its dist-info."""
+    dest = cache_dir() / f"unpacked-{version}"
+    marker = dest / ".complete"
+    if marker.exists():
+        return dest
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp = cache_dir() / f".unpacking-{version}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with zipfile.ZipFile(wheel_path(version)) as zf:
+        zf.extractall(tmp)
+    (tmp / ".complete").write_text(version)
+    os.replace(tmp, dest)
+    return dest
+
+
+def models_file(version: str, name: str = "kimi_k25.py") -> Path:
+    return extracted(version) / "sglang" / "srt" / "models" / name
+
+
+def dist_info(version: str) -> Path:
+    return extracted(version) / f"sglang-{version}.dist-info"

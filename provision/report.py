@@ -9,7 +9,7 @@ import json
 from typing import Iterable
 
 from provision import __version__
-from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK
+from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: F401
 from provision.results import CHANGED_VERDICTS, HostResult
 
 STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",

@@ -10,14 +10,13 @@ real names (``provision.remote.engine`` ...) and calls ``agent.main``.
 """
 
 BOOTSTRAP = (
-    "import sys,json,zlib,types\n"
+    "import sys,json,zlib,types,importlib.util as u\n"
     "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h['b']);Q=r.read(h['q'])\n"
     "M=json.loads(zlib.decompress(B))\n"
     "for n in ('provision','provision.remote'):\n"
     " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
     "class F:\n"
     " def find_spec(s,n,p=None,t=None):\n"
-    "  import importlib.util as u\n"
     "  return u.spec_from_loader(n,s) if n in M else None\n"
     " def create_module(s,sp):return None\n"
     " def exec_module(s,m):exec(compile(M[m.__name__],'<provision:'+m.__name__+'>','exec'),m.__dict__)\n"

@@ -1,0 +1,304 @@
+"""`launch`, `wait`, `stop`, `logs`, server `status` for one host.
+
+Start-up is followed from the control machine with a tenacity polling policy:
+each poll is one short remote step (new log bytes since the last offset, is the
+process alive, is the port open, what does /health answer, asked on the host).
+The log goes through the pure parser (loadlog) for phase, progress and crash.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay
+
+from provision.errors import ConfigError
+from provision.inventory import Host
+from provision.playbook import load_playbook
+from provision.profile import Profile, build_profile
+from provision.results import HostResult
+
+
+@dataclass
+class LaunchOptions:
+    profile: str | None = None
+    overrides: dict = field(default_factory=dict)
+    patch: bool = False
+    force: bool = False
+    restart: bool = False
+    deadline: float = 3600.0
+    poll: float = 2.0
+    smoke: bool = False
+    persistent: bool = False
+    health_url: str | None = None
+    secrets: dict = field(default_factory=lambda: {"args": {}, "env": {}})
+    error_cap: int = 5
+    ready_checks: int = 2
+    sglang_path: str | None = None
+    python: str | None = None
+
+
+def resolve(host: Host, opts: LaunchOptions):
+    pb = load_playbook(opts.profile or host.get("profile"))
+    if pb.launch is None:
+        raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
+    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, opts.overrides)
+    if opts.python:
+        prof = Profile(**{**prof.__dict__, "python": opts.python})
+    return prof, pb.patch
+
+
+def secret_values(secrets: dict) -> list[str]:
+    return [str(v) for part in ("args", "env") for v in (secrets.get(part) or {}).values() if v]
+
+
+def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
+    req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "env": prof.env, "module": prof.module,
+                                                      "python": prof.python, "keep_logs": prof.keep_logs,
+                                                      "grace": prof.grace},
+           "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),
+           "sglang_path": opts.sglang_path or host.get("sglang_path"), "python": opts.python or host.get("python"),
+           "log_dir": prof.log_dir, "health_timeout": prof.health_timeout, "grace": prof.grace}
+    req.update(kw)
+    return req
+
+
+def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
+           sudo: bool = False, t_start: float | None = None) -> HostResult:
+    """Poll until healthy, dead, or the deadline. Returns the host's verdict."""
+    from provision.loadlog import LoadLog, hint
+    from provision.redact import redact
+
+    secrets = secret_values(opts.secrets)
+    parser = LoadLog()
+    t0 = t_start or time.monotonic()
+    st = {"offset": offset, "ok_in_row": 0, "errors_open": 0, "seen_200": False, "bad_after_200": 0,
+          "last": None, "done": None, "record": None}
+
+    def poll():
+        ans = session.call({"op": "probe", "port": prof.port, "offset": st["offset"],
+                            "health_timeout": prof.health_timeout, "health_url": opts.health_url,
+                            "sglang_path": None}, timeout=prof.health_timeout + 30, sudo=sudo)
+        if not ans.get("ok"):
+            st["done"] = HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "probe failed"))
+            return st["done"]
+        st["record"] = ans.get("record")
+        st["offset"] = ans["offset"]
+        if ans.get("chunk"):
+            parser.feed(ans["chunk"])
+        state = parser.state
+        st["last"] = state
+        pct = None
+        prog = state.draft if state.phase == "draft-weights" else state.target
+        if prog is not None and prog.percent is not None:
+            pct = prog.percent
+        display.update(host.name, state, pct)
+        if state.crashed is not None or not ans["running"]:
+            # Read whatever the dying process wrote last, then report.
+            crash = state.crashed
+            tail_lines = list(crash.lines) if crash is not None else parser_tail(parser)
+            tail = redact("\n".join(tail_lines[-30:]), secrets)
+            why = crash.summary if crash is not None else "the server process exited"
+            status = ans.get("exit")
+            detail = f"{why} (exit status {status})" if status is not None else why
+            h = hint(crash) if crash is not None else None
+            if h:
+                detail += f"; hint: {h.replace('--host H', '--host ' + host.name)}"
+            st["done"] = HostResult(host.name, "crashed", detail, data={"log_tail": tail, "phase": state.phase,
+                                                                        "log": (st["record"] or {}).get("log")})
+            return st["done"]
+        code = ans.get("health")
+        if code == 200:
+            st["ok_in_row"] += 1
+            st["seen_200"] = True
+            st["errors_open"] = 0
+            if st["ok_in_row"] >= opts.ready_checks:
+                st["done"] = "ready"
+                return st["done"]
+        else:
+            st["ok_in_row"] = 0
+            if st["seen_200"]:
+                st["bad_after_200"] += 1
+                if st["bad_after_200"] >= 3:
+                    st["done"] = HostResult(host.name, "failed",
+                                            f"/health is flapping: 200 seen, then {st['bad_after_200']} non-200 "
+                                            f"answers (last: {code})", data={"phase": state.phase})
+                    return st["done"]
+            if ans.get("port_open") and code is None:
+                st["errors_open"] += 1
+                if st["errors_open"] >= opts.error_cap:
+                    st["done"] = HostResult(host.name, "failed", f"port {prof.port} is open but /health did not "
+                                            f"answer {st['errors_open']} times in a row", data={"phase": state.phase})
+                    return st["done"]
+        return None
+
+    def wait(retry_state) -> float:
+        if st["seen_200"] and st["ok_in_row"] > 0:
+            return 0.5  # confirm readiness quickly
+        return opts.poll
+
+    try:
+        for attempt in Retrying(retry=retry_if_result(lambda r: r is None), wait=wait,
+                                stop=stop_after_delay(max(0.0, opts.deadline - (time.monotonic() - t0)))):
+            with attempt:
+                out = poll()
+            if not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(out)
+    except RetryError:
+        state = st["last"]
+        phase = state.phase if state is not None else "starting"
+        from provision.progress import describe
+
+        last = describe(state) if state is not None else "no log output"
+        return HostResult(host.name, "timeout", f"not ready after {opts.deadline:g} s; stuck in {phase} "
+                          f"(last seen: {last}); the server is left running: `provision wait` to keep "
+                          f"following, `provision stop` to stop it", data={"phase": phase})
+    if isinstance(st["done"], HostResult):
+        return st["done"]
+    rec = st["record"] or {}
+    ttr = time.monotonic() - t0
+    spec = rec.get("spec_args") or {}
+    summary = (f"ready in {ttr:.1f} s: model {rec.get('model')}, port {prof.port}, tp {rec.get('tp')}, "
+               f"speculative {spec.get('speculative-algorithm', 'off')}"
+               + (f" steps={spec.get('speculative-num-steps')} topk={spec.get('speculative-eagle-topk')} "
+                  f"draft_tokens={spec.get('speculative-num-draft-tokens')}" if spec else ""))
+    state = st["last"]
+    return HostResult(host.name, "ready", summary, data={"time_to_ready": round(ttr, 2), "pid": rec.get("pid"),
+                                                         "log": rec.get("log"), "port": prof.port,
+                                                         "phases_seen": list(getattr(state, "phases_seen", []) or [])})
+
+
+def parser_tail(parser) -> list[str]:
+    last = getattr(parser, "tail", None)
+    if callable(last):
+        return list(last(30))
+    return list(getattr(parser.state, "tail", []) or [])
+
+
+def launch_fn(opts: LaunchOptions, display):
+    from provision.patching import request_for, result_from_answer
+
+    def fn(host: Host, session, fleet) -> HostResult:
+        sudo = fleet.uses_sudo(host, session)
+        prof, spec = resolve(host, opts)
+        t0 = time.monotonic()
+        notes: list[str] = []
+        if opts.patch and spec is not None:
+            ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
+                               timeout=300, sudo=sudo)
+            pres = result_from_answer(host.name, ans)
+            if pres.failed:
+                return pres
+            display.message(host.name, f"patch: {pres.verdict}")
+        pre = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
+                           timeout=120, sudo=sudo)
+        if not pre.get("ok"):
+            return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
+        fails = [c for c in pre["checks"] if c["level"] == "fail"]
+        for c in pre["checks"]:
+            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
+                display.message(host.name, f"preflight {c['level']}: {c['message']}")
+        if pre.get("running") and not opts.restart:
+            rec = pre.get("record") or {}
+            same = rec.get("profile_digest") == prof.digest()
+            if not same:
+                return HostResult(host.name, "refused", f"a server started by provision with another profile is "
+                                  f"running (pid {rec.get('pid')}); use --restart to replace it")
+            status = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+                                  sudo=sudo)
+            if status.get("health") == 200:
+                return HostResult(host.name, "running", f"already running and healthy with this profile "
+                                  f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
+                                  data={"pid": rec.get("pid")})
+            display.message(host.name, "already starting with this profile: following it")
+            return follow(session, host, prof, opts, display, offset=0, sudo=sudo)
+        if fails and not opts.force:
+            return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
+                              + " (--force to start anyway)", data={"checks": pre["checks"]})
+        if opts.persistent:
+            return HostResult(host.name, "failed", "--persistent needs systemd as init (/run/systemd/system); "
+                              "not implemented for this host")
+        start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart),
+                             timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
+        if not start.get("ok"):
+            return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
+        rec = start["record"]
+        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}")
+        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
+        res.notes = notes + res.notes
+        if res.verdict == "ready" and opts.smoke:
+            sm = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
+            if sm.get("ok"):
+                res.data["smoke"] = sm
+                res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
+                                 f"{sm.get('tokens_per_s')} tok/s, accept length {sm.get('spec_accept_length')}, "
+                                 f"accept rate {sm.get('spec_accept_rate')}")
+            else:
+                res.verdict, res.detail = "failed", "smoke: " + sm["error"]["message"]
+        return res
+
+    return fn
+
+
+def wait_fn(opts: LaunchOptions, display):
+    def fn(host: Host, session, fleet) -> HostResult:
+        sudo = fleet.uses_sudo(host, session)
+        prof, _ = resolve(host, opts)
+        st = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
+        if not st.get("record"):
+            return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
+        t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
+        return follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t_start)
+
+    return fn
+
+
+def stop_fn(opts: LaunchOptions, grace: float | None = None):
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        g = prof.grace if grace is None else grace
+        ans = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
+                           sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+        if not ans.get("stopped"):
+            return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+        how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
+        return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
+                          f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
+
+    return fn
+
+
+def logs_fn(opts: LaunchOptions, lines: int):
+    from provision.redact import redact
+
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        ans = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
+                           sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", ans["error"]["message"])
+        text = redact(ans["text"], secret_values(opts.secrets))
+        return HostResult(host.name, "ok", ans["log"], data={"text": text, "offset": ans["offset"]})
+
+    return fn
+
+
+def server_status_fn(opts: LaunchOptions):
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        ans = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+                           sudo=fleet.uses_sudo(host, session))
+        rec = ans.get("record") or {}
+        if not ans.get("running"):
+            extra = f" (last exit status {ans['exit']})" if ans.get("exit") is not None else ""
+            return HostResult(host.name, "not-running", f"no server running on port {prof.port}{extra}")
+        h = ans.get("health")
+        detail = (f"pid {rec.get('pid')} port {prof.port} health {h if h is not None else 'no answer'} "
+                  f"model {rec.get('model')} uptime {ans.get('uptime')} s")
+        return HostResult(host.name, "running", detail, data={"pid": rec.get("pid"), "health": h,
+                                                              "uptime": ans.get("uptime"), "model": rec.get("model")})
+
+    return fn

@@ -1,0 +1,585 @@
+"""Server control on the host: preflight, start, probe, stop, status.  STDLIB ONLY.
+
+The server is started detached (its own session, stdin from /dev/null, output to
+a new log per launch) under a small watcher that records its exit status, so a
+crash is reported with its real status even though nobody is attached.
+Secrets arrive in the request (stdin) and go into a 0600 ``--config`` file or
+the process environment: never the command line.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from provision.remote import discover
+
+WATCHER = r"""
+import json, os, subprocess, sys, signal
+spec = json.loads(sys.stdin.read())
+log = open(spec["log"], "ab", buffering=0)
+p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                     env=spec["env"], cwd=spec["cwd"], preexec_fn=os.setpgrp)
+with open(spec["pidfile"], "w") as fh:
+    fh.write(str(p.pid))
+def fwd(sig, frame):
+    try:
+        os.killpg(p.pid, sig)
+    except OSError:
+        pass
+signal.signal(signal.SIGTERM, fwd)
+signal.signal(signal.SIGINT, fwd)
+rc = p.wait()
+with open(spec["exitfile"] + ".tmp", "w") as fh:
+    fh.write(str(rc))
+os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+"""
+
+
+def state_root(req: dict) -> str:
+    from provision.remote.agent import default_state_dir
+
+    return os.path.join(req.get("state_dir") or default_state_dir(), "server")
+
+
+def log_root(req: dict) -> str:
+    if req.get("log_dir"):
+        return req["log_dir"]
+    if os.geteuid() == 0:
+        return "/var/log/provision"
+    return os.path.join(state_root(req), "logs")
+
+
+def proc_starttime(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def proc_sid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[4])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_pgid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def alive(pid: int | None, starttime: str | None) -> bool:
+    if not pid:
+        return False
+    st = proc_starttime(pid)
+    return st is not None and (starttime is None or st == starttime) and not _is_zombie(pid)
+
+
+def tree_pids(rec: dict) -> list[int]:
+    """Every live process of the server: its process group and the watcher's session."""
+    out = []
+    pgid, sid = rec.get("pgid"), rec.get("sid")
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        pid = int(p)
+        if pid == os.getpid():
+            continue
+        if (pgid and proc_pgid(pid) == pgid) or (sid and proc_sid(pid) == sid):
+            if not _is_zombie(pid):
+                out.append(pid)
+    return sorted(out)
+
+
+def _state_file(req: dict, port: int) -> str:
+    return os.path.join(state_root(req), f"server-{port}.json")
+
+
+def read_record(req: dict, port: int) -> dict | None:
+    try:
+        with open(_state_file(req, port)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def write_record(req: dict, port: int, rec: dict) -> None:
+    os.makedirs(state_root(req), mode=0o700, exist_ok=True)
+    path = _state_file(req, port)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(rec, fh)
+    os.replace(tmp, path)
+
+
+def port_open(host: str, port: int) -> bool:
+    return discover.port_open(host, port, timeout=0.3)
+
+
+def health(host: str, port: int, timeout: float, url: str | None = None) -> int | None:
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    url = url or f"http://{host}:{port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, ValueError):
+        return None
+
+
+def _server_state(req: dict, port: int) -> dict:
+    rec = read_record(req, port)
+    out = {"record": rec, "running": False}
+    if not rec:
+        return out
+    out["running"] = alive(rec.get("pid"), rec.get("starttime"))
+    out["exit"] = None
+    try:
+        with open(rec["exitfile"]) as fh:
+            out["exit"] = int(fh.read().strip())
+    except (OSError, ValueError, KeyError):
+        pass
+    return out
+
+
+# -- preflight ---------------------------------------------------------------
+def _nvidia() -> dict:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {"available": False}
+    out = {"available": True, "gpus": None, "busy": []}
+    try:
+        p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+        out["gpus"] = len([x for x in p.stdout.splitlines() if x.startswith("GPU ")])
+        q = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        for line in q.stdout.splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) >= 3 and parts[0].isdigit():
+                out["busy"].append({"pid": int(parts[0]), "name": parts[1], "memory": parts[2]})
+    except (OSError, subprocess.SubprocessError) as exc:
+        out["error"] = str(exc)
+    return out
+
+
+def _check_model(path: str, what: str, offline: bool) -> list[dict]:
+    items = []
+    if not (path.startswith("/") or path.startswith(".") or path.startswith("~")):
+        level = "fail" if offline else "warn"
+        items.append({"level": level, "check": what,
+                      "message": f"{what} {path} is a hub id: the host downloads it at start"
+                                 + (" but is marked offline" if offline else "")})
+        return items
+    p = os.path.expanduser(path)
+    if not os.path.isdir(p):
+        items.append({"level": "fail", "check": what, "message": f"{what} {p} does not exist"})
+        return items
+    index = os.path.join(p, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index) as fh:
+                shards = sorted(set(json.load(fh).get("weight_map", {}).values()))
+        except (OSError, ValueError) as exc:
+            items.append({"level": "fail", "check": what, "message": f"{index}: unreadable ({exc})"})
+            return items
+        missing = [s for s in shards if not os.path.exists(os.path.join(p, s))]
+        if missing:
+            items.append({"level": "fail", "check": what,
+                          "message": f"{what} {p}: {len(missing)} of {len(shards)} shards missing "
+                                     f"(first: {missing[0]})"})
+        else:
+            items.append({"level": "ok", "check": what, "message": f"{what} {p}: all {len(shards)} shards present"})
+    else:
+        items.append({"level": "ok", "check": what, "message": f"{what} {p} exists (no shard index to check)"})
+    return items
+
+
+def op_preflight(req: dict, bundle: bytes) -> dict:
+    from provision.remote import agent, engine
+
+    checks: list[dict] = []
+    facts = agent._facts(req)
+    inst = agent._install(facts)
+    if inst is None:
+        err = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
+        return {"ok": False, "facts": facts, "error": err, "checks": []}
+    prof = req["profile"]
+    args = prof["args"]
+    port = int(args.get("port", 30000))
+    bind = str(args.get("host", "127.0.0.1"))
+    spec = req.get("spec")
+    if spec:
+        path = os.path.join(inst["path"], spec["file"])
+        try:
+            with open(path, "rb") as fh:
+                info = engine.inspect(fh.read(), spec, resolve_module=agent.module_resolver(inst["path"]))
+            methods = info.get("methods") or {}
+            missing = [m for m, v in methods.items() if v == "missing"]
+            if info.get("error"):
+                checks.append({"level": "fail", "check": "patch",
+                               "message": f"{path}: {info['error'].get('message')}"})
+            elif missing:
+                checks.append({"level": "fail", "check": "patch",
+                               "message": f"{spec['class']} lacks {', '.join(missing)}: EAGLE-3 will crash after "
+                                          "the weights load. Run `provision patch` (or launch --patch)"})
+            else:
+                checks.append({"level": "ok", "check": "patch", "message": f"{spec['class']}: delegation methods "
+                               "in place (" + ", ".join(sorted(set(methods.values()))) + ")"})
+        except OSError as exc:
+            checks.append({"level": "fail", "check": "patch", "message": f"{path}: {exc.strerror}"})
+    st = _server_state(req, port)
+    ours_running = st["running"]
+    if port_open(bind, port) and not ours_running:
+        checks.append({"level": "fail", "check": "port", "message": f"something is already listening on {bind}:{port}"})
+    elif not ours_running:
+        checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
+    offline = bool(req.get("offline"))
+    checks += _check_model(str(args.get("model-path", "")), "model", offline)
+    if args.get("speculative-draft-model-path"):
+        checks += _check_model(str(args["speculative-draft-model-path"]), "drafter", offline)
+    # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
+    mine = set(tree_pids(st["record"])) if ours_running and st["record"] else set()
+    strays = []
+    for s in discover.running_servers():
+        if s["pid"] not in mine:
+            strays.append(s)
+    for pid in _sglang_children_orphans(mine):
+        strays.append({"pid": pid, "argv": discover._proc_cmdline(str(pid))})
+    gpu = _nvidia()
+    if gpu["available"]:
+        tp = int(args.get("tp-size", 1))
+        if gpu.get("gpus") is not None and gpu["gpus"] < tp:
+            checks.append({"level": "fail", "check": "gpus", "message": f"{gpu['gpus']} GPUs visible, tp-size is {tp}"})
+        busy = [b for b in gpu["busy"] if b["pid"] not in mine]
+        if busy:
+            checks.append({"level": "fail", "check": "gpu-memory",
+                           "message": "GPU memory held by leftover processes: "
+                                      + ", ".join(f"pid {b['pid']} {b['name']} ({b['memory']})" for b in busy)
+                                      + " (stop them: `provision stop`, or kill them)"})
+        else:
+            checks.append({"level": "ok", "check": "gpus", "message": f"{gpu.get('gpus')} GPUs visible, none busy"})
+    else:
+        checks.append({"level": "info", "check": "gpus", "message": "nvidia-smi not found: GPU checks skipped"})
+    if strays:
+        checks.append({"level": "fail", "check": "strays",
+                       "message": "leftover SGLang processes from an earlier server: "
+                                  + ", ".join(f"pid {s['pid']}" for s in strays[:8])
+                                  + " (they hold GPU memory; `provision stop --all` or kill them)"})
+    target = str(args.get("model-path", "/"))
+    probe = target if target.startswith("/") and os.path.exists(target) else "/"
+    du = shutil.disk_usage(probe)
+    checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
+    return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
+            "record": st["record"], "install": inst}
+
+
+def _sglang_children_orphans(exclude: set) -> list[int]:
+    """Scheduler/detokenizer processes whose server is gone (re-parented to init)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) in exclude:
+            continue
+        argv = discover._proc_cmdline(p)
+        joined = " ".join(argv)
+        if "sglang" not in joined or "launch_server" in joined:
+            continue
+        try:
+            with open(f"/proc/{p}/comm") as fh:
+                comm = fh.read().strip()
+        except OSError:
+            comm = ""
+        if comm.startswith("sglang::") or "sglang_standin" in joined and "--rank" in joined:
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == 1:
+                out.append(int(p))
+    return out
+
+
+# -- start / stop ------------------------------------------------------------
+def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
+    logs = sorted(glob.glob(os.path.join(directory, f"sglang-{port}-*.log")))
+    gone = []
+    for old in logs[:-keep] if keep > 0 else []:
+        try:
+            os.unlink(old)
+            gone.append(old)
+        except OSError:
+            pass
+    return gone
+
+
+def op_start(req: dict, bundle: bytes) -> dict:
+    from provision.remote import agent
+
+    prof = req["profile"]
+    args = dict(prof["args"])
+    port = int(args.get("port", 30000))
+    facts = agent._facts(req)
+    inst = agent._install(facts)
+    if inst is None:
+        return {"ok": False, "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
+    owner, env_extra = discover.owner_python(inst)
+    python = prof.get("python") or owner
+    st = _server_state(req, port)
+    if st["running"]:
+        if req.get("restart"):
+            stopped = _stop(req, st["record"], float(prof.get("grace", 30)))
+            if not stopped["ok"]:
+                return stopped
+        else:
+            return {"ok": True, "already": True, "record": st["record"],
+                    "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
+    logdir = log_root(req)
+    os.makedirs(logdir, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log = os.path.join(logdir, f"sglang-{port}-{stamp}.log")
+    n = 1
+    while os.path.exists(log):
+        n += 1
+        log = os.path.join(logdir, f"sglang-{port}-{stamp}-{n}.log")
+    sroot = state_root(req)
+    os.makedirs(sroot, mode=0o700, exist_ok=True)
+    secrets = req.get("secrets") or {}
+    flags = []
+    for k, v in args.items():
+        if v is None or v is False:
+            continue
+        if v is True:
+            flags.append(f"--{k}")
+        elif isinstance(v, (dict, list)):
+            flags += [f"--{k}", json.dumps(v)]
+        else:
+            flags += [f"--{k}", str(v)]
+    argv = [python, "-m", prof.get("module") or "sglang.launch_server"] + flags
+    cfg = None
+    if secrets.get("args"):
+        cfg = os.path.join(sroot, f"server-{port}.secrets.yaml")
+        fd = os.open(cfg + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("# written by provision; holds secrets; readable by its owner only\n")
+            for k, v in secrets["args"].items():
+                fh.write(f"{k}: {json.dumps(str(v))}\n")
+        os.replace(cfg + ".tmp", cfg)
+        argv += ["--config", cfg]  # the separate-token form: `--config=FILE` is silently ignored by SGLang
+    env = dict(os.environ)
+    for k in ("SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK"):
+        env.pop(k, None)
+    env.update(env_extra)
+    env.update({str(k): str(v) for k, v in (prof.get("env") or {}).items()})
+    env.update({str(k): str(v) for k, v in (secrets.get("env") or {}).items()})
+    env["PYTHONUNBUFFERED"] = "1"
+    pidfile = os.path.join(sroot, f"server-{port}.pid")
+    exitfile = os.path.join(sroot, f"server-{port}.exit")
+    for f in (pidfile, exitfile):
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+    spec = {"argv": argv, "env": env, "cwd": "/", "log": log, "pidfile": pidfile, "exitfile": exitfile}
+    with open(log, "ab") as fh:
+        shown = [a for a in argv]
+        fh.write(("[provision] starting: " + " ".join(shown) + "\n").encode())
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+    watcher.stdin.write(json.dumps(spec).encode())
+    watcher.stdin.close()
+    pid = None
+    for _ in range(200):
+        try:
+            with open(pidfile) as fh:
+                pid = int(fh.read().strip())
+            break
+        except (OSError, ValueError):
+            if watcher.poll() is not None:
+                break
+            time.sleep(0.02)
+    if pid is None:
+        return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {log}"}}
+    rec = {"pid": pid, "starttime": proc_starttime(pid), "pgid": pid, "sid": watcher.pid,
+           "watcher": watcher.pid, "watcher_starttime": proc_starttime(watcher.pid), "port": port,
+           "host": str(args.get("host", "127.0.0.1")), "log": log, "log_offset": 0, "started_at": time.time(),
+           "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
+           "exitfile": exitfile, "config": cfg, "python": python, "install": inst["path"],
+           "version": inst.get("version"), "model": args.get("model-path"), "tp": args.get("tp-size", 1),
+           "mechanism": "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
+    write_record(req, port, rec)
+    pruned = _prune_logs(logdir, port, int(prof.get("keep_logs", 5)))
+    return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned}
+
+
+def _stop(req: dict, rec: dict, grace: float) -> dict:
+    pids = tree_pids(rec)
+    if rec.get("pid") and alive(rec["pid"], rec.get("starttime")) and rec["pid"] not in pids:
+        pids.append(rec["pid"])
+    t0 = time.monotonic()
+    sent_kill = False
+    if pids:
+        for target in (rec.get("pgid"),):
+            try:
+                os.killpg(target, signal.SIGTERM)
+            except (OSError, TypeError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and tree_pids(rec):
+            time.sleep(0.1)
+        left = tree_pids(rec)
+        if left:
+            sent_kill = True
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            end = time.monotonic() + 10
+            while time.monotonic() < end and tree_pids(rec):
+                time.sleep(0.05)
+    left = tree_pids(rec)
+    if left:
+        return {"ok": False, "error": {"kind": "stop", "message": f"processes still alive after SIGKILL: {left}"}}
+    return {"ok": True, "stopped": bool(pids), "pids": pids, "escalated": sent_kill,
+            "elapsed": round(time.monotonic() - t0, 2)}
+
+
+def op_stop(req: dict, bundle: bytes) -> dict:
+    port = int(req.get("port", 30000))
+    rec = read_record(req, port)
+    if not rec:
+        return {"ok": True, "stopped": False, "message": f"no server recorded on port {port}"}
+    res = _stop(req, rec, float(req.get("grace", 30)))
+    if res["ok"]:
+        rec["stopped_at"] = time.time()
+        write_record(req, port, rec)
+    return res
+
+
+def op_probe(req: dict, bundle: bytes) -> dict:
+    """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
+    port = int(req.get("port", 30000))
+    st = _server_state(req, port)
+    rec = st["record"]
+    if not rec:
+        return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
+    offset = int(req.get("offset", 0))
+    chunk = ""
+    try:
+        with open(rec["log"], "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(int(req.get("max_bytes", 1 << 20)))
+            offset += len(data)
+            chunk = data.decode("utf-8", "replace")
+    except OSError:
+        pass
+    up = port_open(rec.get("host", "127.0.0.1"), port)
+    code = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
+                  req.get("health_url")) if up and st["running"] else None
+    return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": chunk, "offset": offset,
+            "port_open": up, "health": code, "record": rec, "now": time.time()}
+
+
+def op_server_status(req: dict, bundle: bytes) -> dict:
+    port = int(req.get("port", 30000))
+    st = _server_state(req, port)
+    rec = st["record"]
+    out = {"ok": True, "running": st["running"], "record": rec, "exit": st.get("exit")}
+    if rec and st["running"]:
+        host = rec.get("host", "127.0.0.1")
+        out["port_open"] = port_open(host, port)
+        out["health"] = health(host, port, float(req.get("health_timeout", 30))) if out["port_open"] else None
+        out["uptime"] = round(time.time() - rec["started_at"], 1)
+    return out
+
+
+def op_logs(req: dict, bundle: bytes) -> dict:
+    port = int(req.get("port", 30000))
+    rec = read_record(req, port)
+    if not rec:
+        return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
+    lines = int(req.get("lines", 100))
+    try:
+        with open(rec["log"], "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return {"ok": False, "error": {"kind": "io", "message": f"{rec['log']}: {exc.strerror}"}}
+    text = data.replace("\r", "\n")
+    tail = "\n".join(text.splitlines()[-lines:])
+    return {"ok": True, "log": rec["log"], "text": tail, "offset": size, "record": rec}
+
+
+OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": op_probe,
+       "server_status": op_server_status, "logs": op_logs}
+
+
+def op_smoke(req: dict, bundle: bytes) -> dict:
+    """One short native /generate request, timed; speculative stats from meta_info or /metrics."""
+    port = int(req.get("port", 30000))
+    rec = read_record(req, port) or {}
+    host = rec.get("host", "127.0.0.1")
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    body = json.dumps({"text": req.get("prompt", "The capital of France is"),
+                       "sampling_params": {"max_new_tokens": int(req.get("max_new_tokens", 64)),
+                                           "temperature": 0}}).encode()
+    headers = {"Content-Type": "application/json"}
+    key = (req.get("secrets") or {}).get("args", {}).get("api-key")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    t0 = time.monotonic()
+    try:
+        r = urllib.request.Request(f"http://{host}:{port}/generate", data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(r, timeout=float(req.get("timeout", 120))) as resp:
+            data = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return {"ok": False, "error": {"kind": "smoke", "message": f"/generate answered HTTP {exc.code}"}}
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": {"kind": "smoke", "message": f"/generate failed: {exc}"}}
+    elapsed = time.monotonic() - t0
+    meta = data.get("meta_info") or {}
+    toks = meta.get("completion_tokens") or 0
+    out = {"ok": True, "elapsed": round(elapsed, 3), "completion_tokens": toks,
+           "tokens_per_s": round(toks / elapsed, 1) if elapsed > 0 and toks else None,
+           "spec_accept_length": meta.get("spec_accept_length"), "spec_accept_rate": meta.get("spec_accept_rate")}
+    if out["spec_accept_length"] is None:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+                for line in resp.read().decode().splitlines():
+                    for name in ("spec_accept_length", "spec_accept_rate"):
+                        if line.startswith(f"sglang:{name}"):
+                            out[name] = float(line.rsplit(" ", 1)[1])
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+OPS["smoke"] = op_smoke

@@ -1,0 +1,55 @@
+"""Rolling execution: batch after batch, each healthy before the next; stop on --max-fail."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from provision import plan, report
+from provision.results import HostResult
+
+
+def run_rolling(ctx, command: str, make_fn, serial, max_fail, plain: bool) -> int:
+    from provision.cli import selected_hosts
+    from provision.progress import Display
+    from provision.runner import Fleet, run_hosts
+
+    hosts = selected_hosts(ctx)
+    if not hosts:
+        click.echo("error: no host matched the selection; nothing was done", err=True)
+        return report.EXIT_NOTHING
+    groups = plan.batches(hosts, serial)
+    fleet = Fleet(ctx.conn)
+    results: list[HostResult] = []
+    failed = 0
+    try:
+        with Display(plain=plain, stream=sys.stderr if ctx.as_json else sys.stdout) as display:
+            fn = make_fn(display)
+            for i, batch in enumerate(groups, 1):
+                if plan.should_stop(failed, max_fail):
+                    for h in batch:
+                        results.append(HostResult(h.name, "skipped", f"not run: the roll stopped after {failed} "
+                                                  f"failed host(s) (--max-fail {max_fail})"))
+                    continue
+                if not ctx.as_json:
+                    display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")
+                got = run_hosts(fleet, batch, fn)
+                results += got
+                failed += sum(1 for r in got if r.failed)
+                if not ctx.as_json:
+                    for r in got:
+                        click.echo(report.host_line(r))
+    finally:
+        fleet.close()
+    code = report.exit_code(results)
+    if any(r.verdict == "skipped" for r in results) and code == 0:
+        code = report.EXIT_FAILED
+    if ctx.as_json:
+        click.echo(report.to_document(command, results, code, {"batches": [[h.name for h in b] for b in groups]}))
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(report.table(results, ["host", "verdict", "detail", "elapsed"]))
+        click.echo(report.summary_line(results))
+    return code

@@ -1,0 +1,84 @@
+"""Launch profiles: merge, validation before touching a host, flag rendering, secrets."""
+
+import pytest
+
+from provision.errors import ConfigError
+from provision.playbook import load_playbook
+from provision.profile import build_profile, render_config_yaml, render_flags, secrets_from_env
+
+
+def base():
+    pb = load_playbook(None)
+    return dict(pb.launch), pb.path
+
+
+def test_shipped_profile_is_the_published_recipe():
+    launch, path = base()
+    p = build_profile(launch, path, "kimi")
+    flags = render_flags(p.args)
+    for token in ["--trust-remote-code", "--tp-size", "8", "--speculative-algorithm", "EAGLE3",
+                  "--speculative-draft-model-path", "AQ-MedAI/Kimi-K25-eagle3", "--speculative-num-steps", "3",
+                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+                  "--mem-fraction-static", "0.9"]:
+        assert token in flags
+    assert p.port == 30000 and p.tp == 8
+
+
+def test_host_vars_override_profile():
+    launch, path = base()
+    p = build_profile(launch, path, "kimi", {"args": {"port": 30001, "model-path": "/data/kimi"},
+                                             "python": "/opt/venv/bin/python3"})
+    assert p.port == 30001 and p.args["model-path"] == "/data/kimi" and p.python == "/opt/venv/bin/python3"
+    assert p.digest() != build_profile(launch, path, "kimi").digest()
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"speculative-num-steps": None}, "without speculative-num-steps"),
+    ({"speculative-algorithm": "MEDUSA"}, "expected one of"),
+    ({"speculative-draft-model-path": None}, "needs speculative-draft-model-path"),
+    ({"tp-size": "eight"}, "tp-size must be a whole number"),
+    ({"mem-fraction-static": 1.5}, "mem-fraction-static"),
+    ({"api-key": "s3cret"}, "is a secret"),
+    ({"config": "/tmp/x.yaml"}, "managed by provision"),
+    ({"Bad Flag": 1}, "not an SGLang flag"),
+])
+def test_profiles_sglang_would_reject_are_rejected(change, needle):
+    launch, path = base()
+    args = dict(launch["args"])
+    for k, v in change.items():
+        if v is None:
+            args.pop(k, None)
+        else:
+            args[k] = v
+    launch["args"] = args
+    with pytest.raises(ConfigError, match=needle):
+        build_profile(launch, path, "kimi")
+
+
+def test_unset_spec_triplet_is_fine_and_tp_alias():
+    launch, path = base()
+    args = {k: v for k, v in launch["args"].items() if not k.startswith("speculative-num") and
+            k != "speculative-eagle-topk"}
+    args["tp"] = 4
+    del args["tp-size"]
+    launch["args"] = args
+    p = build_profile(launch, path, "kimi")
+    assert p.tp == 4
+
+
+def test_flags_and_config_rendering():
+    assert render_flags({"a": True, "b": False, "c": None, "d": 3, "e": {"x": 1}}) == ["--a", "--d", "3", "--e",
+                                                                                     '{"x": 1}']
+    text = render_config_yaml({"api-key": "k'\"ey", "model-loader-extra-config": {"enable_multithread_load": True}})
+    import yaml
+
+    assert yaml.safe_load(text) == {"api-key": "k'\"ey",
+                                    "model-loader-extra-config": '{"enable_multithread_load": true}'}
+
+
+def test_secrets_from_env_and_file(tmp_path):
+    f = tmp_path / "key"
+    f.write_text("from-file\n")
+    s = secrets_from_env({"PROVISION_API_KEY": "env-key", "HF_TOKEN": "hf"}, files={"api-key": str(f)})
+    assert s == {"args": {"api-key": "from-file"}, "env": {"HF_TOKEN": "hf"}}
+    assert secrets_from_env({}) == {"args": {}, "env": {}}

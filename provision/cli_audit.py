@@ -1,0 +1,160 @@
+"""`provision audit` and `provision spec new`: find wrappers that break EAGLE-3, write their specs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from provision.cli import fleet_options, run_fleet
+from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
+from provision.results import HostResult
+
+
+def known_specs(extra: str | None = None) -> list:
+    from provision.playbook import PACKAGE_PLAYBOOKS, load_playbook
+
+    specs = []
+    paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
+    for p in paths:
+        pb = load_playbook(str(p))
+        if pb.patch is not None:
+            specs.append(pb.patch)
+    return specs
+
+
+def rows_from_answer(ans: dict) -> list[dict]:
+    """One row per gap (and per covered wrapper): class, verdict, covered-by, patch state."""
+    audit = ans["audit"]
+    states = ans.get("spec_states") or {}
+    rows = []
+    seen = set()
+    for gap in audit.get("wrappers", []):
+        st = states.get(gap["class"])
+        rows.append({"class": gap["class"], "file": gap["file"], "attr": gap.get("attr"),
+                     "verdict": gap["verdict"], "missing": gap.get("missing", []),
+                     "inner": gap.get("inner", []), "reason": gap.get("reason", ""),
+                     "covered_by": st["spec"] if st else None, "patch_state": st["state"] if st else None})
+        seen.add(gap["class"])
+    for cls, st in states.items():
+        if cls not in seen and st["state"] == "patched":
+            rows.append({"class": cls, "file": None, "attr": None, "verdict": "closed", "missing": [], "inner": [],
+                         "reason": "closed by provision's patch", "covered_by": st["spec"], "patch_state": "patched"})
+    return rows
+
+
+def uncovered_fixable(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
+
+
+@click.command()
+@fleet_options
+@click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides playbooks/).")
+@click.option("--sglang-path", metavar="DIR", help="Pin the install (the `sglang` package directory).")
+@click.option("--python", "python_", metavar="PATH", help="Interpreter whose SGLang to audit.")
+def audit(ctx, spec, sglang_path, python_):
+    """Find every SGLang wrapper model whose EAGLE-3 methods are missing.
+
+    Reads every file of the host's installed sglang/srt/models/ with `ast`
+    (importing nothing), builds the class graph, and lists each wrapper that
+    lacks set_eagle3_layers_to_capture or get_embed_and_head, classified as
+    fixable (delegation is enough), conditional (depends on the inner model),
+    needs-more (forward bypasses the inner model) or unknown.
+
+    Exit 0 when no fixable gap is left uncovered by a spec, 6 when one is.
+    """
+    specs = known_specs(spec)
+    collected: list[HostResult] = []
+
+    def fn(host, session, fleet):
+        ans = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
+                            "sglang_path": sglang_path or host.get("sglang_path"),
+                            "python": python_ or host.get("python")},
+                           timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
+        rows = rows_from_answer(ans)
+        unc = uncovered_fixable(rows)
+        inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})
+        r = HostResult(host.name, "gaps" if unc else "ok",
+                       f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
+                       version=inst.get("version"), install=inst.get("path"),
+                       data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc],
+                             "files_scanned": ans["audit"].get("files_scanned")})
+        collected.append(r)
+        return r
+
+    code = run_fleet(ctx, "audit", fn, columns=["host", "verdict", "version", "detail", "elapsed"])
+    if not ctx.as_json:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(highlight=False)
+        for r in collected:
+            t = Table(title=f"{r.host}: SGLang {r.version} ({r.install})", box=None, header_style="bold")
+            for c in ("class", "verdict", "attr", "missing", "covered by", "state", "why"):
+                t.add_column(c, overflow="fold")
+            for g in sorted(r.data["gaps"], key=lambda g: (g["verdict"] != "fixable", g["class"])):
+                t.add_row(g["class"], g["verdict"], g["attr"] or "", ", ".join(g["missing"]),
+                          g["covered_by"] or "-", g["patch_state"] or "-", g["reason"])
+            console.print(t)
+            if r.data["uncovered_fixable"]:
+                console.print("fixable and not covered by any spec: " + ", ".join(r.data["uncovered_fixable"])
+                              + "\n  write one: provision spec new CLASS --host " + r.host + " > playbooks/NAME.yaml")
+    if code == EXIT_OK and any(r.data.get("uncovered_fixable") for r in collected):
+        code = EXIT_GAPS
+    sys.exit(code)
+
+
+@click.group()
+def spec():
+    """Patch specs: write one from the audit."""
+
+
+@spec.command("new")
+@click.argument("class_name", metavar="CLASS")
+@fleet_options
+@click.option("--allow-conditional", is_flag=True,
+              help="Also write specs for conditionally fixable wrappers (right only for some inner models).")
+@click.option("--sglang-path", metavar="DIR")
+@click.option("--python", "python_", metavar="PATH")
+def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
+    """Write a patch spec for CLASS from the host's SGLang source (to stdout).
+
+    \b
+    provision spec new KimiVLForConditionalGeneration --host gpu01 > playbooks/kimi-vl-eagle3.yaml
+    """
+    from provision.cli import selected_hosts
+    from provision.playbook import parse_playbook
+    from provision.remote import audit as audit_mod
+    from provision.runner import Fleet
+
+    hosts = selected_hosts(ctx)
+    if len(hosts) != 1:
+        raise UsageError("spec new reads one host's SGLang: select exactly one with --host")
+    fleet = Fleet(ctx.conn)
+    try:
+        with fleet.session(hosts[0]).open() as session:
+            ans = session.call({"op": "audit", "specs": [], "sglang_path": sglang_path, "python": python_},
+                               timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(hosts[0], session))
+    finally:
+        fleet.close()
+    if not ans.get("ok"):
+        raise UsageError((ans.get("error") or {}).get("message", "audit failed"))
+    gaps = {g["class"]: g for g in ans["audit"]["wrappers"]}
+    if class_name not in gaps:
+        ok = class_name in (ans["audit"].get("ok_wrappers") or [])
+        raise UsageError(f"{class_name}: " + ("already has the EAGLE-3 methods; no spec needed" if ok else
+                                              "not an EAGLE-3 gap in this SGLang (not a wrapper, or not found)"))
+    try:
+        spec_dict = audit_mod.spec_for(gaps[class_name], allow_conditional=allow_conditional)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})
+    text = audit_mod.spec_yaml(spec_dict, f"written by `provision spec new` from SGLang {inst.get('version')} "
+                                          f"on {hosts[0].name}")
+    parse_playbook(text, "<generated>")  # validated like a hand-written spec
+    click.echo(text, nl=False)
+
+
+COMMANDS = [audit, spec]

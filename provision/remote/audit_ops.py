@@ -1,0 +1,40 @@
+"""The remote `audit` op: audit the chosen install's models/ and the patch state of known specs.  STDLIB ONLY."""
+
+from __future__ import annotations
+
+import os
+
+
+def op_audit(req: dict, bundle: bytes) -> dict:
+    from provision.remote import agent, audit, engine
+
+    facts = agent._facts(req)
+    inst = agent._install(facts)
+    if inst is None:
+        return {"ok": False, "facts": facts,
+                "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
+    models = os.path.join(inst["path"], "srt", "models")
+    result = audit.audit_models(models, inst["path"])
+    states = {}
+    for spec in req.get("specs") or []:
+        path = os.path.join(inst["path"], spec["file"])
+        try:
+            with open(path, "rb") as fh:
+                info = engine.inspect(fh.read(), spec, resolve_module=agent.module_resolver(inst["path"]))
+        except OSError:
+            states[spec["class"]] = {"spec": spec["name"], "state": "file-missing"}
+            continue
+        methods = info.get("methods") or {}
+        if info.get("error"):
+            state = "error: " + info["error"].get("message", "")
+        elif methods and all(v == "native" for v in methods.values()):
+            state = "native"
+        elif methods and all(v in ("native", "ours") for v in methods.values()):
+            state = "patched"
+        else:
+            state = "not patched"
+        states[spec["class"]] = {"spec": spec["name"], "state": state, "methods": methods}
+    return {"ok": True, "facts": facts, "audit": result, "spec_states": states}
+
+
+OPS = {"audit": op_audit}

@@ -1,0 +1,1097 @@
+"""The pure patch engine: source bytes and a spec in, a decision out.
+
+STDLIB ONLY, Python 3.10 syntax: this module is shipped as text to the GPU hosts
+and run by their own interpreter. It does no file IO; a caller that wants base
+classes followed into other SGLang modules passes ``resolve_module(dotted_name)
+-> bytes | None``.
+
+What it does: inject delegation methods into a wrapper class, inside a marked
+block, one level deeper than the ``class`` line and right after the class's last
+statement, preserving every other byte (line endings, comments, a missing final
+newline, code after the class). ``plan_unpatch`` removes exactly that block, so
+``plan_unpatch(plan_patch(x)["new"])["new"] == x``.
+
+Error kinds: "spec", "encoding", "too-large", "syntax", "class-missing",
+"class-ambiguous", "class-layout", "delegate-missing", "block-corrupt",
+"internal".
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import io
+import keyword
+import re
+import textwrap
+import tokenize
+
+BEGIN_MARK = "# >>> provision managed block:"
+END_MARK = "# <<< provision managed block:"
+
+PACKAGE = "sglang"
+# SGLang model files are at most a few hundred KB. Parsing is ~2 s per MB on a
+# slow host, so anything far beyond that is refused instead of parsed.
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+MAX_BASE_DEPTH = 32
+
+ERROR_KINDS = (
+    "spec", "encoding", "too-large", "syntax", "class-missing", "class-ambiguous",
+    "class-layout", "delegate-missing", "block-corrupt", "internal",
+)
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_BEGIN_RE = re.compile(
+    r"[ \t\f]*" + re.escape(BEGIN_MARK) + r" spec=(\S+) sha=([0-9a-fA-F]*)")
+_END_RE = re.compile(r"[ \t\f]*" + re.escape(END_MARK) + r" spec=(\S+)")
+_HAND_DEF_RE = re.compile(r"[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
+# Names the rendered body relies on; a parameter must not shadow them.
+_BODY_BUILTINS = ("type", "hasattr", "AttributeError")
+
+
+class EngineError(Exception):
+    """An expected refusal: a kind from ERROR_KINDS and one sentence."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message}
+
+
+# --------------------------------------------------------------------------- spec
+
+def validate_spec(spec) -> dict:
+    """Check a spec defensively; return a normalised copy. Raises EngineError("spec")."""
+    if not isinstance(spec, dict):
+        raise EngineError("spec", f"spec: expected a mapping, found {type(spec).__name__}")
+
+    def field(key, kind=str):
+        if key not in spec:
+            raise EngineError("spec", f"spec: expected a `{key}` field, found none")
+        value = spec[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise EngineError("spec", f"spec `{key}`: expected {kind.__name__}, found {type(value).__name__}")
+        return value
+
+    name = field("name")
+    if not _SPEC_NAME.match(name):
+        raise EngineError("spec", f"spec `name`: expected letters, digits, '.', '_' or '-' (at most 100), found {name!r}")
+    path = field("file")
+    parts = path.split("/")
+    if (not path.endswith(".py") or path.startswith("/") or "\\" in path
+            or any(not _IDENT.match(p) for p in parts[:-1]) or not _IDENT.match(parts[-1][:-3])):
+        raise EngineError("spec", f"spec `file`: expected a relative path like srt/models/x.py inside the sglang package, found {path!r}")
+    cls = field("class")
+    if not _is_plain_ident(cls):
+        raise EngineError("spec", f"spec `class`: expected a Python identifier, found {cls!r}")
+    delegate = field("delegate")
+    if not _is_plain_ident(delegate) or _mangled(delegate):
+        raise EngineError("spec", f"spec `delegate`: expected an attribute name (no leading '__'), found {delegate!r}")
+    methods = field("methods", list)
+    if not methods:
+        raise EngineError("spec", "spec `methods`: expected at least one method, found an empty list")
+    out, seen = [], set()
+    for i, m in enumerate(methods):
+        where = f"spec `methods[{i}]`"
+        if not isinstance(m, dict):
+            raise EngineError("spec", f"{where}: expected a mapping with name and params, found {type(m).__name__}")
+        mname = m.get("name")
+        if not isinstance(mname, str) or not _is_plain_ident(mname) or _mangled(mname):
+            raise EngineError("spec", f"{where}.name: expected a method name (identifier, no leading '__'), found {mname!r}")
+        if mname in seen:
+            raise EngineError("spec", f"{where}.name: expected unique method names, found {mname!r} twice")
+        if mname == delegate:
+            raise EngineError("spec", f"{where}.name: a method cannot be named like the delegate attribute {delegate!r}")
+        seen.add(mname)
+        params = m.get("params", "self")
+        if not isinstance(params, str):
+            raise EngineError("spec", f"{where}.params: expected a string like 'self, x=None', found {type(params).__name__}")
+        out.append(_parse_params(mname, params.strip(), where))
+    return {"name": name, "file": path, "class": cls, "delegate": delegate, "methods": out}
+
+
+def _is_plain_ident(s) -> bool:
+    return isinstance(s, str) and bool(_IDENT.match(s)) and not keyword.iskeyword(s)
+
+
+def _mangled(name: str) -> bool:
+    return name.startswith("__") and not name.endswith("__")
+
+
+def _parse_params(mname: str, params: str, where: str) -> dict:
+    if any(ord(c) < 0x20 or c == "\x7f" for c in params):
+        raise EngineError("spec", f"{where}.params: expected one line without control characters, found {params!r}")
+    try:
+        fn = ast.parse(f"def _({params}): pass").body[0]
+        compile(f"def _({params}): pass", "<spec>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        raise EngineError("spec", f"{where}.params: expected a Python parameter list like 'self, layer_ids=None', found {params!r} ({e.msg if isinstance(e, SyntaxError) else e})")
+    if not isinstance(fn, ast.FunctionDef) or len(ast.parse(f"def _({params}): pass").body) != 1:
+        raise EngineError("spec", f"{where}.params: expected a parameter list, found {params!r}")
+    a = fn.args
+    positional = list(a.posonlyargs) + list(a.args)
+    if not positional or positional[0].arg != "self":
+        raise EngineError("spec", f"{where}.params: expected `self` as the first positional parameter, found {params!r}")
+    names = [p.arg for p in positional + list(a.kwonlyargs)]
+    if a.vararg:
+        names.append(a.vararg.arg)
+    if a.kwarg:
+        names.append(a.kwarg.arg)
+    for bad in _BODY_BUILTINS:
+        if bad in names:
+            raise EngineError("spec", f"{where}.params: parameter {bad!r} would shadow the builtin the delegation body uses; rename it")
+    call = [p.arg for p in positional[1:]]
+    if a.vararg:
+        call.append("*" + a.vararg.arg)
+    call += [f"{p.arg}={p.arg}" for p in a.kwonlyargs]
+    if a.kwarg:
+        call.append("**" + a.kwarg.arg)
+    inner = "inner"
+    while inner in names:
+        inner = "_" + inner
+    return {"name": mname, "params": params, "call": ", ".join(call), "inner": inner}
+
+
+def module_name(spec_file: str) -> str:
+    """`srt/models/kimi_k25.py` -> `sglang.srt.models.kimi_k25`."""
+    parts = spec_file[:-3].split("/") if spec_file.endswith(".py") else spec_file.split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([PACKAGE] + parts)
+
+
+# --------------------------------------------------------------------------- rendering
+
+def _block_sha(s: dict, names) -> str:
+    text = render_methods(s, "    ", "\n", names=names)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def render_methods(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
+    """The delegation methods (no markers), each line ending with `newline`.
+
+    `indent` is the indentation of the `def` lines (the class body's), `unit`
+    one more level inside a method (defaults to `indent`, right for a module-level
+    class). `names` limits and orders nothing: methods keep the spec's order.
+    """
+    s = spec if _is_normalised(spec) else validate_spec(spec)
+    unit = indent if unit is None else unit
+    d = s["delegate"]
+    chunks = []
+    for m in s["methods"]:
+        if names is not None and m["name"] not in names:
+            continue
+        name, inner = m["name"], m["inner"]
+        i1, i2, i3 = indent + unit, indent + unit * 2, indent + unit * 3
+        chunks.append([
+            f"{indent}def {name}({m['params']}):",
+            f'{i1}"""EAGLE-3: delegate to self.{d} (added by provision)."""',
+            f"{i1}{inner} = self.{d}",
+            f'{i1}if not hasattr({inner}, "{name}"):',
+            f"{i2}raise AttributeError(",
+            f'{i3}f"{{type(self).__name__}}.{d} ({{type({inner}).__name__}}) has no {name}(); cannot delegate"',
+            f"{i2})",
+            f"{i1}return {inner}.{name}({m['call']})",
+        ])
+    lines = []
+    for c in chunks:
+        if lines:
+            lines.append("")
+        lines.extend(c)
+    return "".join(line + newline for line in lines)
+
+
+def _is_normalised(spec) -> bool:
+    return (isinstance(spec, dict) and isinstance(spec.get("methods"), list)
+            and all(isinstance(m, dict) and "call" in m and "inner" in m for m in spec["methods"]))
+
+
+def begin_line(spec_name: str, sha: str) -> str:
+    return f"{BEGIN_MARK} spec={spec_name} sha={sha} (remove with `provision unpatch`)"
+
+
+def end_line(spec_name: str) -> str:
+    return f"{END_MARK} spec={spec_name}"
+
+
+def render_block(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
+    """Markers plus methods, as they appear in the file (no leading blank line)."""
+    s = spec if _is_normalised(spec) else validate_spec(spec)
+    if names is None:
+        names = [m["name"] for m in s["methods"]]
+    sha = _block_sha(s, names)
+    return (indent + begin_line(s["name"], sha) + newline
+            + render_methods(s, indent, newline, names, unit)
+            + indent + end_line(s["name"]) + newline)
+
+
+# --------------------------------------------------------------------------- text helpers
+
+def _split_lines(text: str) -> list:
+    """Lines with their endings, split the way Python's tokenizer counts lines."""
+    out, pos = [], 0
+    for m in _NEWLINE.finditer(text):
+        out.append(text[pos:m.end()])
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+def _ending(line: str) -> str:
+    if line.endswith("\r\n"):
+        return "\r\n"
+    if line.endswith("\n") or line.endswith("\r"):
+        return line[-1]
+    return ""
+
+
+def _body(line: str) -> str:
+    return line[: len(line) - len(_ending(line))]
+
+
+def _is_blank(line: str) -> bool:
+    return not _body(line).strip(" \t\f")
+
+
+def _is_comment_or_blank(line: str) -> bool:
+    b = _body(line).lstrip(" \t\f")
+    return not b or b.startswith("#")
+
+
+def _decode(source) -> tuple:
+    if isinstance(source, (bytearray, memoryview)):
+        source = bytes(source)
+    if not isinstance(source, bytes):
+        raise EngineError("encoding", f"expected the file's bytes, found {type(source).__name__}")
+    if len(source) > MAX_SOURCE_BYTES:
+        raise EngineError("too-large", f"expected a model file of at most {MAX_SOURCE_BYTES // (1024 * 1024)} MiB, found {len(source)} bytes; refusing to parse it")
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError as e:
+        try:  # detect_encoding also fails on undecodable first lines: say which byte
+            source.decode("utf-8")
+        except UnicodeDecodeError:
+            enc = "utf-8"
+        else:
+            raise EngineError("encoding", f"expected UTF-8 source or a valid PEP 263 coding line, found: {e}")
+    try:
+        text = source.decode(enc)
+    except (UnicodeDecodeError, LookupError) as e:
+        if isinstance(e, UnicodeDecodeError):
+            line = source.count(b"\n", 0, e.start) + 1
+            bad = source[e.start:e.start + 1]
+            raise EngineError("encoding", f"expected {enc} text, found byte 0x{bad.hex()} at offset {e.start} (line {line}) that is not valid {enc}")
+        raise EngineError("encoding", f"expected a known source encoding, found {enc!r}")
+    if text.encode(enc) != source:
+        raise EngineError("encoding", f"expected {enc} text that re-encodes to the same bytes, found text that does not; refusing to rewrite it")
+    return text, enc
+
+
+def _parse(text: str, filename: str = "<source>"):
+    """ast.parse or EngineError("syntax")."""
+    try:
+        return ast.parse(text, filename=filename)
+    except SyntaxError as e:
+        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__}: {e.msg} (line {e.lineno})")
+    except ValueError as e:  # null bytes on 3.10/3.11
+        raise EngineError("syntax", f"{filename} does not parse: {e}")
+    except (RecursionError, MemoryError) as e:
+        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__} (nested too deeply)")
+
+
+def _try_parse(text: str):
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _first_line(node) -> int:
+    decos = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decos])
+
+
+# --------------------------------------------------------------------------- class-scope bindings
+
+def _target_names(t, out):
+    if isinstance(t, ast.Name):
+        out.append(t.id)
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            _target_names(e, out)
+    elif isinstance(t, ast.Starred):
+        _target_names(t.value, out)
+
+
+def _scope_bindings(body) -> list:
+    """(name, first line, node, kind) for every name a class/module body binds,
+    looking into if/try/with/for blocks (they run in the same scope) but not into
+    function bodies."""
+    out = []
+
+    def visit(stmts):
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((st.name, _first_line(st), st, "def"))
+            elif isinstance(st, ast.ClassDef):
+                out.append((st.name, _first_line(st), st, "class"))
+            elif isinstance(st, ast.Assign):
+                names = []
+                for t in st.targets:
+                    _target_names(t, names)
+                kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
+                out.extend((n, st.lineno, st, kind) for n in names)
+            elif isinstance(st, ast.AnnAssign):
+                if st.value is not None and isinstance(st.target, ast.Name):
+                    out.append((st.target.id, st.lineno, st, "assignment"))
+            elif isinstance(st, ast.AugAssign):
+                names = []
+                _target_names(st.target, names)
+                out.extend((n, st.lineno, st, "assignment") for n in names)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                for a in st.names:
+                    if a.name != "*":
+                        out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
+            elif isinstance(st, (ast.For, ast.AsyncFor)):
+                names = []
+                _target_names(st.target, names)
+                out.extend((n, st.lineno, st, "assignment") for n in names)
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    if item.optional_vars is not None:
+                        names = []
+                        _target_names(item.optional_vars, names)
+                        out.extend((n, st.lineno, st, "assignment") for n in names)
+                visit(st.body)
+            elif isinstance(st, (ast.If, ast.While)):
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                visit(st.body)
+                for h in st.handlers:
+                    visit(h.body)
+                visit(st.orelse)
+                visit(st.finalbody)
+            elif type(st).__name__ == "Match":
+                for case in st.cases:
+                    visit(case.body)
+    visit(body)
+    return out
+
+
+# --------------------------------------------------------------------------- base-class resolution
+
+class _Module:
+    def __init__(self, name: str, tree):
+        self.name = name
+        self.tree = tree
+        self._bind = None
+        self.stars = []
+
+    def bindings(self) -> dict:
+        if self._bind is None:
+            self._bind = {}
+            self._collect(self.tree.body)
+        return self._bind
+
+    def _collect(self, stmts):
+        b = self._bind
+        for st in stmts:
+            if isinstance(st, ast.ClassDef):
+                b[st.name] = ("class", st)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                b[st.name] = ("other", None)
+            elif isinstance(st, ast.Import):
+                for a in st.names:
+                    if a.asname:
+                        b[a.asname] = ("module", a.name)
+                    else:
+                        top = a.name.split(".")[0]
+                        b[top] = ("module", top)
+            elif isinstance(st, ast.ImportFrom):
+                mods = self._absolute(st.module, st.level)
+                for a in st.names:
+                    if a.name == "*":
+                        self.stars.extend(mods)
+                    else:
+                        b[a.asname or a.name] = ("from", mods, a.name)
+            elif isinstance(st, ast.Assign):
+                if (len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                        and isinstance(st.value, (ast.Name, ast.Attribute))):
+                    b[st.targets[0].id] = ("alias", st.value)
+                else:
+                    names = []
+                    for t in st.targets:
+                        _target_names(t, names)
+                    for n in names:
+                        b[n] = ("other", None)
+            elif isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                self._collect(st.body)
+                self._collect(getattr(st, "orelse", []))
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                self._collect(st.body)
+                for h in st.handlers:
+                    self._collect(h.body)
+                self._collect(st.orelse)
+                self._collect(st.finalbody)
+
+    def _absolute(self, module, level) -> list:
+        """Candidate absolute module names for `from <level dots><module> import`."""
+        if not level:
+            return [module] if module else []
+        parts = self.name.split(".")
+        out = []
+        # As a plain module (x.py) the package is the parent; as a package
+        # (__init__.py) it is the module itself. We can't tell from bytes alone.
+        for pkg_parts in (parts[:-1], parts):
+            if level - 1 > len(pkg_parts):
+                continue
+            base = pkg_parts[: len(pkg_parts) - (level - 1)]
+            name = ".".join(base + ([module] if module else []))
+            if name and name not in out:
+                out.append(name)
+        return out
+
+
+class _Resolver:
+    def __init__(self, resolve_module, notes: list):
+        self.cb = resolve_module
+        self.notes = notes
+        self.cache = {}
+
+    def module(self, name: str):
+        if not name or name.split(".")[0] != PACKAGE or self.cb is None:
+            return None
+        if name in self.cache:
+            return self.cache[name]
+        self.cache[name] = None
+        try:
+            data = self.cb(name)
+        except Exception as e:  # a caller's resolver must not crash the plan
+            self.notes.append(f"could not read module {name}: {type(e).__name__}: {e}")
+            return None
+        if data is None:
+            return None
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        try:
+            text, _ = _decode(data)
+            tree = _parse(text, name)
+        except EngineError as e:
+            self.notes.append(f"could not use module {name} to look up base classes: {e.message}")
+            return None
+        mod = _Module(name, tree)
+        self.cache[name] = mod
+        return mod
+
+    def _modules(self, names) -> list:
+        return [m for m in (self.module(n) for n in names) if m is not None]
+
+    def resolve_class(self, mod: _Module, expr, depth: int = 0):
+        """The (module, ClassDef) an expression names, or None."""
+        if depth > MAX_BASE_DEPTH:
+            return None
+        if isinstance(expr, ast.Subscript):
+            return self.resolve_class(mod, expr.value, depth + 1)
+        if isinstance(expr, ast.Name):
+            return self._lookup(mod, expr.id, depth)
+        if isinstance(expr, ast.Attribute):
+            for mname in self._module_of(mod, expr.value, depth):
+                target = self.module(mname)
+                if target is not None:
+                    r = self._lookup(target, expr.attr, depth + 1)
+                    if r is not None:
+                        return r
+        return None
+
+    def _lookup(self, mod: _Module, name: str, depth: int):
+        if depth > MAX_BASE_DEPTH:
+            return None
+        b = mod.bindings().get(name)
+        if b is None:
+            for star in self._modules(mod.stars):
+                r = self._lookup(star, name, depth + 1)
+                if r is not None:
+                    return r
+            return None
+        if b[0] == "class":
+            return (mod, b[1])
+        if b[0] == "alias":
+            return self.resolve_class(mod, b[1], depth + 1)
+        if b[0] == "from":
+            for src in self._modules(b[1]):
+                r = self._lookup(src, b[2], depth + 1)
+                if r is not None:
+                    return r
+        return None
+
+    def _module_of(self, mod: _Module, expr, depth: int) -> list:
+        """Candidate dotted module names an expression (`y`, `a.b`) refers to."""
+        if depth > MAX_BASE_DEPTH:
+            return []
+        if isinstance(expr, ast.Name):
+            b = mod.bindings().get(expr.id)
+            if b is None:
+                return []
+            if b[0] == "module":
+                return [b[1]]
+            if b[0] == "from":
+                return [f"{m}.{b[2]}" for m in b[1]]
+            return []
+        if isinstance(expr, ast.Attribute):
+            return [f"{m}.{expr.attr}" for m in self._module_of(mod, expr.value, depth + 1)]
+        return []
+
+    def inherited(self, mod: _Module, cls) -> dict:
+        """name -> "module.Class" for every name the SGLang bases of `cls` define."""
+        found = {}
+        seen = set()
+
+        def walk(m, c, depth):
+            for base in c.bases:
+                r = self.resolve_class(m, base)
+                if r is None:
+                    continue
+                bm, bc = r
+                key = (bm.name, bc.name, bc.lineno)
+                if key in seen or depth > MAX_BASE_DEPTH:
+                    continue
+                seen.add(key)
+                for name, _line, _node, _kind in _scope_bindings(bc.body):
+                    found.setdefault(name, f"{bm.name}.{bc.name}")
+                walk(bm, bc, depth + 1)
+
+        walk(mod, cls, 0)
+        return found
+
+    def base_classes(self, mod: _Module, cls) -> list:
+        out, seen = [], set()
+
+        def walk(m, c, depth):
+            for base in c.bases:
+                r = self.resolve_class(m, base)
+                if r is None or depth > MAX_BASE_DEPTH:
+                    continue
+                key = (r[0].name, r[1].name, r[1].lineno)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(r)
+                walk(r[0], r[1], depth + 1)
+
+        walk(mod, cls, 0)
+        return out
+
+
+def _assigns_attr(cls, attr: str) -> bool:
+    """Does any method of `cls` assign self.<attr> (=, annotated, augmented, setattr)?"""
+    def is_target(t):
+        if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self":
+            return True
+        if isinstance(t, (ast.Tuple, ast.List)):
+            return any(is_target(e) for e in t.elts)
+        if isinstance(t, ast.Starred):
+            return is_target(t.value)
+        return False
+
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and any(is_target(t) for t in node.targets):
+            return True
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and is_target(node.target):
+            return True
+        if isinstance(node, ast.NamedExpr):
+            continue
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr):
+            return True
+    return False
+
+
+def _assigned_attrs(cls) -> list:
+    out = []
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr not in out:
+                out.append(t.attr)
+    return out
+
+
+# --------------------------------------------------------------------------- document analysis
+
+class _Doc:
+    """One parsed text: the class, its body indentation, our block."""
+
+    def __init__(self, text: str, tree, s: dict, filename: str):
+        self.text = text
+        self.tree = tree
+        self.s = s
+        self.filename = filename
+        self.lines = _split_lines(text)
+        self.cls = _find_class(tree, s["class"], filename)
+        cls = self.cls
+        first = cls.body[0]
+        line = _body(self.lines[first.lineno - 1])
+        prefix = line[: first.col_offset] if first.col_offset <= len(line) else line
+        if prefix.strip(" \t\f"):
+            raise EngineError("class-layout", f"expected class {s['class']} (line {cls.lineno}) to have its body on indented lines, found `{_body(self.lines[cls.lineno - 1]).strip()[:80]}` with the body on the class line; refusing to rewrite it")
+        self.indent = prefix
+        cls_line = _body(self.lines[cls.lineno - 1])
+        cls_indent = cls_line[: len(cls_line) - len(cls_line.lstrip(" \t\f"))]
+        self.unit = prefix[len(cls_indent):] if prefix.startswith(cls_indent) and len(prefix) > len(cls_indent) else prefix or "    "
+        self.last_line = cls.body[-1].end_lineno  # 1-based
+        # newline style: the class's last line, else the file's first, else LF
+        self.nl = _ending(self.lines[self.last_line - 1]) or next((_ending(x) for x in self.lines if _ending(x)), "\n")
+        # the class's region ends where the next module-level statement starts
+        idx = tree.body.index(cls)
+        self.region_end = _first_line(tree.body[idx + 1]) - 1 if idx + 1 < len(tree.body) else len(self.lines)
+        self.block = _find_block(self.lines, s["name"])
+        if self.block is not None:
+            b, e = self.block["begin"], self.block["end"]
+            if not (cls.lineno - 1 < b and e < self.region_end):
+                raise EngineError("block-corrupt", f"expected the managed block for spec {s['name']} inside class {s['class']} (lines {cls.lineno}-{self.region_end}), found it at lines {b + 1}-{e + 1}; fix or remove it by hand")
+
+    def in_block(self, lineno: int) -> bool:
+        return self.block is not None and self.block["begin"] < lineno - 1 < self.block["end"]
+
+
+def _find_class(tree, name: str, filename: str):
+    hits = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    if len(hits) > 1:
+        raise EngineError("class-ambiguous", f"expected one class {name} in {filename}, found {len(hits)} (lines {', '.join(str(h.lineno) for h in hits)}); refusing to guess which one SGLang uses")
+    if not hits:
+        nested = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+        top = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        found = (f"only a nested definition at line {nested[0]}" if nested
+                 else f"module-level classes: {', '.join(top[:12])}{' ...' if len(top) > 12 else ''}" if top
+                 else "no module-level classes")
+        raise EngineError("class-missing", f"expected class {name} at module level in {filename}, found {found}")
+    return hits[0]
+
+
+def _find_block(lines: list, spec_name: str):
+    begins, ends = [], []
+    for i, line in enumerate(lines):
+        if "provision managed block" not in line:
+            continue
+        m = _BEGIN_RE.match(line)
+        if m and m.group(1) == spec_name:
+            begins.append((i, m.group(2)))
+            continue
+        m = _END_RE.match(line)
+        if m and m.group(1) == spec_name:
+            ends.append(i)
+    if not begins and not ends:
+        return None
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0][0]:
+        raise EngineError("block-corrupt", f"expected one begin and one end marker for spec {spec_name}, found {len(begins)} begin (lines {', '.join(str(b[0] + 1) for b in begins) or '-'}) and {len(ends)} end (lines {', '.join(str(e + 1) for e in ends) or '-'}); fix or remove the block by hand")
+    b, sha = begins[0]
+    return {"begin": b, "end": ends[0], "sha": sha}
+
+
+def _remove_block(lines: list, block: dict) -> str:
+    """Exact inverse of _inject: drop the blank line we added, the markers and
+    the methods; if the block ended the file without a newline, drop the newline
+    we had to add to the line before."""
+    b, e = block["begin"], block["end"]
+    start = b - 1 if b >= 1 and _is_blank(lines[b - 1]) else b
+    head = lines[:start]
+    if not _ending(lines[e]) and e == len(lines) - 1 and head:
+        head = head[:-1] + [_body(head[-1])]
+    return "".join(head) + "".join(lines[e + 1:])
+
+
+def _block_matches(doc: _Doc, names: list) -> bool:
+    """Is the block (with the blank line before it) exactly what _inject writes?"""
+    b, e = doc.block["begin"], doc.block["end"]
+    if b < 1 or doc.lines[b - 1] != doc.nl:
+        return False
+    expected = doc.nl + render_block(doc.s, doc.indent, doc.nl, names, doc.unit)
+    if not _ending(doc.lines[e]):
+        expected = expected[: -len(doc.nl)]
+    return "".join(doc.lines[b - 1:e + 1]) == expected
+
+
+def _inject(doc: _Doc, names: list) -> str:
+    block = render_block(doc.s, doc.indent, doc.nl, names, doc.unit)
+    at = doc.last_line  # insert after this many lines
+    head, tail = doc.lines[:at], doc.lines[at:]
+    if head and not _ending(head[-1]):  # the class ends the file without a newline
+        head = head[:-1] + [head[-1] + doc.nl]
+        block = block[: -len(doc.nl)]
+    return "".join(head) + doc.nl + block + "".join(tail)
+
+
+# --------------------------------------------------------------------------- hand-patch repair
+
+def _is_hand_def(node, names) -> bool:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return False
+    pos = list(node.args.posonlyargs) + list(node.args.args)
+    return node.name in names and bool(pos) and pos[0].arg == "self"
+
+
+def _describe_def(node, lines: list, offset: int, form: str) -> str:
+    try:
+        params = ast.unparse(node.args)
+    except Exception:  # pragma: no cover - ast.unparse is total on parsed trees
+        params = "..."
+    first, last = node.lineno + offset, node.end_lineno + offset
+    where = ("module-level (never bound to the class)" if form == "module-level"
+             else "indented after the class's module-level code (the file did not import: IndentationError)")
+    return f"hand-appended def {node.name}({params}) at lines {first}-{last}: {where}"
+
+
+def _hand_patch(text: str, tree, names) -> dict | None:
+    """Find a trailing block made only of delegation defs (plus blank lines and
+    comments) appended after the module's real code. Returns {"head": text
+    without it, "removed": [descriptions], "form": ...} or None."""
+    lines = _split_lines(text)
+    if tree is not None:
+        body = tree.body
+        i = len(body)
+        while i > 0 and _is_hand_def(body[i - 1], names):
+            i -= 1
+        if i == len(body) or i == 0:
+            return None
+        cut = body[i - 1].end_lineno
+        return {"head": "".join(lines[:cut]), "form": "module-level",
+                "removed": [_describe_def(n, lines, 0, "module-level") for n in body[i:]],
+                "lines": [cut + 1, len(lines)]}
+    for i, line in enumerate(lines):
+        m = _HAND_DEF_RE.match(line)
+        if not m or m.group(1) not in names or i == 0:
+            continue
+        tail_lines = ["\n" if _is_comment_or_blank(x) else _body(x) + "\n" for x in lines[i:]]
+        tail = _try_parse(textwrap.dedent("".join(tail_lines)))
+        if tail is None or not tail.body or not all(_is_hand_def(n, names) for n in tail.body):
+            continue
+        head_tree = _try_parse("".join(lines[:i]))
+        if head_tree is None or not head_tree.body:
+            continue
+        cut = head_tree.body[-1].end_lineno
+        return {"head": "".join(lines[:cut]), "form": "indented",
+                "removed": [_describe_def(n, lines, i, "indented") for n in tail.body],
+                "lines": [cut + 1, len(lines)]}
+    return None
+
+
+def _leftovers(tree, names, cls_name: str) -> list:
+    out = []
+    for st in tree.body:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name in names:
+            out.append(f"module-level def {st.name} at line {st.lineno} left alone: it is not part of a trailing hand patch (module-level functions are never bound to {cls_name})")
+    return out
+
+
+# --------------------------------------------------------------------------- the core
+
+def _result(**kw) -> dict:
+    r = {"verdict": "failed", "new": None, "added": [], "native": [], "kept": [], "updated": False,
+         "repaired": [], "module_level_leftovers": [], "notes": [], "error": None}
+    r.update(kw)
+    return r
+
+
+def _core(source, spec, resolve_module) -> dict:
+    """Everything plan_patch and inspect need. Raises EngineError."""
+    s = validate_spec(spec)
+    filename = s["file"]
+    text, enc = _decode(source)
+    names = [m["name"] for m in s["methods"]]
+    notes = []
+    tree = _try_parse(text)
+    hand = _hand_patch(text, tree, set(names))
+    if tree is None:
+        if hand is None:
+            _parse(text, filename)  # raises the real SyntaxError as EngineError
+            raise EngineError("internal", "parser disagreement")  # pragma: no cover
+        work = hand["head"]
+        tree = _parse(work, filename)
+    else:
+        work = hand["head"] if hand else text
+        tree = _parse(work, filename) if hand else tree
+    leftovers = _leftovers(tree, set(names), s["class"])
+
+    doc = _Doc(work, tree, s, filename)
+    cls = doc.cls
+    local = {}
+    ours = []
+    for name, line, node, kind in _scope_bindings(cls.body):
+        if doc.in_block(line):
+            if kind == "def" and node in cls.body:
+                ours.append(name)
+            continue
+        local.setdefault(name, (line, kind))
+    resolver = _Resolver(resolve_module, notes)
+    mod = _Module(module_name(filename), tree)
+    inherited = resolver.inherited(mod, cls)
+    native, via = [], {}
+    for n in names:
+        if n in local:
+            native.append(n)
+            line, kind = local[n]
+            via[n] = f"line {line}" + ("" if kind == "def" else f" ({kind})")
+        elif n in inherited:
+            native.append(n)
+            via[n] = f"inherited from {inherited[n]}"
+    want = [n for n in names if n not in native]
+
+    # Re-derive the file from scratch: without our block, then with exactly the
+    # block the spec asks for. Equal to the input means nothing to do.
+    if doc.block is not None:
+        base = _remove_block(doc.lines, doc.block)
+    else:
+        base = work
+    block_matches = doc.block is not None and bool(want) and _block_matches(doc, want)
+    if block_matches:
+        new_text = work  # our block is exactly what the spec asks for, wherever it sits in the class
+    elif want:
+        base_doc = _Doc(base, _parse(base, filename), s, filename) if doc.block is not None else doc
+        new_text = _inject(base_doc, want)
+    else:
+        new_text = base
+    for n in native:
+        if n in ours:
+            notes.append(f"{n} is now defined natively ({via[n]}); dropped it from the managed block so the class has one definition")
+    if doc.block is not None and not want:
+        notes.append(f"every method of spec {s['name']} is now native; removed the managed block")
+    for n in native:
+        if n not in ours and via[n].startswith("inherited"):
+            notes.append(f"{n}: {via[n]}; not added")
+        elif n not in ours and local.get(n, (0, "def"))[1] != "def":
+            notes.append(f"{n} is already bound in the class body ({local[n][1]} at line {local[n][0]}); counted as defined, not added")
+    return {
+        "s": s, "enc": enc, "text": text, "work": work, "new_text": new_text, "doc": doc,
+        "hand": hand, "leftovers": leftovers, "native": native, "via": via, "ours": ours,
+        "want": want, "notes": notes, "block_matches": block_matches, "cls": cls,
+        "resolver": resolver, "mod": mod, "inherited": inherited, "base": base,
+    }
+
+
+def _delegate_check(c: dict) -> None:
+    s, cls = c["s"], c["cls"]
+    if _assigns_attr(cls, s["delegate"]):
+        return
+    for _bm, bc in c["resolver"].base_classes(c["mod"], cls):
+        if _assigns_attr(bc, s["delegate"]):
+            return
+    seen = _assigned_attrs(cls)
+    raise EngineError("delegate-missing", f"expected class {s['class']} to assign self.{s['delegate']} (the inner model to delegate to) in one of its methods, found no such assignment"
+                      + (f" (it assigns: {', '.join('self.' + a for a in seen[:8])})" if seen else ""))
+
+
+def _internal(exc: BaseException) -> dict:
+    import traceback
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" at {where[0].name}:{where[0].lineno}" if where else ""
+    return {"kind": "internal", "message": f"the patch engine failed{at}: {type(exc).__name__}: {exc} (a bug in provision; nothing was changed)"}
+
+
+def plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
+    """Decide what patching `source` means. Pure; see the module docstring."""
+    try:
+        return _plan_patch(source, spec, resolve_module)
+    except Exception as e:  # a bug must become a verdict, never a traceback on a host
+        return _result(error=_internal(e))
+
+
+def _plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
+    try:
+        c = _core(source, spec, resolve_module)
+    except EngineError as e:
+        return _result(error=e.as_dict())
+    s, doc = c["s"], c["doc"]
+    r = _result(native=list(c["native"]), notes=list(c["notes"]),
+                module_level_leftovers=list(c["leftovers"]))
+    r["notes"] += c["leftovers"]
+    if c["new_text"] == c["text"]:
+        r["verdict"] = "unchanged" if doc.block is not None else "native"
+        r["kept"] = [n for n in c["want"] if n in c["ours"]]
+        if r["verdict"] == "native":
+            r["notes"].append(f"{s['class']} already has {', '.join(c['native'])}; nothing to add")
+        return r
+    try:
+        if c["want"] and not c["block_matches"]:
+            _delegate_check(c)
+        new = c["new_text"].encode(c["enc"])
+    except EngineError as e:
+        return _result(error=e.as_dict(), native=list(c["native"]))
+    except UnicodeEncodeError as e:
+        return _result(error={"kind": "spec", "message": f"expected the rendered methods to fit the file's {c['enc']} encoding, found {e.object[e.start:e.end]!r}"})
+    r["new"] = new
+    r["added"] = [n for n in c["want"] if n not in c["ours"]]
+    r["kept"] = [n for n in c["want"] if n in c["ours"]]
+    r["updated"] = doc.block is not None and not c["block_matches"]
+    if c["hand"]:
+        r["verdict"] = "repaired"
+        r["repaired"] = list(c["hand"]["removed"])
+        r["notes"].append(f"removed a hand patch at lines {c['hand']['lines'][0]}-{c['hand']['lines'][1]} ({c['hand']['form']} defs appended after the module's code)")
+    else:
+        r["verdict"] = "patched"
+    if r["updated"]:
+        r["notes"].append(f"the managed block for spec {s['name']} (sha {doc.block['sha']}) did not match the spec; re-rendered it")
+    problems = _self_check(new, s, c, resolve_module)
+    if problems:
+        return _result(error={"kind": "internal", "message": "the planned file failed the engine's own check (a bug in provision): " + "; ".join(problems)})
+    return r
+
+
+def _self_check(new: bytes, s: dict, c: dict, resolve_module) -> list:
+    """The engine checks its own output before anyone writes it."""
+    problems = check_structure(new, s, resolve_module)
+    if c["want"]:
+        back = plan_unpatch(new, s)
+        if back.get("new") != c["base"].encode(c["enc"]):
+            problems.append("unpatching the result would not give back the file without the block")
+    return problems
+
+
+def plan_unpatch(source: bytes, spec: dict) -> dict:
+    """Remove exactly our block (this spec's markers); every other byte stays."""
+    try:
+        return _plan_unpatch(source, spec)
+    except Exception as e:
+        return {"verdict": "failed", "new": None, "removed": [], "notes": [], "error": _internal(e)}
+
+
+def _plan_unpatch(source: bytes, spec: dict) -> dict:
+    out = {"verdict": "failed", "new": None, "removed": [], "notes": [], "error": None}
+    try:
+        s = validate_spec(spec)
+        text, enc = _decode(source)
+        lines = _split_lines(text)
+        block = _find_block(lines, s["name"])
+    except EngineError as e:
+        out["error"] = e.as_dict()
+        return out
+    if block is None:
+        out["verdict"] = "absent"
+        out["notes"].append(f"no managed block for spec {s['name']}; nothing to remove")
+        return out
+    indent = lines[block["begin"]][: len(lines[block["begin"]]) - len(lines[block["begin"]].lstrip(" \t\f"))]
+    for line in lines[block["begin"] + 1:block["end"]]:
+        m = _HAND_DEF_RE.match(line)
+        if m and line.startswith(indent) and not line[len(indent):len(indent) + 1].isspace():
+            out["removed"].append(m.group(1))
+    out["new"] = _remove_block(lines, block).encode(enc)
+    out["verdict"] = "unpatched"
+    return out
+
+
+def check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
+    """Problems with a (patched) file; empty means good: it parses, the class is
+    there once, every spec method is bound in the class body exactly once (or
+    inherited from an SGLang base), our block is well-formed and holds defs."""
+    try:
+        return _check_structure(source, spec, resolve_module)
+    except Exception as e:
+        return [_internal(e)["message"]]
+
+
+def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
+    try:
+        s = validate_spec(spec)
+        text, _ = _decode(source)
+        tree = _parse(text, s["file"])
+        doc = _Doc(text, tree, s, s["file"])
+    except EngineError as e:
+        return [e.message]
+    problems = []
+    counts = {}
+    for name, line, node, kind in _scope_bindings(doc.cls.body):
+        counts.setdefault(name, []).append((line, kind, node))
+    inherited = None
+    for m in s["methods"]:
+        n = m["name"]
+        found = counts.get(n, [])
+        if len(found) > 1:
+            problems.append(f"{n} is defined {len(found)} times in class {s['class']} (lines {', '.join(str(f[0]) for f in found)}); the last one silently wins")
+        elif not found:
+            if inherited is None:
+                inherited = _Resolver(resolve_module, []).inherited(_Module(module_name(s["file"]), tree), doc.cls)
+            if n not in inherited:
+                problems.append(f"{n} is not defined in class {s['class']}")
+        elif doc.in_block(found[0][0]) and (found[0][1] != "def" or found[0][2] not in doc.cls.body):
+            problems.append(f"{n} in the managed block is not a method directly in class {s['class']}")
+    return problems
+
+
+def inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
+    """Read-only facts for `status`."""
+    try:
+        return _inspect(source, spec, resolve_module)
+    except Exception as e:
+        return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,
+                "expected_sha": None, "matches": None, "names": []}, "hand_patch": False, "hand_patch_form": None,
+                "hand_patch_defs": [], "module_level_leftovers": [], "would_change": None,
+                "planned_verdict": None, "notes": [], "error": _internal(e)}
+
+
+def _inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
+    out = {"class": None, "methods": {}, "native_via": {},
+           "block": {"present": False, "sha": None, "expected_sha": None, "matches": None, "names": []},
+           "hand_patch": False, "hand_patch_form": None, "hand_patch_defs": [],
+           "module_level_leftovers": [], "would_change": None, "planned_verdict": None,
+           "notes": [], "error": None}
+    try:
+        c = _core(source, spec, resolve_module)
+    except EngineError as e:
+        out["error"] = e.as_dict()
+        try:
+            s = validate_spec(spec)
+            out["class"] = s["class"]
+            text, _ = _decode(source)
+            block = _find_block(_split_lines(text), s["name"])
+            if block:
+                out["block"].update(present=True, sha=block["sha"])
+        except EngineError:
+            pass
+        return out
+    s, doc = c["s"], c["doc"]
+    out["class"] = s["class"]
+    for m in s["methods"]:
+        n = m["name"]
+        out["methods"][n] = "native" if n in c["native"] else "ours" if n in c["ours"] else "missing"
+        if n in c["via"]:
+            out["native_via"][n] = c["via"][n]
+    if doc.block is not None:
+        out["block"].update(present=True, sha=doc.block["sha"], matches=c["block_matches"], names=list(c["ours"]))
+    if c["want"]:
+        out["block"]["expected_sha"] = _block_sha(s, c["want"])
+    if c["hand"]:
+        out["hand_patch"] = True
+        out["hand_patch_form"] = c["hand"]["form"]
+        out["hand_patch_defs"] = list(c["hand"]["removed"])
+    out["module_level_leftovers"] = list(c["leftovers"])
+    out["notes"] = list(c["notes"])
+    plan = plan_patch(source, spec, resolve_module)
+    out["would_change"] = plan["new"] is not None
+    out["planned_verdict"] = plan["verdict"]
+    if plan["error"]:
+        out["error"] = plan["error"]
+    return out
+
+
+def unified_diff(old: bytes, new: bytes, path: str) -> str:
+    """A unified diff of two versions of a file (line endings kept as they are)."""
+    def lines(b):
+        return _split_lines(b.decode("utf-8", errors="replace"))
+    a, b = lines(old), lines(new)
+    out = []
+    for line in difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}", lineterm="\n"):
+        if _ending(line):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)

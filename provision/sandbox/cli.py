@@ -1,0 +1,106 @@
+"""`provision sandbox up|down|status`: simulated SGLang hosts on this machine, over real sshd."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+import click
+
+from provision.errors import EXIT_FAILED, EXIT_USAGE
+from provision.sandbox.hosts import DEFAULT_BASE_DIR, AddressInUse, HostSpec, Sandbox, SandboxError
+from provision.sandbox.wheels import WheelUnavailable
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+base_dir_option = click.option(
+    "--base-dir", default=DEFAULT_BASE_DIR, show_default=True, type=click.Path(file_okay=False),
+    help="Where the sandbox keeps its hosts, keys, ssh config and state.")
+
+
+@click.group("sandbox")
+def sandbox() -> None:
+    """Simulated GPU hosts on this machine (real sshd, one per 127.0.0.x), for demos and tests."""
+
+
+@sandbox.command("up")
+@click.option("--hosts", "count", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="How many hosts (named sbx1, sbx2, ...).")
+@click.option("--version", "version", default="0.5.9", show_default=True,
+              help="SGLang release installed on each host.")
+@click.option("--layout", type=click.Choice(["source", "venv", "none"]), default="source",
+              show_default=True,
+              help="source: checkout at /root/sglang/python; venv: /opt/venv; none: no SGLang.")
+@click.option("--first-address", default="127.0.0.11", show_default=True,
+              help="Loopback address of sbx1; the others follow.")
+@click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535))
+@base_dir_option
+def up(count: int, version: str, layout: str, first_address: str, port: int, base_dir: str) -> None:
+    """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
+    problems = Sandbox.check_prereqs()
+    if problems:
+        _fail("the sandbox cannot run here: " + "; ".join(problems), EXIT_USAGE)
+    try:
+        first = ipaddress.IPv4Address(first_address)
+    except ValueError:
+        _fail(f"--first-address {first_address!r} is not an IPv4 address", EXIT_USAGE)
+    if not first.is_loopback or not (first + count - 1).is_loopback:
+        _fail(f"--first-address {first_address} (+{count - 1}) must stay inside 127.0.0.0/8", EXIT_USAGE)
+    specs = [HostSpec(name=f"sbx{i + 1}", address=str(first + i), port=port,
+                      sglang=None if layout == "none" else version, layout=layout)
+             for i in range(count)]
+    box = Sandbox(base_dir)
+    try:
+        hosts = box.up(specs)
+    except AddressInUse as exc:
+        _fail(f"{exc} (another sandbox or sshd? try --first-address or --port)", EXIT_USAGE)
+    except WheelUnavailable as exc:
+        _fail(str(exc), EXIT_FAILED)
+    except SandboxError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    inventory = box.write_inventory()
+    for h in hosts:
+        where = {"source": "/root/sglang/python/sglang", "venv": "/opt/venv"}.get(h.layout, "no SGLang")
+        sg = f"sglang {h.sglang_version} ({h.layout}: {where})" if h.sglang_version else "no SGLang"
+        click.echo(f"{h.name}  {h.address}:{h.port}  {sg}")
+    click.echo(f"inventory:  {inventory}")
+    click.echo(f"ssh config: {box.ssh_config_path}")
+    click.echo(f"try:        ssh -F {box.ssh_config_path} {hosts[0].name}")
+    click.echo(f"stop with:  provision sandbox down" + ("" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"))
+
+
+@sandbox.command("down")
+@base_dir_option
+def down(base_dir: str) -> None:
+    """Kill every sandbox host and remove its files."""
+    box = Sandbox(base_dir)
+    names = sorted(box.hosts)
+    try:
+        box.down()
+    except SandboxError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    click.echo(f"stopped {len(names)} host(s)" + (f": {', '.join(names)}" if names else ""))
+
+
+@sandbox.command("status")
+@base_dir_option
+def status(base_dir: str) -> None:
+    """List the sandbox hosts and whether each is running and reachable."""
+    rows = Sandbox(base_dir).status()
+    if not rows:
+        click.echo(f"no sandbox hosts in {base_dir}")
+        return
+    for r in rows:
+        state = "up" if r["sshd"] else ("sshd down" if r["running"] else "dead")
+        sg = f"sglang {r['sglang']} ({r['layout']})" if r["sglang"] else "no SGLang"
+        click.echo(f"{r['name']}  {r['address']}:{r['port']}  {state}  {sg}")
+    if not all(r["sshd"] for r in rows):
+        sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sandbox()

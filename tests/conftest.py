@@ -1,0 +1,236 @@
+"""Shared fixtures: simulated SGLang hosts over real sshd (see provision/sandbox/hosts.py).
+
+Fixtures
+  sandbox_factory  session: one Sandbox in a tmp dir; ``sandbox_factory.host(...)`` /
+                   ``.up(spec, ...)`` make hosts on fresh addresses (127.0.0.101 and up).
+  three_hosts      per test: a 0.5.9 source checkout, a 0.5.9 venv and a 0.5.10 venv host,
+                   built once per module and ``reset()`` before each test (processes
+                   killed, files `up` did not make removed, SGLang pristine, sshd thawed).
+  reset_sglang     a function: ``reset_sglang(host)`` undoes SGLang edits mid-test.
+  ssh_env          paths a client needs (ssh config, identity, known_hosts), the CLI
+                   arguments built from them, an inventory writer and an ``ssh()`` helper.
+
+Every test that uses one of these is marked ``ssh`` and is skipped, with the reason,
+where the sandbox cannot run (not root, no sshd, no namespaces, ...).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SANDBOX_FIXTURES = {"sandbox_factory", "three_hosts", "ssh_env", "reset_sglang", "three_hosts_module"}
+FIRST_TEST_ADDRESS = "127.0.0.101"  # `provision sandbox up` uses 127.0.0.11+ by default
+
+_problems: list[str] | None = None
+
+
+def sandbox_problems() -> list[str]:
+    global _problems
+    if _problems is None:
+        from provision.sandbox.hosts import Sandbox
+        _problems = Sandbox.check_prereqs()
+    return _problems
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = []
+    for item in items:
+        if "ssh" in item.keywords or SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ssh)
+            marked.append(item)
+    if marked and sandbox_problems():
+        skip = pytest.mark.skip(reason="sandbox hosts unavailable: " + "; ".join(sandbox_problems()))
+        for item in marked:
+            item.add_marker(skip)
+
+
+def _port_for_tests() -> int:
+    """22 unless something listens on *:22 (then no 127.0.0.x:22 is free)."""
+    for port in (22, 10022, 20022):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.254", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return 30022
+
+
+class SandboxFactory:
+    """Makes hosts with unique names and addresses in one session-wide Sandbox."""
+
+    def __init__(self, sandbox, port: int):
+        self.sandbox = sandbox
+        self.port = port
+        self._next = ipaddress.IPv4Address(FIRST_TEST_ADDRESS)
+        self._count = 0
+
+    # paths
+    @property
+    def ssh_config_path(self) -> Path:
+        return self.sandbox.ssh_config_path
+
+    @property
+    def key_path(self) -> Path:
+        return self.sandbox.key_path
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.sandbox.known_hosts_path
+
+    def _address(self) -> str:
+        addr = self._next
+        self._next += 1
+        if addr.packed[3] in (0, 255):  # skip .0/.255 when crossing into 127.0.1.x
+            return self._address()
+        if not addr.is_loopback:
+            raise RuntimeError("sandbox_factory ran out of loopback addresses")
+        return str(addr)
+
+    def up(self, *specs):
+        """Start HostSpecs as given, but an address of None/"auto" gets the next free one
+        (skipping addresses another sandbox on this machine already uses)."""
+        from provision.sandbox.hosts import AddressInUse
+        from provision.sandbox.wheels import WheelUnavailable
+        auto = [s for s in specs if s.address in (None, "", "auto")]
+        if len(specs) > 1:  # fast path: all at once (in parallel); one by one if an address is taken
+            for spec in auto:
+                spec.address, spec.port = self._address(), self.port
+            try:
+                return self.sandbox.up(list(specs))
+            except AddressInUse:
+                for spec in auto:
+                    spec.address = "auto"
+            except WheelUnavailable as exc:
+                pytest.skip(f"SGLang wheel unavailable: {exc}")
+        hosts = []
+        for spec in specs:
+            auto = spec.address in (None, "", "auto")
+            for _ in range(64):
+                if auto:
+                    spec.address = self._address()
+                    spec.port = self.port
+                try:
+                    hosts += self.sandbox.up([spec])
+                    break
+                except AddressInUse:
+                    if not auto:
+                        raise
+                except WheelUnavailable as exc:  # no network and no cached wheel
+                    pytest.skip(f"SGLang {spec.sglang} wheel unavailable: {exc}")
+            else:
+                raise RuntimeError("sandbox_factory found no free loopback address")
+        return hosts
+
+    def host(self, name: str | None = None, sglang: str | None = "0.5.9", layout: str = "source",
+             git: bool = False):
+        """One new host (name defaults to h1, h2, ...)."""
+        from provision.sandbox.hosts import HostSpec
+        self._count += 1
+        spec = HostSpec(name=name or f"h{self._count}", address="auto", sglang=sglang,
+                        layout=layout if sglang else "none", port=self.port, git=git)
+        return self.up(spec)[0]
+
+    def remove(self, *hosts) -> None:
+        for h in hosts:
+            self.sandbox.remove(getattr(h, "name", h))
+
+
+@pytest.fixture(scope="session")
+def sandbox_factory(tmp_path_factory):
+    problems = sandbox_problems()
+    if problems:
+        pytest.skip("sandbox hosts unavailable: " + "; ".join(problems))
+    from provision.sandbox.hosts import Sandbox
+    # owner_pid: if this pytest dies without teardown, the hosts kill themselves.
+    box = Sandbox(tmp_path_factory.mktemp("sandbox"), owner_pid=os.getpid())
+    try:
+        yield SandboxFactory(box, _port_for_tests())
+    finally:
+        box.down()
+
+
+@dataclass
+class ThreeHosts:
+    source: object     # sglang 0.5.9, checkout at /root/sglang/python/sglang (PYTHONPATH needed)
+    venv: object       # sglang 0.5.9 in /opt/venv
+    venv_new: object   # sglang 0.5.10 in /opt/venv
+
+    def __iter__(self):
+        return iter((self.source, self.venv, self.venv_new))
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self]
+
+
+@pytest.fixture(scope="module")
+def three_hosts_module(sandbox_factory, request):
+    from provision.sandbox.hosts import HostSpec
+    tag = "".join(c for c in request.module.__name__.rsplit(".", 1)[-1] if c.isalnum())[-12:]
+    n = sandbox_factory._count = sandbox_factory._count + 1
+    specs = [HostSpec(f"src-{tag}{n}", "auto", "0.5.9", "source", sandbox_factory.port),
+             HostSpec(f"venv-{tag}{n}", "auto", "0.5.9", "venv", sandbox_factory.port),
+             HostSpec(f"new-{tag}{n}", "auto", "0.5.10", "venv", sandbox_factory.port)]
+    hosts = ThreeHosts(*sandbox_factory.up(*specs))
+    try:
+        yield hosts
+    finally:
+        sandbox_factory.remove(*hosts)
+
+
+@pytest.fixture
+def three_hosts(three_hosts_module):
+    """The module's three hosts, reset to as-built before the test."""
+    for host in three_hosts_module:
+        host.reset()
+    return three_hosts_module
+
+
+@pytest.fixture
+def reset_sglang():
+    def reset(host):
+        host.reset_sglang()
+    return reset
+
+
+@dataclass
+class SshEnv:
+    ssh_config: Path
+    identity: Path
+    known_hosts: Path
+    sandbox: object
+
+    @property
+    def cli_args(self) -> list[str]:
+        """What `provision` needs to reach sandbox hosts by name."""
+        return ["--ssh-config", str(self.ssh_config), "--identity", str(self.identity),
+                "--known-hosts", str(self.known_hosts)]
+
+    def inventory(self, path, hosts) -> Path:
+        """Write an inventory (the `provision sandbox up` format) for these hosts only."""
+        return self.sandbox.write_inventory(path, [getattr(h, "name", h) for h in hosts])
+
+    def ssh_argv(self, host, *command: str) -> list[str]:
+        return ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                getattr(host, "name", host), *command]
+
+    def ssh(self, host, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run a command on a host with the OpenSSH client."""
+        return subprocess.run(self.ssh_argv(host, command), capture_output=True, text=True,
+                              check=check, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def ssh_env(sandbox_factory):
+    box = sandbox_factory.sandbox
+    return SshEnv(box.ssh_config_path, box.key_path, box.known_hosts_path, box)

@@ -206,7 +206,7 @@ def _patch_like(command: str):
             op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
                              python=python_, timeout=ctx.conn.command_timeout, **extra)
             code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
-                             columns=["host", "verdict", "version", "file", "detail", "elapsed"])
+                             columns=["host", "verdict", "version", "methods", "detail", "elapsed"])
             sys.exit(code)
 
         return wrapped

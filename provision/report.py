@@ -76,6 +76,8 @@ def table(results: list[HostResult], columns: list[str] | None = None):
                 row.append(f"[{style}]{r.verdict}[/]" if style else r.verdict)
             elif c == "elapsed":
                 row.append(f"{r.elapsed:.1f}s")
+            elif c == "methods":
+                row.append(f"+{len(r.added)}" if r.added else "")
             elif c in r.data:
                 row.append(str(r.data[c]))
             else:

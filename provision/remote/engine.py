@@ -1089,7 +1089,7 @@ def unified_diff(old: bytes, new: bytes, path: str) -> str:
         return _split_lines(b.decode("utf-8", errors="replace"))
     a, b = lines(old), lines(new)
     out = []
-    for line in difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}", lineterm="\n"):
+    for line in difflib.unified_diff(a, b, fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}", lineterm="\n"):
         if _ending(line):
             out.append(line)
         else:

@@ -134,6 +134,8 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         fleet.close()
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
+    if not check:
+        _journal(command, results)
     code = report.exit_code(results, check=check)
     if ctx.as_json:
         click.echo(report.to_document(command, results, code))
@@ -144,6 +146,18 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         console.print(report.table(results, columns))
         click.echo(report.summary_line(results))
     return code
+
+
+def _journal(command: str, results) -> None:
+    """Append every change to the control machine's journal (provision/journal.py), if present."""
+    try:
+        from provision import journal
+    except ImportError:
+        return
+    try:
+        journal.record(command, results)
+    except OSError as exc:
+        click.echo(f"warning: could not write the journal: {exc}", err=True)
 
 
 class ProvisionGroup(click.Group):

@@ -267,7 +267,7 @@ def status(ctx, spec, sglang_path, python_):
 
     pspec = load_patch_spec(spec) if spec else None
     fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
-    code = run_fleet(ctx, "status", fn, columns=["host", "version", "install", "patch_state", "server", "elapsed"])
+    code = run_fleet(ctx, "status", fn, columns=["host", "version", "install_kind", "patch", "server_state", "elapsed"])
     sys.exit(code)
 
 

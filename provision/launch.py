@@ -71,7 +71,8 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
     from provision.redact import redact
 
     secrets = secret_values(opts.secrets)
-    parser = LoadLog()
+    parser = LoadLog(secrets=secrets)
+    seen = {"phases": [], "progress": {}}
     t0 = t_start or time.monotonic()
     st = {"offset": offset, "ok_in_row": 0, "errors_open": 0, "seen_200": False, "bad_after_200": 0,
           "last": None, "done": None, "record": None}
@@ -86,7 +87,16 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
         st["record"] = ans.get("record")
         st["offset"] = ans["offset"]
         if ans.get("chunk"):
-            parser.feed(ans["chunk"])
+            for ev in parser.feed(ans["chunk"]):
+                if ev.phase and ev.phase not in seen["phases"]:
+                    seen["phases"].append(ev.phase)
+                if ev.progress is not None and ev.progress.percent is not None:
+                    m = ev.progress.model
+                    seen["progress"][m] = max(seen["progress"].get(m, 0.0), ev.progress.percent)
+        if not ans["running"]:
+            for ev in parser.flush():
+                if ev.phase and ev.phase not in seen["phases"]:
+                    seen["phases"].append(ev.phase)
         state = parser.state
         st["last"] = state
         pct = None
@@ -102,11 +112,13 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             why = crash.summary if crash is not None else "the server process exited"
             status = ans.get("exit")
             detail = f"{why} (exit status {status})" if status is not None else why
-            h = hint(crash) if crash is not None else None
+            h = hint(crash, host.name) if crash is not None else None
             if h:
-                detail += f"; hint: {h.replace('--host H', '--host ' + host.name)}"
-            st["done"] = HostResult(host.name, "crashed", detail, data={"log_tail": tail, "phase": state.phase,
-                                                                        "log": (st["record"] or {}).get("log")})
+                detail += "; hint: " + h
+            st["done"] = HostResult(host.name, "crashed", detail, data={
+                "log_tail": tail, "phase": state.phase, "log": (st["record"] or {}).get("log"),
+                "crash_kind": crash.kind if crash is not None else "exited", "exit_status": status,
+                "phases_seen": list(seen["phases"]), "progress_seen": dict(seen["progress"])})
             return st["done"]
         code = ans.get("health")
         if code == 200:
@@ -166,7 +178,8 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
     state = st["last"]
     return HostResult(host.name, "ready", summary, data={"time_to_ready": round(ttr, 2), "pid": rec.get("pid"),
                                                          "log": rec.get("log"), "port": prof.port,
-                                                         "phases_seen": list(getattr(state, "phases_seen", []) or [])})
+                                                         "phases_seen": list(seen["phases"]),
+                                                         "progress_seen": dict(seen["progress"])})
 
 
 def parser_tail(parser) -> list[str]:

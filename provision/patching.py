@@ -88,10 +88,28 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         state = "missing: " + ", ".join(missing) if missing else "unknown"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
-    if servers:
+    ours = answer.get("server") or {}
+    rec = ours.get("record") or {}
+    if ours.get("running"):
+        h = ours.get("health")
+        server = (f"pid {rec.get('pid')} port {rec.get('port')} health {h if h is not None else 'no answer'} "
+                  f"up {ours.get('uptime')} s model {rec.get('model')}")
+    elif servers:
         s = servers[0]
         server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
-    data = {"patch_state": state, "install_kind": inst.get("kind"), "interpreters": inst.get("interpreters"),
+    elif rec and ours.get("exit") is not None:
+        server = f"not running (last exit status {ours['exit']})"
+    short_patch = state if len(state) <= 20 else state.split(":")[0] + f" ({sum(1 for v in methods.values() if v == 'missing')})"
+    short_server = "none"
+    if ours.get("running"):
+        short_server = "up" if ours.get("health") == 200 else "starting"
+    elif servers:
+        short_server = "up (not ours)" if servers[0]["listening"] else "loading (not ours)"
+    elif rec and rec.get("stopped_at"):
+        short_server = "stopped"
+    elif rec and ours.get("exit") is not None:
+        short_server = f"exited {ours['exit']}"
+    data = {"patch_state": state, "patch": short_patch, "server_state": short_server, "install_kind": inst.get("kind"), "interpreters": inst.get("interpreters"),
             "installs": facts.get("installs", []), "server": server, "methods": methods,
             "chosen_reason": facts.get("chosen_reason")}
     if inst.get("git"):
@@ -116,6 +134,13 @@ def do_status(spec: PatchSpec | None, *, sglang_path=None, python=None, timeout=
     def fn(host: Host, session, fleet) -> HostResult:
         hspec = spec or load_patch_spec(host.get("spec"))
         req = request_for("status", host, hspec, sglang_path=sglang_path, python=python)
+        try:
+            from provision.launch import LaunchOptions, resolve
+
+            prof, _ = resolve(host, LaunchOptions())
+            req["port"], req["health_timeout"] = prof.port, prof.health_timeout
+        except Exception:  # noqa: BLE001 - status works without a launch profile
+            pass
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         return status_from_answer(host.name, answer)
 

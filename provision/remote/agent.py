@@ -95,6 +95,11 @@ def op_status(req: dict) -> dict:
             info = engine.inspect(src, spec, resolve_module=module_resolver(inst["path"]))
             info["file"] = path
             out["patch"] = info
+    if req.get("port"):
+        from provision.remote import server_ops
+
+        out["server"] = server_ops.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
+                                                     "health_timeout": req.get("health_timeout", 30)}, b"")
     try:
         out["state"] = fileops.read_state(state_dir)
     except Exception as exc:  # noqa: BLE001 - status must never crash on a bad state file

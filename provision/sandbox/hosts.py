@@ -863,6 +863,23 @@ def _install_sglang(host: SandboxHost, fresh: bool) -> None:
         _fix_record(record, "sglang/launch_server.py", LAUNCH_SERVER_SHIM.encode())
 
 
+SANDBOX_MODEL = "/data/models/Kimi-K2.5"
+SANDBOX_DRAFTER = "/data/models/Kimi-K25-eagle3"
+
+
+def _fake_weights(data: Path, shards: int = 64) -> None:
+    """Empty stand-ins for the weights, laid out like a real checkpoint (so preflight can count shards)."""
+    for rel, n in ((SANDBOX_MODEL, shards), (SANDBOX_DRAFTER, 1)):
+        d = data / Path(rel).relative_to("/data")
+        d.mkdir(parents=True, exist_ok=True)
+        names = [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+        weight_map = {f"layers.{i}.weight": name for i, name in enumerate(names)}
+        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        for name in names:
+            (d / name).touch()
+        (d / "config.json").write_text("{}\n")
+
+
 def _git_init(root: Path, version: str) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "sandbox", "GIT_AUTHOR_EMAIL": "sandbox@localhost",
@@ -1025,7 +1042,10 @@ class Sandbox:
         hosts = ([self.hosts[n] for n in names] if names is not None
                  else sorted(self.hosts.values(), key=lambda h: h.name))
         lines = ["# written by `provision sandbox up`", "defaults:", "  user: root",
-                 f"  identity: {self.key_path}", f"  known_hosts: {self.known_hosts_path}", "hosts:"]
+                 f"  identity: {self.key_path}", f"  known_hosts: {self.known_hosts_path}",
+                 "  args:  # the sandbox's stand-in weights (empty shard files) instead of hub ids",
+                 f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}",
+                 "hosts:"]
         for h in hosts:
             lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}}}")
         if not hosts:
@@ -1102,6 +1122,7 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 shutil.copyfile(f"/etc/skel/{skel}", fs / "root" / skel)
         shutil.copyfile(self.key_path.with_suffix(".pub"), fs / "root/.ssh/authorized_keys")
+        _fake_weights(fs / MOUNTS["/data"])
         etc_ssh = fs / "etc-ssh"
         for name in ("moduli", "ssh_config"):
             with contextlib.suppress(OSError):

@@ -1,0 +1,151 @@
+"""`provision launch / wait / stop / logs` over real sshd hosts running the stand-in server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run, run_json
+
+
+@pytest.fixture(scope="module")
+def lhost(sandbox_factory):
+    host = sandbox_factory.host("launch1", sglang="0.5.9", layout="venv")
+    yield host
+    sandbox_factory.remove(host)
+
+
+@pytest.fixture
+def host(lhost):
+    lhost.reset()
+    return lhost
+
+
+def inventory(tmp_path, ssh_env, host, env=None, extra=None):
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
+                        "args": {"model-path": "/data/models/Kimi-K2.5",
+                                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": "2", **(env or {})}},
+           "hosts": {host.name: {"address": host.address, "port": host.port, **(extra or {})}}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))  # JSON is YAML
+    return str(path)
+
+
+def sglang_procs(host) -> list[str]:
+    out = host.run("ps -eo pid=,args=", check=False).stdout
+    return [l for l in out.splitlines() if "sglang" in l and "ps -eo" not in l]
+
+
+def launch(inv, *extra, timeout=240):
+    return run_json("launch", "-i", inv, "--poll", "0.5", *extra, timeout=timeout)
+
+
+def test_patched_host_reaches_ready_then_noop_restart_and_stop(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0, proc.stderr
+    r = doc["hosts"][0]
+    assert r["verdict"] == "ready"
+    assert "ready in" in r["detail"] and "speculative EAGLE3" in r["detail"]
+    # both loading phases were followed, each bar seen to 100 %
+    for phase in ("target-weights", "kv-cache", "cuda-graphs", "draft-weights", "draft-graphs", "warmup"):
+        assert phase in r["data"]["phases_seen"]
+    assert r["data"]["progress_seen"] == {"target": 100.0, "draft": 100.0}
+    assert r["data"]["time_to_ready"] > 0
+    pid = r["data"]["pid"]
+
+    proc2, doc2 = launch(inv)
+    assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "running"
+    assert "already running" in doc2["hosts"][0]["detail"]
+
+    proc3, doc3 = launch(inv, "--restart")
+    assert proc3.returncode == 0 and doc3["hosts"][0]["verdict"] == "ready"
+    assert doc3["hosts"][0]["data"]["pid"] != pid
+
+    st = run("status", "-i", inv, check_rc=0)
+    assert "health 200" in st.stdout
+
+    proc4 = run("stop", "-i", inv, check_rc=0)
+    assert "stopped" in proc4.stdout and "none left" in proc4.stdout
+    assert sglang_procs(host) == []
+
+
+def test_unpatched_is_refused_and_force_fails_fast_with_the_attributeerror(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host)
+    proc, doc = launch(inv)
+    assert proc.returncode == 3
+    assert doc["hosts"][0]["verdict"] == "refused"
+    assert "lacks set_eagle3_layers_to_capture" in doc["hosts"][0]["detail"]
+    assert sglang_procs(host) == [], "a refused launch starts nothing"
+
+    forced = run("launch", "-i", inv, "--force", "--poll", "0.5", "--deadline", "600", timeout=300)
+    assert forced.returncode == 3
+    assert "crashed" in forced.stdout and "timeout" not in forced.stdout
+    assert "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute " \
+           "'set_eagle3_layers_to_capture'" in forced.stderr
+    assert "provision patch --host launch1" in forced.stdout
+    assert sglang_procs(host) == [], "SGLang kills its whole tree on this crash"
+
+    # The old crash stays in the old log: a patched relaunch is judged on its own log.
+    run("patch", "-i", inv, check_rc=0)
+    proc2, doc2 = launch(inv)
+    assert doc2["hosts"][0]["verdict"] == "ready", doc2
+    run("stop", "-i", inv, check_rc=0)
+
+
+def test_wait_reattaches_to_a_startup_in_progress(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host, env={"PROVISION_STANDIN_LOAD_SECONDS": "6"})
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv, "--deadline", "1")
+    assert proc.returncode == 3 and doc["hosts"][0]["verdict"] == "timeout"
+    assert "left running" in doc["hosts"][0]["detail"]
+    proc2, doc2 = run_json("wait", "-i", inv, "--poll", "0.5", timeout=120)
+    assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "ready"
+    assert "draft-weights" in doc2["hosts"][0]["data"]["phases_seen"]
+    run("stop", "-i", inv, check_rc=0)
+
+
+def test_preflight_refuses_a_stray_server_process(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    host.run("setsid bash -c 'exec -a \"python3 -m sglang.launch_server --port 31999\" sleep 300' "
+             "</dev/null >/dev/null 2>&1 &")
+    proc, doc = launch(inv)
+    assert proc.returncode == 3 and doc["hosts"][0]["verdict"] == "refused"
+    assert "leftover SGLang processes" in doc["hosts"][0]["detail"]
+
+
+@pytest.mark.parametrize("fault,verdict,needle", [
+    ("crash-mid-load", "crashed", "exit status"),
+    ("hang", "timeout", "stuck in target-weights"),
+    ("flap", "failed", "flapping"),
+    ("oom", "crashed", "out of memory"),
+])
+def test_faults_give_the_right_verdict(tmp_path, ssh_env, host, fault, verdict, needle):
+    env = {"PROVISION_STANDIN_FAULT": fault, "PROVISION_STANDIN_FLAP_EVERY": "1"}
+    inv = inventory(tmp_path, ssh_env, host, env=env)
+    run("patch", "-i", inv, check_rc=0)
+    deadline = "8" if fault == "hang" else "120"
+    proc, doc = launch(inv, "--deadline", deadline)
+    assert proc.returncode == 3, doc
+    r = doc["hosts"][0]
+    assert r["verdict"] == verdict, r
+    assert needle.lower() in r["detail"].lower(), r["detail"]
+    run("stop", "-i", inv)
+    assert sglang_procs(host) == []
+
+
+def test_logs_show_this_launch_redacted(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    env = {"PROVISION_API_KEY": "canary-key-5e1f9a"}
+    proc = run("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout
+    logs = run("logs", "-i", inv, "-n", "400", env=env, check_rc=0)
+    assert "server_args=ServerArgs(" in logs.stdout and "api_key=" in logs.stdout
+    assert "canary-key-5e1f9a" not in logs.stdout + logs.stderr + proc.stdout + proc.stderr
+    assert "canary-key-5e1f9a" not in host.run("ps -eo args=").stdout
+    run("stop", "-i", inv, check_rc=0)

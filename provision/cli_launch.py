@@ -103,17 +103,23 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
     Secrets: PROVISION_API_KEY / --api-key-file, PROVISION_ADMIN_API_KEY,
     HF_TOKEN. They reach the host on stdin and go into a 0600 --config file.
     """
-    from provision.launch import launch_fn, stop_fn
+    from provision.cli import selected_hosts
+    from provision.launch import MultiNode, launch_fn, stop_fn
 
+    multinode = MultiNode(selected_hosts(ctx))
+    biggest = max((len(v) for v in multinode.members.values()), default=1)
+    if ctx.conn.forks < biggest:  # every rank of a server must start together
+        ctx.conn.forks = biggest
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url)
     try:
         if serial:
             from provision.rolling import run_rolling
 
-            code = run_rolling(ctx, "launch", lambda d: launch_fn(opts, d), serial, max_fail, _plain(ctx))
+            code = run_rolling(ctx, "launch", lambda d: launch_fn(opts, d, multinode), serial, max_fail,
+                               _plain(ctx))
         else:
-            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d),
+            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode),
                                      ["host", "verdict", "detail", "elapsed"])
     except KeyboardInterrupt:
         if stop_on_interrupt:

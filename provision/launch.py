@@ -39,11 +39,56 @@ class LaunchOptions:
     python: str | None = None
 
 
-def resolve(host: Host, opts: LaunchOptions):
+class MultiNode:
+    """Servers spread over several hosts (inventory `server:` + `node_rank:`).
+
+    Every rank gets SGLang's own --nnodes, --node-rank and --dist-init-addr; readiness is
+    judged on rank 0, and the other ranks' hosts wait for its verdict while watching their
+    own process.
+    """
+
+    def __init__(self, hosts: list[Host]):
+        import threading
+
+        self.members: dict[str, list[Host]] = {}
+        for h in hosts:
+            if h.get("server"):
+                self.members.setdefault(str(h.get("server")), []).append(h)
+        self.done: dict[str, threading.Event] = {name: threading.Event() for name in self.members}
+        self.verdict: dict[str, str] = {}
+        for name, hs in self.members.items():
+            ranks = sorted(int(h.get("node_rank", -1)) for h in hs)
+            if ranks != list(range(len(hs))):
+                raise ConfigError(f"server {name}: node_rank values {ranks} must be 0..{len(hs) - 1}, "
+                                  "one per host (select every host of a multi-node server)")
+
+    def args_for(self, host: Host) -> dict:
+        name = host.get("server")
+        if not name or name not in self.members:
+            return {}
+        hs = self.members[name]
+        rank0 = next(h for h in hs if int(h.get("node_rank")) == 0)
+        addr = (rank0.get("args") or {}).get("dist-init-addr") or f"{rank0.get('address') or rank0.name}:50000"
+        return {"nnodes": len(hs), "node-rank": int(host.get("node_rank")), "dist-init-addr": addr}
+
+    def rank(self, host: Host) -> int | None:
+        return int(host.get("node_rank")) if host.get("server") in self.members else None
+
+    def finish(self, host: Host, verdict: str) -> None:
+        name = host.get("server")
+        if name in self.done and self.rank(host) == 0:
+            self.verdict[name] = verdict
+            self.done[name].set()
+
+
+def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
     pb = load_playbook(opts.profile or host.get("profile"))
     if pb.launch is None:
         raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
-    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, opts.overrides)
+    overrides = dict(opts.overrides)
+    if multinode is not None:
+        overrides.update(multinode.args_for(host))
+    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, overrides)
     if opts.python:
         prof = Profile(**{**prof.__dict__, "python": opts.python})
     return prof, pb.patch
@@ -189,12 +234,44 @@ def parser_tail(parser) -> list[str]:
     return list(getattr(parser.state, "tail", []) or [])
 
 
-def launch_fn(opts: LaunchOptions, display):
+def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, opts: LaunchOptions, display,
+                     sudo: bool) -> HostResult:
+    """A rank > 0 of a multi-node server: watch its own process until rank 0 has a verdict."""
+    name = host.get("server")
+    t0 = time.monotonic()
+    while not multinode.done[name].wait(timeout=opts.poll):
+        ans = session.call({"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0, "health_timeout": 1},
+                           timeout=60, sudo=sudo)
+        if not ans.get("running"):
+            return HostResult(host.name, "crashed", f"rank {multinode.rank(host)} of server {name} exited "
+                              f"(exit status {ans.get('exit')}); see `provision logs --host {host.name}`")
+        if time.monotonic() - t0 > opts.deadline:
+            return HostResult(host.name, "timeout", f"rank 0 of server {name} not ready after {opts.deadline:g} s")
+    v = multinode.verdict.get(name)
+    if v == "ready":
+        return HostResult(host.name, "ready", f"rank {multinode.rank(host)} of server {name}; "
+                          "the server is ready (judged on rank 0)")
+    return HostResult(host.name, "failed", f"rank 0 of server {name} ended {v}; this rank is left running: "
+                      f"`provision stop` the server's hosts")
+
+
+def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
     from provision.patching import request_for, result_from_answer
 
     def fn(host: Host, session, fleet) -> HostResult:
+        try:
+            res = _launch_one(host, session, fleet)
+        except BaseException:
+            if multinode is not None:
+                multinode.finish(host, "failed")
+            raise
+        if multinode is not None:
+            multinode.finish(host, res.verdict)
+        return res
+
+    def _launch_one(host: Host, session, fleet) -> HostResult:
         sudo = fleet.uses_sudo(host, session)
-        prof, spec = resolve(host, opts)
+        prof, spec = resolve(host, opts, multinode)
         t0 = time.monotonic()
         notes: list[str] = []
         if opts.patch and spec is not None:
@@ -238,6 +315,8 @@ def launch_fn(opts: LaunchOptions, display):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
         rec = start["record"]
         display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}")
+        if multinode is not None and (multinode.rank(host) or 0) > 0:
+            return follow_secondary(session, host, prof, multinode, opts, display, sudo)
         res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
         res.notes = notes + res.notes
         if res.verdict == "ready" and opts.smoke:

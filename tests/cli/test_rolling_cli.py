@@ -1,0 +1,89 @@
+"""Rolling launches (--serial, --max-fail) and multi-node servers, over real sshd hosts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run, run_json
+
+
+@pytest.fixture(scope="module")
+def four(sandbox_factory):
+    hosts = [sandbox_factory.host(f"roll{i}", sglang="0.5.9", layout="source") for i in range(4)]
+    yield hosts
+    sandbox_factory.remove(*hosts)
+
+
+@pytest.fixture
+def hosts(four):
+    for h in four:
+        h.reset()
+    return four
+
+
+def write_inventory(tmp_path, ssh_env, hosts, extra=None, load="2"):
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
+                        "args": {"model-path": "/data/models/Kimi-K2.5",
+                                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": load}},
+           "hosts": {h.name: {"address": h.address, "port": h.port, **((extra or {}).get(h.name, {}))}
+                     for h in hosts}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+def started_at(host) -> float:
+    return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())["started_at"]
+
+
+def test_serial_two_never_starts_more_than_two_at_once(tmp_path, ssh_env, hosts):
+    inv = write_inventory(tmp_path, ssh_env, hosts, load="3")
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--serial", "2", "--poll", "0.5", timeout=300)
+    assert proc.returncode == 0, doc
+    assert doc["batches"] == [[hosts[0].name, hosts[1].name], [hosts[2].name, hosts[3].name]]
+    assert [h["verdict"] for h in doc["hosts"]] == ["ready"] * 4
+    first = [started_at(h) for h in hosts[:2]]
+    second = [started_at(h) for h in hosts[2:]]
+    # the second batch starts only after the first is healthy (its load alone takes 3 s)
+    assert min(second) >= max(first) + 3
+    run("stop", "-i", inv, check_rc=0)
+
+
+def test_max_fail_zero_stops_the_roll_and_reports_the_rest_skipped(tmp_path, ssh_env, hosts):
+    inv = write_inventory(tmp_path, ssh_env, hosts)
+    run("patch", "-i", inv, "--limit", ",".join(h.name for h in hosts[1:]), check_rc=0)  # roll0 stays unpatched
+    proc, doc = run_json("launch", "-i", inv, "--serial", "1", "--max-fail", "0", "--poll", "0.5", timeout=300)
+    assert proc.returncode == 3
+    verdicts = [h["verdict"] for h in doc["hosts"]]
+    assert verdicts == ["refused", "skipped", "skipped", "skipped"]
+    assert "--max-fail 0" in doc["hosts"][1]["detail"]
+    for h in hosts[1:]:
+        assert not h.hostpath("/var/lib/provision/server/server-30000.json").exists(), "skipped hosts start nothing"
+
+
+def test_multinode_server_starts_every_rank_and_judges_rank0(tmp_path, ssh_env, hosts):
+    a, b = hosts[0], hosts[1]
+    extra = {a.name: {"server": "kimi2", "node_rank": 0}, b.name: {"server": "kimi2", "node_rank": 1}}
+    inv = write_inventory(tmp_path, ssh_env, [a, b], extra)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", timeout=300)
+    assert proc.returncode == 0, doc
+    by = {h["host"]: h for h in doc["hosts"]}
+    assert by[a.name]["verdict"] == "ready" and by[b.name]["verdict"] == "ready"
+    assert "judged on rank 0" in by[b.name]["detail"]
+    argv_b = b.run("cat /proc/$(cat /var/lib/provision/server/server-30000.pid)/cmdline | tr '\\0' ' '").stdout
+    assert "--nnodes 2 --node-rank 1 --dist-init-addr " + a.address + ":50000" in argv_b
+    run("stop", "-i", inv, check_rc=0)
+    for h in (a, b):
+        assert "sglang" not in h.run("ps -eo args=").stdout
+
+
+def test_bad_node_ranks_are_a_config_error(tmp_path, ssh_env, hosts):
+    extra = {hosts[0].name: {"server": "s", "node_rank": 0}, hosts[1].name: {"server": "s", "node_rank": 2}}
+    inv = write_inventory(tmp_path, ssh_env, hosts[:2], extra)
+    proc = run("launch", "-i", inv)
+    assert proc.returncode == 2 and "node_rank values [0, 2]" in proc.stderr

@@ -306,10 +306,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         if fails and not opts.force:
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
-        if opts.persistent:
-            return HostResult(host.name, "failed", "--persistent needs systemd as init (/run/systemd/system); "
-                              "not implemented for this host")
-        start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart),
+        start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
+                                  persistent=opts.persistent),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))

@@ -25,7 +25,7 @@ from provision.remote import discover
 
 WATCHER = r"""
 import json, os, subprocess, sys, signal
-spec = json.loads(sys.stdin.read())
+spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
 log = open(spec["log"], "ab", buffering=0)
 p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                      env=spec["env"], cwd=spec["cwd"], preexec_fn=os.setpgrp)
@@ -408,35 +408,83 @@ def op_start(req: dict, bundle: bytes) -> dict:
     with open(log, "ab") as fh:
         shown = [a for a in argv]
         fh.write(("[provision] starting: " + " ".join(shown) + "\n").encode())
-    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
-    watcher.stdin.write(json.dumps(spec).encode())
-    watcher.stdin.close()
+    unit = None
+    if req.get("persistent"):
+        started = _start_systemd(req, sroot, port, spec, float(prof.get("grace", 30)))
+        if not started["ok"]:
+            return started
+        unit, watcher_pid = started["unit"], started["pid"]
+        poll = lambda: not alive(watcher_pid, None)  # noqa: E731
+    else:
+        watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                   cwd="/")
+        watcher.stdin.write(json.dumps(spec).encode())
+        watcher.stdin.close()
+        watcher_pid = watcher.pid
+        poll = lambda: watcher.poll() is not None  # noqa: E731
     pid = None
-    for _ in range(200):
+    for _ in range(500):
         try:
             with open(pidfile) as fh:
                 pid = int(fh.read().strip())
             break
         except (OSError, ValueError):
-            if watcher.poll() is not None:
+            if poll():
                 break
             time.sleep(0.02)
     if pid is None:
         return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {log}"}}
-    rec = {"pid": pid, "starttime": proc_starttime(pid), "pgid": pid, "sid": watcher.pid,
-           "watcher": watcher.pid, "watcher_starttime": proc_starttime(watcher.pid), "port": port,
+    rec = {"pid": pid, "starttime": proc_starttime(pid), "pgid": pid, "sid": watcher_pid, "unit": unit,
+           "watcher": watcher_pid, "watcher_starttime": proc_starttime(watcher_pid), "port": port,
            "host": str(args.get("host", "127.0.0.1")), "log": log, "log_offset": 0, "started_at": time.time(),
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
            "exitfile": exitfile, "config": cfg, "python": python, "install": inst["path"],
            "version": inst.get("version"), "model": args.get("model-path"), "tp": args.get("tp-size", 1),
-           "mechanism": "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
+           "mechanism": "systemd unit " + unit if unit else "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
     write_record(req, port, rec)
     pruned = _prune_logs(logdir, port, int(prof.get("keep_logs", 5)))
     return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned}
 
 
+def systemd_available() -> bool:
+    return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
+
+
+def _start_systemd(req: dict, sroot: str, port: int, spec: dict, grace: float) -> dict:
+    """A real service unit that comes back after a reboot. Secrets stay in a 0600 spec file
+    (StandardInput), never in Environment= (readable by anyone through `systemctl show`)."""
+    if not systemd_available():
+        return {"ok": False, "error": {"kind": "no-systemd",
+                                       "message": "--persistent needs systemd as init (/run/systemd/system is "
+                                                  "missing here); start without it"}}
+    unit = f"provision-sglang-{port}.service"
+    spec_path = os.path.join(sroot, f"server-{port}.spec.json")
+    fd = os.open(spec_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(spec, fh)
+    os.replace(spec_path + ".tmp", spec_path)
+    import shlex
+
+    text = (f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\nAfter=network-online.target\n\n"
+            f"[Service]\nType=simple\nExecStart={shlex.quote(sys.executable)} -c {shlex.quote(WATCHER)} "
+            f"{shlex.quote(spec_path)}\nKillMode=mixed\nTimeoutStopSec={int(grace)}\nRestart=on-failure\n"
+            f"RestartSec=30\n\n[Install]\nWantedBy=multi-user.target\n")
+    path = f"/etc/systemd/system/{unit}"
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text.replace("%", "%%"))
+    os.replace(path + ".tmp", path)
+    for cmd in (["systemctl", "daemon-reload"], ["systemctl", "enable", unit], ["systemctl", "restart", unit]):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "systemd", "message": f"{' '.join(cmd)}: {p.stderr.strip()}"}}
+    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True)
+    return {"ok": True, "unit": unit, "pid": int(out.stdout.strip() or 0)}
+
+
 def _stop(req: dict, rec: dict, grace: float) -> dict:
+    if rec.get("unit") and systemd_available():
+        subprocess.run(["systemctl", "disable", "--now", rec["unit"]], capture_output=True, timeout=grace + 60)
     pids = tree_pids(rec)
     if rec.get("pid") and alive(rec["pid"], rec.get("starttime")) and rec["pid"] not in pids:
         pids.append(rec["pid"])

@@ -149,3 +149,12 @@ def test_logs_show_this_launch_redacted(tmp_path, ssh_env, host):
     assert "canary-key-5e1f9a" not in logs.stdout + logs.stderr + proc.stdout + proc.stderr
     assert "canary-key-5e1f9a" not in host.run("ps -eo args=").stdout
     run("stop", "-i", inv, check_rc=0)
+
+
+def test_persistent_needs_systemd_and_says_so(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv, "--persistent")
+    assert proc.returncode == 3
+    assert "needs systemd as init" in doc["hosts"][0]["detail"]
+    assert sglang_procs(host) == []

@@ -99,7 +99,10 @@ def secret_values(secrets: dict) -> list[str]:
 
 
 def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
-    req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "env": prof.env, "module": prof.module,
+    from provision.profile import render_flags
+
+    req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
+                                                      "env": prof.env, "module": prof.module,
                                                       "python": prof.python, "keep_logs": prof.keep_logs,
                                                       "grace": prof.grace},
            "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),

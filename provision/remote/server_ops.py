@@ -369,16 +369,7 @@ def op_start(req: dict, bundle: bytes) -> dict:
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
     secrets = req.get("secrets") or {}
-    flags = []
-    for k, v in args.items():
-        if v is None or v is False:
-            continue
-        if v is True:
-            flags.append(f"--{k}")
-        elif isinstance(v, (dict, list)):
-            flags += [f"--{k}", json.dumps(v)]
-        else:
-            flags += [f"--{k}", str(v)]
+    flags = [str(f) for f in prof["flags"]]  # rendered on the control side (profile.render_flags)
     argv = [python, "-m", prof.get("module") or "sglang.launch_server"] + flags
     cfg = None
     if secrets.get("args"):

@@ -158,3 +158,17 @@ def test_persistent_needs_systemd_and_says_so(tmp_path, ssh_env, host):
     assert proc.returncode == 3
     assert "needs systemd as init" in doc["hosts"][0]["detail"]
     assert sglang_procs(host) == []
+
+
+def test_patch_targets_the_running_server_and_refuses_while_it_loads(tmp_path, ssh_env, host):
+    inv = inventory(tmp_path, ssh_env, host, env={"PROVISION_STANDIN_LOAD_SECONDS": "6"})
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv, "--deadline", "1")
+    assert doc["hosts"][0]["verdict"] == "timeout"  # still loading
+    loading = run("unpatch", "-i", inv)
+    assert loading.returncode == 3 and "still loading" in loading.stdout
+    run_json("wait", "-i", inv, "--poll", "0.5", timeout=120)
+    proc2, doc2 = run_json("unpatch", "-i", inv)
+    assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "unpatched"
+    assert any("restart needed" in n for n in doc2["hosts"][0]["notes"])
+    run("stop", "-i", inv, check_rc=0)

@@ -63,6 +63,9 @@ def fleet_options(fn):
                      help="Deadline for each remote step; a host that exceeds it fails on its own."),
         click.option("--sudo/--no-sudo", default=None,
                      help="Run remote steps through `sudo -n` (default: when the SSH user is not root)."),
+        click.option("--sudo-password-file", metavar="FILE", envvar="PROVISION_SUDO_PASSWORD_FILE",
+                     help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
+                          "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document for all hosts instead of lines."),
     ]
     for opt in reversed(opts):
@@ -70,7 +73,8 @@ def fleet_options(fn):
 
     @functools.wraps(fn)
     def wrapper(hosts, i_opt, inventory, limit, identity, user, port, ssh_config, known_hosts,
-                accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, as_json, **kw):
+                accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, sudo_password_file, as_json,
+                **kw):
         inv_from_i, id_from_i = _split_i(i_opt)
         if inv_from_i and inventory:
             raise UsageError("give the inventory once: -i FILE.yaml or --inventory FILE")
@@ -80,7 +84,7 @@ def fleet_options(fn):
                   conn=ConnOptions(user=user, port=port, identity=identity or id_from_i, ssh_config=ssh_config,
                                    known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys,
                                    connect_timeout=connect_timeout, command_timeout=command_timeout, forks=forks,
-                                   sudo=sudo))
+                                   sudo=sudo, sudo_password_file=sudo_password_file))
         return fn(ctx, **kw)
 
     return wrapper

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from typing import Callable
 
 from provision import sshconfig
-from provision.errors import ProvisionError, UnknownOutcome
+from provision.errors import ProvisionError, UnknownOutcome, UsageError
 from provision.hostkeys import KnownHosts
 from provision.inventory import Host
 from provision.results import HostResult
@@ -35,6 +35,7 @@ class ConnOptions:
     command_timeout: float = 300.0
     forks: int = 16
     sudo: bool | None = None
+    sudo_password_file: str | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -58,6 +59,9 @@ class Fleet:
         self._known: dict[tuple, KnownHosts] = {}
         self._lock = threading.Lock()
         self.warnings: list[str] = []
+        self.live: set[Session] = set()
+        self.interrupted = threading.Event()
+        self.sudo_password = read_sudo_password(opts.sudo_password_file, self.warnings)
 
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
         key = target.known_hosts
@@ -73,7 +77,22 @@ class Fleet:
         known = self.known_for(target)
         jump = sshconfig.resolve_jump(target.jump, config=self.config, base=target) if target.jump else None
         append = target.known_hosts[0] if target.known_hosts else None
-        return Session(target, known=known, accept_append=append, gateways=self.gateways, jump_target=jump)
+        return Session(target, known=known, accept_append=append, gateways=self.gateways, jump_target=jump,
+                       sudo_password=self.sudo_password)
+
+    def track(self, session: Session, alive: bool) -> None:
+        with self._lock:
+            (self.live.add if alive else self.live.discard)(session)
+        if alive and self.interrupted.is_set():
+            session.cancel()
+
+    def cancel_all(self) -> None:
+        """Ctrl-C: every host stops waiting now (a step in flight ends as "unknown")."""
+        self.interrupted.set()
+        with self._lock:
+            live = list(self.live)
+        for session in live:
+            session.cancel()
 
     def uses_sudo(self, host: Host, session: Session) -> bool:
         if self.opts.sudo is not None:
@@ -86,6 +105,26 @@ class Fleet:
         self.gateways.close()
 
 
+def read_sudo_password(path: str | None, warnings: list[str]) -> bytes | None:
+    """The first line of --sudo-password-file (without its newline), read once per run."""
+    if not path:
+        return None
+    path = os.path.expanduser(path)
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as fh:
+            data = fh.read(65536)
+    except OSError as exc:
+        raise UsageError(f"--sudo-password-file {path}: cannot read it ({exc.strerror}); nothing was done") from None
+    line = data.split(b"\n", 1)[0].rstrip(b"\r")
+    if not line:
+        raise UsageError(f"--sudo-password-file {path}: the first line is empty; nothing was done")
+    if st.st_mode & 0o077:
+        warnings.append(f"--sudo-password-file {path} is readable by others (mode {st.st_mode & 0o777:o}); "
+                        f"chmod 600 it")
+    return line
+
+
 HostFn = Callable[[Host, Session, "Fleet"], HostResult]
 
 
@@ -94,6 +133,7 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult:
     session = None
     try:
         session = fleet.session(host)
+        fleet.track(session, True)
         session.open()
         res = fn(host, session, fleet)
     except UnknownOutcome as exc:
@@ -105,6 +145,7 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult:
         res = HostResult(host.name, "failed", f"internal error: {type(exc).__name__}: {exc}", error_kind="internal")
     finally:
         if session is not None:
+            fleet.track(session, False)
             session.close()
     res.elapsed = round(time.monotonic() - t0, 3)
     return res
@@ -115,11 +156,24 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
     """Run fn on every host, at most ``forks`` at once; results in inventory order."""
     results: dict[str, HostResult] = {}
     forks = max(1, min(fleet.opts.forks, len(hosts) or 1))
-    with ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host") as pool:
-        futs = {pool.submit(run_one, fleet, h, fn): h for h in hosts}
+    pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
+    futs = {pool.submit(run_one, fleet, h, fn): h for h in hosts}
+    try:
         for fut in as_completed(futs):
             res = fut.result()
             results[futs[fut].name] = res
             if on_result is not None:
                 on_result(res)
+    except KeyboardInterrupt:
+        # Ctrl-C: hosts not started never start; hosts mid-step stop waiting at once (their
+        # outcome is "unknown") and are reported; then the interrupt goes on up.
+        fleet.cancel_all()
+        pool.shutdown(wait=False, cancel_futures=True)
+        pending = [f for f in futs if futs[f].name not in results]
+        done, _ = wait(pending, timeout=fleet.opts.connect_timeout + 5)
+        for fut in pending:
+            if fut in done and not fut.cancelled() and fut.exception() is None and on_result is not None:
+                on_result(fut.result())
+        raise
+    pool.shutdown(wait=True)
     return [results[h.name] for h in hosts]

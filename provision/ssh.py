@@ -5,11 +5,24 @@ of transient failures (tenacity), deadlines on every remote step, and how the
 remote engine travels (bootstrap as the argument, bundle + request written
 straight to the channel's stdin, never through Fabric's slow ``in_stream`` and
 never in the command line or environment).
+
+Every step's interpreter first prints a one-off ready line, so a step that never
+started (sudo refused, no python) is told apart from one that started and died
+(outcome unknown). sudo: ``sudo -n`` by default (never waits at a prompt); with
+a password, ``sudo -S -p <one-off token>``: the password goes to stdin only when
+that token appears on stderr, and the request only after the ready line.
+
+Retried (at most 4 attempts, backoff 0.5, 1, 2 s plus jitter): refused or reset
+connections and dropped handshakes. Never retried: authentication and host-key
+failures, and timeouts (a silent host has had its deadline).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import secrets
 import select
 import socket
 import threading
@@ -19,10 +32,11 @@ from typing import Callable
 
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
-from tenacity import RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
+                      wait_random)
 
-from provision.errors import AuthError, ConnectError, HostKeyError, RemoteError, UnknownOutcome
-from provision.hostkeys import KnownHosts, VerifyingPolicy, fingerprint
+from provision.errors import AuthError, ConnectError, HostError, HostKeyError, RemoteError, UnknownOutcome
+from provision.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
 from provision.remote.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 from provision.sshconfig import Target
 
@@ -34,6 +48,9 @@ class Stats:
 
 
 STATS = Stats()
+# paramiko's transport thread logs handshake failures with a traceback; with no handler
+# configured, Python would print them on stderr. Our one-line errors say it all.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _stats_lock = threading.Lock()
 
 
@@ -42,8 +59,22 @@ def _count(attr: str) -> None:
         setattr(STATS, attr, getattr(STATS, attr) + 1)
 
 
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, (AuthError, HostKeyError, paramiko.AuthenticationException, paramiko.BadHostKeyException)):
+    """Worth another try: refused or reset connections, a dropped handshake. Never auth or
+    host-key failures, and never timeouts (a silent host already used its deadline)."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, (AuthError, HostKeyError, paramiko.AuthenticationException,
+                          paramiko.BadHostKeyException)) for e in chain):
+        return False
+    if any(isinstance(e, (socket.timeout, TimeoutError)) for e in chain):
         return False
     if isinstance(exc, (NoValidConnectionsError, ConnectionRefusedError, ConnectionResetError, EOFError)):
         return True
@@ -92,19 +123,27 @@ def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: s
                              gateway=gateway, inline_ssh_env=False)
     known.install(conn.client)
     conn.client.set_missing_host_key_policy(VerifyingPolicy(known, target.strict, target.alias, accept_append))
+    conn._provision_known = known  # noqa: SLF001 - for the changed-key message
     return conn
 
 
 def _open(conn, target: Target) -> None:
+    t0 = time.monotonic()
     try:
         conn.open()
     except HostKeyError:
         raise
     except paramiko.BadHostKeyException as exc:
+        known = getattr(conn, "_provision_known", None)
+        name = host_key_name(target.hostname, target.port)
+        where = known.origin(name, exc.expected_key) if known is not None else None
+        files = f" -f {where.rsplit(':', 1)[0]}" if where else ""
         raise HostKeyError(
-            f"{target.alias}: host key CHANGED: got {fingerprint(exc.key)}, known_hosts has "
-            f"{fingerprint(exc.expected_key)}. This may be a man-in-the-middle. If the host was "
-            f"reinstalled, remove the old key (ssh-keygen -R {target.hostname}) and verify the new one") from None
+            f"{target.alias}: host key CHANGED: the host offered {fingerprint(exc.key)}, known_hosts "
+            f"{'(' + where + ') ' if where else ''}has {fingerprint(exc.expected_key)}; refusing to connect "
+            f"(--accept-new-host-keys never replaces a key). This may be a man-in-the-middle. If the host "
+            f"was reinstalled, verify the new key with its owner, then remove the old one "
+            f"(ssh-keygen{files} -R '{name}') and run again") from None
     except paramiko.AuthenticationException as exc:
         raise AuthError(f"{target.alias}: authentication as {target.user}@{target.hostname}:{target.port} "
                         f"refused ({exc}); check the key (-i/--identity, IdentityFile) and the user") from None
@@ -112,6 +151,13 @@ def _open(conn, target: Target) -> None:
         raise ConnectError(f"{target.alias}: no answer from {target.hostname}:{target.port} within "
                            f"{target.connect_timeout:g} s") from None
     except (NoValidConnectionsError, OSError, EOFError, paramiko.SSHException) as exc:
+        # A silent host: the greeting timed out (paramiko sometimes reports that as "No existing
+        # session" once its own wait ran out). Never retried: the host already had its deadline.
+        slow = time.monotonic() - t0 >= 0.9 * target.connect_timeout
+        if not isinstance(exc, NoValidConnectionsError) and (slow or any(
+                isinstance(e, (socket.timeout, TimeoutError)) for e in _chain(exc))):
+            raise ConnectError(f"{target.alias}: {target.hostname}:{target.port} accepted the connection but "
+                               f"sent no SSH greeting within {target.connect_timeout:g} s") from None
         err = ConnectError(f"{target.alias}: cannot connect to {target.hostname}:{target.port}: "
                            f"{_short(exc)}")
         err.__cause__ = exc
@@ -126,12 +172,46 @@ def _short(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
+READY_PREFIX = "PROVISION-READY "
+SUDO_HANDSHAKE_SECONDS = 60.0
+_PROMPT_FALLBACK = re.compile(rb"(?i)password[^\n]{0,80}:\s*$")
+_SUDO_NOISE = ("unable to resolve host", "unable to send audit message", "lecture", "we trust you have")
+
+
+@dataclass
+class ExecResult:
+    rc: int
+    out: str
+    err: str
+    ready: bool          # the remote interpreter started (its ready line arrived)
+    password_sent: bool  # a sudo password went over stdin
+
+
+class Interrupted(HostError):
+    """Ctrl-C before this host's step was sent: nothing was run there."""
+
+    kind = "interrupted"
+
+
+class SudoRefused(RemoteError):
+    """sudo would not run the engine (needs a password, wrong password, requiretty, not allowed)."""
+
+    kind = "sudo"
+
+
 class Session:
-    """An open SSH session to one host."""
+    """An open SSH session to one host.
+
+    ``sudo_password`` (bytes) is used only for steps run with ``sudo=True``: the step
+    becomes ``sudo -S -p <one-off token>``, and the password is written to the
+    channel's stdin only once that token shows up on stderr (never in a command
+    line or an environment variable); the request follows once the remote
+    interpreter says it runs. Without it, sudo steps use ``sudo -n``.
+    """
 
     def __init__(self, target: Target, *, known: KnownHosts, accept_append: str | None = None,
                  gateways: GatewayPool | None = None, jump_target: Target | None = None,
-                 retries: int = 3, keepalive: int = 15):
+                 retries: int = 4, keepalive: int = 15, sudo_password: bytes | None = None):
         self.target = target
         self.known = known
         self.accept_append = accept_append
@@ -139,7 +219,10 @@ class Session:
         self.jump_target = jump_target
         self.retries = retries
         self.keepalive = keepalive
+        self.sudo_password = sudo_password
         self.conn = None
+        self.attempts = 0
+        self._cancelled = threading.Event()
 
     def open(self) -> "Session":
         import fabric
@@ -149,12 +232,19 @@ class Session:
             pool = self.gateways or GatewayPool()
             gateway = pool.get(self.jump_target, self.known, self.accept_append)
 
-        @retry(retry=retry_if_exception(lambda e: getattr(e, "transient", False)),
-               stop=stop_after_attempt(self.retries) | stop_after_delay(30),
-               wait=wait_exponential(multiplier=0.5, max=4), reraise=True)
+        def may_retry(exc: BaseException) -> bool:
+            return bool(getattr(exc, "transient", False)) and not self._cancelled.is_set()
+
+        @retry(retry=retry_if_exception(may_retry),
+               stop=stop_after_attempt(max(1, self.retries)) | stop_after_delay(30),
+               wait=wait_exponential(multiplier=0.5, max=4) + wait_random(0, 0.2),
+               sleep=self._sleep, reraise=True)
         def attempt():
+            if self._cancelled.is_set():
+                raise Interrupted(f"{self.target.alias}: interrupted before connecting; nothing was done there")
             self.conn = _make_connection(fabric, self.target, self.known, self.accept_append, gateway)
             _count("connections")
+            self.attempts += 1
             _open(self.conn, self.target)
 
         try:
@@ -165,6 +255,15 @@ class Session:
         if transport is not None:
             transport.set_keepalive(self.keepalive)
         return self
+
+    def _sleep(self, seconds: float) -> None:
+        self._cancelled.wait(seconds)
+
+    def cancel(self) -> None:
+        """From another thread (Ctrl-C): stop waiting on this host now. A step already sent
+        ends as UnknownOutcome; the connection is closed."""
+        self._cancelled.set()
+        self.close()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -187,30 +286,41 @@ class Session:
         ``started`` (a list) gets True appended once the request is fully sent:
         after that point a dead channel means the outcome is unknown.
         """
+        res = self._exec(command, stdin, timeout, on_line, started)
+        return res.rc, res.out, res.err
+
+    def _exec(self, command: str, stdin: bytes, timeout: float, on_line, started, *, ready: str | None = None,
+              wait_ready: bool = False, sudo_prompt: str | None = None,
+              sudo_password: bytes | None = None) -> ExecResult:
+        alias = self.target.alias
+        if self._cancelled.is_set():
+            raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
         transport = self.conn.client.get_transport() if self.conn else None
         if transport is None or not transport.is_active():
-            raise ConnectError(f"{self.target.alias}: connection is closed")
+            raise ConnectError(f"{alias}: connection is closed")
         _count("commands")
         deadline = time.monotonic() + timeout
+        # sudo answers at once or asks for the password; something else (an OTP prompt...) must not
+        # keep the host waiting for the whole step deadline
+        ready_deadline = time.monotonic() + min(timeout, SUDO_HANDSHAKE_SECONDS)
         chan = transport.open_session(timeout=min(timeout, 30))
+        marker = (ready + "\n").encode() if ready else b""
+        ready_seen = not ready
+        view = None if (wait_ready and ready) else memoryview(stdin)
+        write_closed = False
+        out, err = bytearray(), bytearray()
+        fed = 0           # bytes of `out` handed to on_line
+        scan = 0          # bytes of `err` already searched for a sudo prompt
+        passwords = 0
         try:
             chan.settimeout(0.0)
             chan.exec_command(command)
-            view = memoryview(stdin)
-            while view:
-                if time.monotonic() > deadline:
-                    raise ConnectError(f"{self.target.alias}: timed out sending the request after {timeout:g} s")
-                if chan.send_ready():
-                    n = chan.send(view[:32768])
-                    view = view[n:]
-                else:
-                    select.select([], [], [], 0.01)
-            chan.shutdown_write()
-            if started is not None:
-                started.append(True)
-            out, err = bytearray(), bytearray()
-            pending = ""
             while True:
+                if self._cancelled.is_set():
+                    if write_closed:
+                        raise UnknownOutcome(f"{alias}: interrupted while the remote step ran; its outcome is "
+                                             "unknown until `provision status` looks")
+                    raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
                 got = False
                 while chan.recv_ready():
                     chunk = chan.recv(65536)
@@ -218,39 +328,99 @@ class Session:
                         break
                     out += chunk
                     got = True
-                    if on_line is not None:
-                        pending += chunk.decode("utf-8", "replace")
-                        *lines, pending = pending.split("\n")
-                        for line in lines:
-                            on_line(line)
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
+                    chunk = chan.recv_stderr(65536)
+                    if not chunk:
+                        break
+                    err += chunk
                     got = True
+                if not ready_seen:
+                    i = out.find(marker)
+                    if i >= 0:
+                        del out[: i + len(marker)]
+                        ready_seen = True
+                        if view is None:
+                            view = memoryview(stdin)
+                    elif sudo_password is not None and len(err) > scan:
+                        tail = bytes(err[scan:])
+                        if (sudo_prompt and sudo_prompt.encode() in tail) or _PROMPT_FALLBACK.search(tail):
+                            scan = len(err)
+                            if passwords:
+                                raise SudoRefused(f"{alias}: sudo rejected the password from --sudo-password-file "
+                                                  f"for {self.target.user}; nothing was run")
+                            passwords += 1
+                            self._send_all(chan, sudo_password + b"\n", deadline)
+                if ready_seen and on_line is not None:
+                    while True:
+                        j = out.find(b"\n", fed)
+                        if j < 0:
+                            break
+                        on_line(out[fed:j].decode("utf-8", "replace"))
+                        fed = j + 1
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
+                    if chan.exit_status != -1 or transport.is_active():
+                        break
+                    # no exit status because the connection itself died: handled just below
                 if not transport.is_active():
-                    raise UnknownOutcome(f"{self.target.alias}: the connection dropped while the remote step ran; "
-                                         "its outcome is unknown until `provision status` looks")
+                    if write_closed:
+                        raise UnknownOutcome(f"{alias}: the connection dropped while the remote step ran; its "
+                                             "outcome is unknown until `provision status` looks")
+                    raise ConnectError(f"{alias}: the connection dropped before the remote step started")
+                if view is not None and not write_closed:
+                    if view and chan.send_ready():
+                        n = chan.send(view[:32768])
+                        view = view[n:]
+                        got = got or n > 0
+                    if not view:
+                        chan.shutdown_write()
+                        write_closed = True
+                        if started is not None:
+                            started.append(True)
+                if wait_ready and not ready_seen and time.monotonic() > ready_deadline:
+                    last = (err.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1][:200]
+                    raise SudoRefused(f"{alias}: sudo did not start the engine within "
+                                      f"{min(timeout, SUDO_HANDSHAKE_SECONDS):g} s and nothing was run; is it asking "
+                                      f"for more than a password? (last words: {last})")
                 if time.monotonic() > deadline:
-                    raise UnknownOutcome(f"{self.target.alias}: no answer within {timeout:g} s; the remote step may "
-                                         "still be running: its outcome is unknown until `provision status` looks")
+                    if write_closed:
+                        raise UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still "
+                                             "be running: its outcome is unknown until `provision status` looks")
+                    if not ready_seen and ready:
+                        what = "sudo or the remote python"
+                        raise ConnectError(f"{alias}: {what} did not start within {timeout:g} s; nothing was run")
+                    raise ConnectError(f"{alias}: timed out sending the request after {timeout:g} s")
                 if not got:
                     select.select([chan], [], [], 0.05)
-            if on_line is not None and pending:
-                on_line(pending)
-            return chan.recv_exit_status(), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+            if on_line is not None and ready_seen and fed < len(out):
+                on_line(out[fed:].decode("utf-8", "replace"))
+            return ExecResult(chan.recv_exit_status(), out.decode("utf-8", "replace"),
+                              err.decode("utf-8", "replace"), ready_seen, passwords > 0)
         finally:
             try:
                 chan.close()
             except Exception:  # noqa: BLE001
                 pass
 
+    @staticmethod
+    def _send_all(chan, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            if time.monotonic() > deadline:
+                raise ConnectError("timed out sending the sudo password to the host")
+            if chan.send_ready():
+                view = view[chan.send(view):]
+            else:
+                select.select([], [], [], 0.01)
+
     def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
              on_event: Callable[[dict], None] | None = None) -> dict:
         """Run the remote agent with one request; return its JSON answer."""
         from provision.remote.bundle import bootstrap_command, payload
 
-        cmd = bootstrap_command(python, sudo=sudo)
+        ready = READY_PREFIX + secrets.token_hex(8)
+        password = self.sudo_password if sudo else None
+        prompt = f"[provision-sudo-{secrets.token_hex(8)}] " if password is not None else None
+        cmd = bootstrap_command(python, sudo=sudo, sudo_prompt=prompt, ready=ready)
         result: list[dict] = []
 
         def on_line(line: str) -> None:
@@ -261,8 +431,9 @@ class Session:
 
         started: list = []
         try:
-            rc, out, err = self.exec(cmd, payload(request), timeout=timeout, on_line=on_line, started=started)
-        except UnknownOutcome:
+            res = self._exec(cmd, payload(request), timeout, on_line, started, ready=ready,
+                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password)
+        except (UnknownOutcome, SudoRefused, Interrupted):
             raise
         except ConnectError as exc:
             if started:
@@ -275,14 +446,46 @@ class Session:
             raise ConnectError(f"{self.target.alias}: {_short(exc)}") from None
         if result:
             return result[-1]
+        rc, out, err = res.rc, res.out, res.err
+        if not res.ready and not (rc == -1 and started):
+            raise self._not_started(rc, err, python, sudo, res.password_sent)
         tail = (err.strip() or out.strip())[-600:]
-        if "sudo:" in err and ("password" in err or "a terminal is required" in err):
-            raise RemoteError(f"{self.target.alias}: sudo needs a password and -n forbids prompting; "
-                              "give passwordless sudo for python3 or use --sudo-password-file")
-        if rc == 127 or "python3: not found" in err or "No such file" in err and python in err:
-            raise RemoteError(f"{self.target.alias}: {python} not found on the host (SGLang needs Python 3.10+)")
-        if rc in (-9, 137) or (rc == -1 and not out):
-            if started:
-                raise UnknownOutcome(f"{self.target.alias}: the remote engine was killed (exit {rc}); the file is "
-                                     "either as before or as intended: run `provision status` to see which")
-        raise RemoteError(f"{self.target.alias}: the remote engine gave no answer (exit {rc}): {tail}")
+        if rc in (-9, 137, -1) and started:
+            raise UnknownOutcome(f"{self.target.alias}: the remote engine was killed (exit "
+                                 f"{'by a signal' if rc == -1 else rc}) before it answered; the file is either as "
+                                 "before or as intended: run `provision status` to see which")
+        raise RemoteError(f"{self.target.alias}: the remote engine gave no answer (exit {rc}): "
+                          + " | ".join(tail.splitlines()[-4:]))
+
+    def _not_started(self, rc: int, err: str, python: str, sudo: bool, password_sent: bool) -> RemoteError:
+        """The remote interpreter never ran: say why in one sentence (sudo, or no python)."""
+        alias, user = self.target.alias, self.target.user
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        sudo_lines = [ln for ln in lines if ln.startswith("sudo:") and not any(n in ln.lower() for n in _SUDO_NOISE)]
+        low = err.lower()
+        first = (sudo_lines or lines or [f"exit {rc}"])[0][:200]
+        if sudo:
+            if "must have a tty" in low or "requiretty" in low:
+                return SudoRefused(
+                    f"{alias}: sudo for {user} requires a terminal (sudoers has `Defaults requiretty`) and provision "
+                    f"runs without one; allow it with the sudoers line `Defaults:{user} !requiretty` (visudo), "
+                    f"or connect as root ({first})")
+            if "incorrect password" in low or "sorry, try again" in low:
+                return SudoRefused(f"{alias}: sudo rejected the password from --sudo-password-file for {user}; "
+                                   "nothing was run")
+            if "a password is required" in low or "a terminal is required" in low or "no askpass" in low:
+                return SudoRefused(
+                    f"{alias}: sudo needs a password for {user} and provision never waits at a prompt; give {user} "
+                    f"passwordless sudo (sudoers: `{user} ALL=(root) NOPASSWD: ALL`) or pass --sudo-password-file "
+                    f"FILE ({first})")
+            if "not in the sudoers" in low or "not allowed to" in low or "may not run sudo" in low:
+                return SudoRefused(f"{alias}: {user} may not run {python} as root through sudo ({first}); "
+                                   f"grant it in sudoers or connect as root")
+            if "command not found" in low:
+                return RemoteError(f"{alias}: {python} not found on the host through sudo's PATH "
+                                   f"(secure_path) ({first})")
+            if sudo_lines or rc == 1:
+                return SudoRefused(f"{alias}: sudo did not run the engine as root: {first}")
+        if rc == 127 or "not found" in low or "no such file" in low:
+            return RemoteError(f"{alias}: {python} not found on the host (SGLang needs Python 3.10+)")
+        return RemoteError(f"{alias}: the remote python did not start (exit {rc}): {first}")

@@ -32,10 +32,30 @@ def payload(request: dict) -> bytes:
     return frame(bundle_bytes(), json.dumps(request).encode())
 
 
-def bootstrap_command(python: str = "python3", sudo: bool = False) -> str:
+def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
+                      ready: str | None = None) -> str:
+    """The remote command line: ``python -c BOOTSTRAP``, quoted for the remote shell.
+
+    ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
+    ``sudo -S -p <sudo_prompt>``: sudo prints that token on stderr when it wants the
+    password, which the caller then writes to stdin (never into this command line).
+    ``ready``: the interpreter first prints this line on stdout, before reading stdin,
+    so the caller knows sudo is done and the request may follow.
+    Nothing secret ever goes in here: the line is visible in the host's process list.
+    """
     import shlex
 
-    cmd = f"{shlex.quote(python)} -c {shlex.quote(BOOTSTRAP)}"
+    code = BOOTSTRAP
+    if ready is not None:
+        if "\n" in ready or "'" in ready or "\\" in ready:
+            raise ValueError("ready token must be one plain line")
+        code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + BOOTSTRAP
+    cmd = f"{shlex.quote(python)} -c {shlex.quote(code)}"
     if sudo:
-        cmd = "sudo -n -- " + cmd
+        if sudo_prompt is not None:
+            if "%" in sudo_prompt or "\n" in sudo_prompt:
+                raise ValueError("sudo prompt token must not contain % or a newline")
+            cmd = f"sudo -S -p {shlex.quote(sudo_prompt)} -- " + cmd
+        else:
+            cmd = "sudo -n -- " + cmd
     return cmd

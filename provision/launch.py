@@ -126,9 +126,12 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
           "last": None, "done": None, "record": None}
 
     def poll():
+        t_probe = time.monotonic()
         ans = session.call({"op": "probe", "port": prof.port, "offset": st["offset"],
                             "health_timeout": prof.health_timeout, "health_url": opts.health_url,
-                            "sglang_path": None}, timeout=prof.health_timeout + 30, sudo=sudo)
+                            "confirm": 0.3 if opts.ready_checks > 1 else 0,
+                            "sglang_path": None}, timeout=2 * prof.health_timeout + 30, sudo=sudo)
+        st["probe_time"] = time.monotonic() - t_probe
         if not ans.get("ok"):
             st["done"] = HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "probe failed"))
             return st["done"]
@@ -169,8 +172,11 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
                 "phases_seen": list(seen["phases"]), "progress_seen": dict(seen["progress"])})
             return st["done"]
         code = ans.get("health")
+        if code == 200 and ans.get("confirm") not in (None, 200):
+            st["seen_200"] = True
+            code = ans["confirm"]  # 200 then not: count it as the non-200 it turned into
         if code == 200:
-            st["ok_in_row"] += 1
+            st["ok_in_row"] += 2 if ans.get("confirm") == 200 else 1
             st["seen_200"] = True
             st["errors_open"] = 0
             if st["ok_in_row"] >= opts.ready_checks:
@@ -195,8 +201,9 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
 
     def wait(retry_state) -> float:
         if st["seen_200"] and st["ok_in_row"] > 0:
-            return 0.5  # confirm readiness quickly
-        return opts.poll
+            return 0.3  # confirm readiness quickly
+        # The interval is from probe start to probe start, not from the end of one to the next.
+        return max(0.05, opts.poll - st.get("probe_time", 0.0))
 
     try:
         for attempt in Retrying(retry=retry_if_result(lambda r: r is None), wait=wait,

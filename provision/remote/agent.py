@@ -226,28 +226,40 @@ def dispatch(req: dict, bundle: bytes) -> dict:
         return op_patch(req, bundle)
     if op == "unpatch":
         return op_patch(req, bundle, unpatch=True)
-    if op in EXTRA_OPS:
-        return EXTRA_OPS[op](req, bundle)
+    fn = extra_op(op)
+    if fn is not None:
+        return fn(req, bundle)
     return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {op!r}"}}
 
 
-# Other remote modules register ops here (server control, audit), keeping this file small.
-EXTRA_OPS: dict = {}
+# Ops that live in other remote modules (each exports OPS). Only the module an op needs is
+# imported: server_ops pulls in urllib/http, which a patch has no use for.
+OP_MODULES = {
+    "preflight": "server_ops", "start": "server_ops", "stop": "server_ops", "probe": "server_ops",
+    "server_status": "server_ops", "logs": "server_ops", "smoke": "server_ops",
+    "audit": "audit_ops",
+    "reconcile": "restore_ops", "backups": "restore_ops", "restore": "restore_ops",
+}
+
+
+def extra_op(op):
+    name = OP_MODULES.get(op)
+    if name is None:
+        return None
+    try:
+        mod = __import__(f"provision.remote.{name}", fromlist=["OPS"])
+    except ImportError:
+        return None
+    return getattr(mod, "OPS", {}).get(op)
 
 
 def _load_extra_ops() -> None:
-    for name in ("server_ops", "audit_ops", "restore_ops"):
-        try:
-            mod = __import__(f"provision.remote.{name}", fromlist=["OPS"])
-        except ImportError:
-            continue
-        EXTRA_OPS.update(getattr(mod, "OPS", {}))
+    """Kept for callers that want every op loaded (tests)."""
 
 
 def main(request: bytes, bundle: bytes) -> int:
     try:
         req = json.loads(request)
-        _load_extra_ops()
         out = dispatch(req, bundle)
     except KeyboardInterrupt:
         raise

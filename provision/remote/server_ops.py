@@ -540,8 +540,14 @@ def op_probe(req: dict, bundle: bytes) -> dict:
     up = port_open(rec.get("host", "127.0.0.1"), port)
     code = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
                   req.get("health_url")) if up and st["running"] else None
+    confirm = None
+    if code == 200 and req.get("confirm"):
+        # A second look on the host, not a second round trip: one 200 can be a flap.
+        time.sleep(float(req["confirm"]))
+        confirm = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
+                         req.get("health_url"))
     return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": chunk, "offset": offset,
-            "port_open": up, "health": code, "record": rec, "now": time.time()}
+            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time()}
 
 
 def op_server_status(req: dict, bundle: bytes) -> dict:

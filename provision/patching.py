@@ -48,7 +48,7 @@ def result_from_answer(host: str, answer: dict, *, check: bool = False) -> HostR
     verdict = res.get("verdict") or ("failed" if err else "ok")
     detail = ""
     if err:
-        verdict = "failed" if verdict not in ("failed",) else verdict
+        verdict = "unknown" if err.get("kind") == "unknown" else "failed"
         detail = err.get("message", str(err))
     elif res.get("verdict") == "repaired":
         detail = "removed a broken hand patch: " + "; ".join(res.get("repaired") or [])

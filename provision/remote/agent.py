@@ -121,6 +121,11 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
     for line in proc.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
+    if proc.returncode < 0 and req.get("op") in ("patch", "unpatch") and not req.get("check"):
+        return {"ok": False, "error": {"kind": "unknown",
+                                       "message": f"the engine under {owner} was killed (signal {-proc.returncode}) "
+                                                  "mid-step: the file is either as before or as intended; run "
+                                                  "`provision status` to see which"}}
     return {"ok": False, "error": {"kind": "owner-python",
                                    "message": f"{owner} could not run the engine (exit {proc.returncode}): "
                                               + proc.stderr.decode('utf-8', 'replace').strip()[-400:]}}

@@ -225,6 +225,13 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     """All SGLang installs, the running servers, and which install to act on."""
     installs: dict[str, dict] = {}
     warnings: list[str] = []
+    if configured_python and not pinned and not (os.path.isfile(configured_python)
+                                                 and os.access(configured_python, os.X_OK)):
+        if os.path.isabs(configured_python) or not shutil.which(configured_python):
+            return {"installs": [], "servers": [], "chosen": None, "chosen_reason": None, "warnings": warnings,
+                    "error": {"kind": "python-missing",
+                              "message": f"the configured interpreter {configured_python} does not exist on this "
+                                         "host (fix --python or the inventory's `python:`)"}}
 
     def add(pkg: str, kind: str, python: str | None, version: str | None, dist_info: str | None = None,
             direct_url: dict | None = None) -> None:

@@ -396,9 +396,10 @@ def op_start(req: dict, bundle: bytes) -> dict:
         except OSError:
             pass
     spec = {"argv": argv, "env": env, "cwd": "/", "log": log, "pidfile": pidfile, "exitfile": exitfile}
-    with open(log, "ab") as fh:
-        shown = [a for a in argv]
-        fh.write(("[provision] starting: " + " ".join(shown) + "\n").encode())
+    # SGLang logs server_args (api_key included) at start-up: the log is for its owner only.
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as fh:
+        fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
     unit = None
     if req.get("persistent"):
         started = _start_systemd(req, sroot, port, spec, float(prof.get("grace", 30)))

@@ -164,7 +164,30 @@ def _journal(command: str, results) -> None:
         click.echo(f"warning: could not write the journal: {exc}", err=True)
 
 
+# Commands in their own modules, imported only when used (a no-op `provision patch` must start fast).
+LAZY_COMMANDS = {
+    "sandbox": "provision.sandbox.cli:sandbox",
+    "launch": "provision.cli_launch:launch", "wait": "provision.cli_launch:wait",
+    "stop": "provision.cli_launch:stop", "logs": "provision.cli_launch:logs",
+    "audit": "provision.cli_audit:audit", "spec": "provision.cli_audit:spec",
+    "reconcile": "provision.cli_fleet:reconcile", "restore": "provision.cli_fleet:restore",
+    "history": "provision.cli_fleet:history", "schedule": "provision.cli_fleet:schedule",
+}
+
+
 class ProvisionGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx, name):
+        cmd = super().get_command(ctx, name)
+        if cmd is None and name in LAZY_COMMANDS:
+            import importlib
+
+            modname, attr = LAZY_COMMANDS[name].split(":")
+            cmd = getattr(importlib.import_module(modname), attr)
+        return cmd
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -273,22 +296,6 @@ def status(ctx, spec, sglang_path, python_):
     fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
     code = run_fleet(ctx, "status", fn, columns=["host", "version", "install_kind", "patch", "server_state", "elapsed"])
     sys.exit(code)
-
-
-def _register_optional():
-    """Commands that live in their own modules."""
-    for modname in ("provision.sandbox.cli", "provision.cli_launch", "provision.cli_audit", "provision.cli_fleet"):
-        try:
-            mod = __import__(modname, fromlist=["COMMANDS"])
-        except ImportError as exc:
-            if exc.name != modname:
-                raise
-            continue
-        for cmd in getattr(mod, "COMMANDS", None) or [getattr(mod, "sandbox")]:
-            main.add_command(cmd)
-
-
-_register_optional()
 
 
 def entry():  # pragma: no cover - console script

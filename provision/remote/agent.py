@@ -116,7 +116,7 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
         return None
     sub = dict(req, _stage="owner", sglang_path=inst["path"])
     env = dict(os.environ, **env_extra)
-    proc = subprocess.run([owner, "-c", BOOTSTRAP], input=frame(bundle, json.dumps(sub).encode()),
+    proc = subprocess.run([owner, "-S", "-c", BOOTSTRAP], input=frame(bundle, json.dumps(sub).encode()),
                           capture_output=True, env=env, timeout=req.get("timeout", 600))
     for line in proc.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith(RESULT_PREFIX):

@@ -50,7 +50,8 @@ def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_promp
         if "\n" in ready or "'" in ready or "\\" in ready:
             raise ValueError("ready token must be one plain line")
         code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + BOOTSTRAP
-    cmd = f"{shlex.quote(python)} -c {shlex.quote(code)}"
+    # -S: the agent is stdlib-only, so skip site (and any .pth files) for a faster start.
+    cmd = f"{shlex.quote(python)} -S -c {shlex.quote(code)}"
     if sudo:
         if sudo_prompt is not None:
             if "%" in sudo_prompt or "\n" in sudo_prompt:

@@ -17,6 +17,10 @@ STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchang
          "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow"}
 
 
+WOULD = {"patched": "would-patch", "repaired": "would-repair", "unpatched": "would-unpatch",
+         "restored": "would-restore", "started": "would-start", "restarted": "would-restart", "stopped": "would-stop"}
+
+
 def exit_code(results: list[HostResult], check: bool = False) -> int:
     if not results:
         return EXIT_NOTHING
@@ -30,8 +34,7 @@ def exit_code(results: list[HostResult], check: bool = False) -> int:
 def host_line(r: HostResult, check: bool = False) -> str:
     verdict = r.verdict
     if check and verdict in CHANGED_VERDICTS:
-        verdict = f"would-{'patch' if verdict == 'patched' else verdict.rstrip('ed')}"
-        verdict = {"would-repair": "would-repair", "would-unpatch": "would-unpatch"}.get(verdict, verdict)
+        verdict = WOULD.get(verdict, f"would-be-{verdict}")
     parts = [r.host, verdict]
     if r.version:
         parts.append(f"sglang {r.version}")

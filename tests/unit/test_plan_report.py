@@ -56,3 +56,5 @@ def test_json_document_has_every_host():
     assert doc["hosts"][1]["failed"] is True and doc["hosts"][1]["error_kind"] == "auth"
     assert report.summary_line(rs) == "2 hosts: 1 failed, 1 patched"
     assert "would-patch" in report.host_line(rs[0], check=True)
+    assert "would-restore" in report.host_line(HostResult("a", "restored"), check=True)
+    assert "would-repair" in report.host_line(HostResult("a", "repaired"), check=True)

@@ -1,0 +1,387 @@
+"""Fleet-run commands: `reconcile`, `restore`, `history`, `schedule`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from provision.cli import fleet_options, run_fleet, selected_hosts
+from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
+from provision.results import HostResult
+
+
+def _spec_opt(fn):
+    return click.option("--spec", metavar="PLAYBOOK",
+                        help="Patch spec playbook (path or name in playbooks/). "
+                             "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
+
+
+def _install_opts(fn):
+    fn = click.option("--sglang-path", metavar="DIR",
+                      help="Pin the install: the `sglang` package directory (the one holding srt/).")(fn)
+    fn = click.option("--python", "python_", metavar="PATH",
+                      help="Interpreter whose SGLang to act on (default: the host's `python:`, then python3).")(fn)
+    return fn
+
+
+def _load_spec(spec):
+    from provision.playbook import load_patch_spec
+
+    pspec = load_patch_spec(spec) if spec else None
+    if pspec is None:
+        load_patch_spec(None)  # fail early (exit 2) on a broken default playbook
+    return pspec
+
+
+# --------------------------------------------------------------------------- reconcile
+
+@click.command()
+@fleet_options
+@_spec_opt
+@_install_opts
+@click.option("--check", is_flag=True, help="Decide and report, change nothing (exit 4 if changes are due).")
+@click.option("--force", is_flag=True, help="Also patch files someone else edited (foreign-edit).")
+@click.option("--restart", is_flag=True,
+              help="Restart servers that run older code than their file (rolling, health-gated).")
+@click.option("--serial", metavar="N|P%", help="With --restart: restart N hosts (or P%) at a time.")
+@click.option("--window", metavar="HH:MM-HH:MM",
+              help="With --restart: restart only inside this local-time window (may cross midnight).")
+@click.option("--profile", metavar="PLAYBOOK", help="With --restart: launch profile (default: the host's, "
+                                                    "then kimi-k25-eagle3).")
+@click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
+              help="With --restart: seconds to wait for each restarted server to be healthy.")
+@click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
+def reconcile(ctx, spec, sglang_path, python_, check, force, restart, serial, window, profile, restart_deadline,
+              full):
+    """Bring every host back to the patched state; meant for cron / systemd timers.
+
+    One remote call per host decides, from the host's provision state, the
+    file's sha256, the wheel's RECORD (or git HEAD) and the engine's view:
+
+    \b
+      unchanged     our patch is in place: nothing is written, not even state
+      native        the release has the methods natively: stale state dropped
+      wiped         upgraded/reinstalled/downgraded, block gone: re-patched
+      unpatched     never patched (or unpatched/restored by hand): patched
+      stale-block   our block differs from the spec: re-rendered
+      foreign-edit  someone else edited the file: left alone (--force patches,
+                    or adopts an edited file that still holds our block)
+      blocked-git   the checkout's upstream changed the file, so our local
+                    change blocks `git pull`: `provision unpatch`, `git pull`,
+                    then reconcile
+
+    An unchanged (or known-native) host costs one short remote call: no
+    interpreter is probed and nothing is written.
+
+    A server started before its file changed is reported "restart needed";
+    --restart restarts it through the launch machinery, in --serial batches,
+    each healthy before the next, and only inside --window when given.
+
+    Takes the control-machine lock (~/.local/state/provision/reconcile.lock or
+    $PROVISION_LOCK): a second reconcile exits 7 naming the holder (--check
+    does not lock). Exits 3 when a host failed or needs a human (foreign-edit,
+    blocked-git), 4 with --check when changes are due. Every change is
+    journaled (`provision history`).
+    """
+    from provision import plan
+    from provision import reconcile as rc
+    from provision.lock import ControlLock
+    from provision.runner import Fleet, run_hosts
+
+    win = rc.parse_window(window) if window else None
+    if serial:
+        plan.parse_serial(serial, 1)
+    if (serial or window) and not restart:
+        raise UsageError("--serial and --window only apply with --restart")
+    pspec = _load_spec(spec)
+    lock = None if check else ControlLock().acquire()
+    try:
+        hosts = selected_hosts(ctx)
+        if not hosts:
+            click.echo("error: no host matched the selection; nothing was done", err=True)
+            sys.exit(EXIT_NOTHING)
+        fleet = Fleet(ctx.conn)
+        cache = rc.load_cache()
+        try:
+            results = run_hosts(fleet, hosts, rc.reconcile_fn(
+                pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
+                timeout=ctx.conn.command_timeout, full=full, cache=cache))
+            batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
+            by_name = {r.host: r for r in results}
+            for name, note in notes.items():
+                r = by_name[name]
+                if note.startswith("restart needed") and any(n.startswith("restart needed") for n in r.notes):
+                    continue  # the re-patch already said so
+                r.notes.append(note)
+            if batches and check:
+                for i, b in enumerate(batches, 1):
+                    for h in b:
+                        by_name[h.name].notes.append(f"would restart (batch {i}/{len(batches)})")
+            elif batches:
+                rc.run_restarts(fleet, batches, results, profile=profile, deadline=restart_deadline)
+        finally:
+            fleet.close()
+        for w in dict.fromkeys(fleet.warnings):
+            click.echo(f"warning: {w}", err=True)
+        if not check:
+            from provision.cli import _journal
+
+            _journal("reconcile", results)
+            rc.save_cache(cache, results)
+        code = rc.exit_code(results, check, restart)
+        if ctx.as_json:
+            from provision import report
+
+            click.echo(report.to_document("reconcile", results, code, {
+                "summary": rc.summary_line(results), "check": check,
+                "restart_batches": [[h.name for h in b] for b in batches]}))
+        else:
+            for r in results:
+                if r.verdict == "unchanged" and not r.notes:
+                    continue
+                click.echo(rc.host_line(r))
+                for note in r.notes:
+                    click.echo(f"    note: {note}")
+            click.echo(rc.summary_line(results))
+    finally:
+        if lock is not None:
+            lock.release()
+    sys.exit(code)
+
+
+# --------------------------------------------------------------------------- restore
+
+def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
+    data = {"spec": spec.name, "spec_hash": spec.sha, "backups": ans.get("backups") or [],
+            "current_sha": ans.get("current_sha")}
+    if not ans.get("ok"):
+        err = ans.get("error") or {}
+        return HostResult(host, "failed", err.get("message", "failed on the host"), file=ans.get("file"),
+                          version=ans.get("version"), install=ans.get("install"), error_kind=err.get("kind"),
+                          data=data)
+    if listing:
+        n = len(data["backups"])
+        return HostResult(host, "ok", f"{n} backup{'s' if n != 1 else ''} in {ans.get('state_dir')}",
+                          file=ans.get("file"), version=ans.get("version"), install=ans.get("install"), data=data)
+    res = ans.get("result") or {}
+    chosen = res.get("chosen") or {}
+    what = f"backup {chosen.get('id')} ({'the original' if chosen.get('original') else chosen.get('time')}"
+    what += f", sglang {chosen.get('sglang_version')})" if chosen.get("sglang_version") else ")"
+    verdict = res.get("verdict") or "failed"
+    if res.get("error"):
+        detail = res["error"].get("message", "")
+    elif verdict == "restored":
+        detail = f"from {what}"
+    else:
+        detail = f"already holds {what}"
+    data.update({k: res.get(k) for k in ("sha_before", "sha_after", "backup") if res.get(k)})
+    data["chosen"] = chosen
+    if res.get("restart_needed"):
+        data["restart_needed"] = True
+    return HostResult(host, verdict, detail, file=res.get("real_file") or ans.get("file"), version=ans.get("version"),
+                      install=ans.get("install"), notes=list(res.get("notes") or []), diff=res.get("diff"),
+                      error_kind=(res.get("error") or {}).get("kind"), data=data)
+
+
+@click.command()
+@fleet_options
+@_spec_opt
+@_install_opts
+@click.option("--backup", "backup_id", metavar="ID", help="The backup to put back (an id from --list, a prefix "
+                                                           "of its sha256 is enough).")
+@click.option("--original", is_flag=True, help="Put back the original: the first backup, kept forever (default).")
+@click.option("--file", "file_", metavar="PATH", help="The file on the host (default: the spec's file in the "
+                                                      "install provision finds).")
+@click.option("--list", "list_", is_flag=True, help="Only list the backups.")
+@click.option("--check", is_flag=True, help="Say what would be restored, change nothing (exit 4 if it would).")
+@click.option("--diff", is_flag=True, help="Show a unified diff of the change.")
+def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, check, diff):
+    """Put a backup of the model file back, from the host's provision state dir.
+
+    Backups are taken before every change provision makes; the first one of a
+    file (its original) is kept forever. Default: put the original back. The
+    current bytes are backed up first, so a restore can be undone with another.
+    Verdicts: restored, unchanged (the file already holds those bytes), failed.
+    """
+    if backup_id and original:
+        raise UsageError("give --backup ID or --original, not both")
+    pspec = _load_spec(spec)
+    from provision.reconcile import _spec
+
+    collected: list[HostResult] = []
+
+    def fn(host, session, fleet) -> HostResult:
+        hspec = pspec or _spec(host.get("spec"))
+        req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
+               "backup": backup_id, "original": original, "check": check, "diff": diff,
+               "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python")}
+        ans = session.call(req, timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
+        r = _restore_result(host.name, ans, hspec, list_)
+        collected.append(r)
+        return r
+
+    code = run_fleet(ctx, "backups" if list_ else "restore", fn, check=check, show_diff=diff,
+                     columns=["host", "verdict", "file", "detail", "elapsed"])
+    if list_ and not ctx.as_json:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(highlight=False)
+        for r in sorted(collected, key=lambda x: x.host):
+            if not r.data.get("backups"):
+                continue
+            console.print(f"{r.host}: backups of {r.file}")
+            t = Table(box=None, pad_edge=False)
+            for c in ("id", "time", "sglang", "before", "size", ""):
+                t.add_column(c, no_wrap=True)
+            for b in r.data["backups"]:
+                marks = []
+                if b.get("original"):
+                    marks.append("original")
+                if b.get("sha256") == r.data.get("current_sha"):
+                    marks.append("= current")
+                t.add_row(b["id"], str(b.get("time"))[:19].replace("T", " "), str(b.get("sglang_version")),
+                          str(b.get("reason")), str(b.get("size")), ", ".join(marks))
+            console.print(t)
+    sys.exit(code)
+
+
+# --------------------------------------------------------------------------- history
+
+@click.command()
+@click.option("--host", metavar="HOST", help="Only this host's entries.")
+@click.option("--limit", "-n", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
+              help="The last N entries (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON lines.")
+def history(host, limit, as_json):
+    """Show the change journal of this control machine.
+
+    Every change provision made (patched, repaired, unpatched, restored,
+    started, stopped, restarted) and every failed attempt of patch, unpatch,
+    restore and reconcile: time, user, host, file, sha256 before and after.
+    The journal is $PROVISION_JOURNAL or ~/.local/state/provision/journal.jsonl.
+    """
+    from provision import journal
+
+    recs, bad = journal.read(host=host, limit=limit or None)
+    for n in bad[:5]:
+        click.echo(f"warning: {journal.path()}:{n}: not a JSON line; skipped", err=True)
+    if as_json:
+        for rec in recs:
+            click.echo(json.dumps(rec))
+        sys.exit(EXIT_OK)
+    if not recs:
+        click.echo(f"no journal entries{' for ' + host if host else ''} in {journal.path()}", err=True)
+        sys.exit(EXIT_OK)
+    from rich.console import Console
+    from rich.table import Table
+
+    from provision.report import STYLE
+
+    console = Console(highlight=False)
+    wide = console.width >= 130  # file and user too; --json has everything
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    cols = ["time", "host", "command", "verdict"] + (["file"] if wide else []) + ["sha256"] + \
+        (["user"] if wide else [])
+    for c in cols:
+        t.add_column(c, no_wrap=True)
+    t.add_column("detail", overflow="fold", ratio=1, min_width=16)
+    for rec in recs:
+        v = rec.get("verdict") or ""
+        style = STYLE.get(v, "")
+        before, after = (rec.get("sha256_before") or "")[:8], (rec.get("sha256_after") or "")[:8]
+        row = {"time": str(rec.get("time", ""))[:16].replace("T", " "), "host": str(rec.get("host", "")),
+               "command": str(rec.get("command", "")), "verdict": f"[{style}]{v}[/]" if style else v,
+               "file": os.path.basename(str(rec.get("file") or "")),
+               "sha256": f"{before or '-'}>{after or '-'}" if before != after else before,
+               "user": f"{rec.get('user', '')}@{rec.get('control_host', '')}"}
+        t.add_row(*[row[c] for c in cols], str(rec.get("detail") or ""))
+    console.print(t)
+    sys.exit(EXIT_OK)
+
+
+# --------------------------------------------------------------------------- schedule
+
+@click.command()
+@click.option("-i", "--inventory", required=True, metavar="FILE", help="The inventory the timer reconciles.")
+@click.option("--every", default="15m", show_default=True, metavar="INTERVAL",
+              help="How often: minutes dividing 60 (5m, 15m, 30m) or hours dividing 24 (1h, 6h).")
+@click.option("--install", is_flag=True,
+              help="Write the units: /etc/systemd/system as root, else ~/.config/systemd/user.")
+@click.option("--restart", is_flag=True, help="Pass --restart (restart servers that run old code).")
+@click.option("--window", metavar="HH:MM-HH:MM", help="Pass --window (restarts only inside it).")
+@click.option("--serial", metavar="N|P%", help="Pass --serial (restart batch size).")
+@click.option("--ssh-config", metavar="FILE", help="Pass --ssh-config FILE (made absolute).")
+@click.option("--identity", metavar="KEY", help="Pass --identity KEY (made absolute).")
+@click.option("--known-hosts", metavar="FILE", help="Pass --known-hosts FILE (made absolute).")
+@click.option("--unit-dir", metavar="DIR", hidden=True, help="Write the units here instead (tests).")
+def schedule(inventory, every, install, restart, window, serial, ssh_config, identity, known_hosts, unit_dir):
+    """Print (or --install) a systemd timer and a cron line running `provision reconcile`.
+
+    \b
+    Prints provision-reconcile.service (Type=oneshot; exit 7, "another
+    reconcile holds the lock", counts as success), provision-reconcile.timer
+    (every INTERVAL after the last run, first 5 min after boot) and the
+    equivalent crontab line, all with the absolute path of this provision
+    executable and of the inventory. Nothing is enabled for you:
+    \b
+      provision schedule -i inventories/prod.yaml --every 15m --install
+      systemctl daemon-reload && systemctl enable --now provision-reconcile.timer
+      (as a user: systemctl --user ...; keep it running without a login
+       session with `loginctl enable-linger`)
+    or put the cron line in `crontab -e`.
+    The runs are journaled (`provision history`) on this machine.
+    """
+    from provision.inventory import load_inventory
+    from provision.reconcile import parse_every, parse_window, provision_argv, render_units
+
+    seconds, cron = parse_every(every)
+    inv = os.path.abspath(inventory)
+    load_inventory(inv)  # a bad inventory fails now (exit 2), not at 3 am
+    if window:
+        parse_window(window)
+        if not restart:
+            raise UsageError("--window only applies with --restart")
+    argv = provision_argv() + ["reconcile", "-i", inv]
+    if restart:
+        argv.append("--restart")
+    if window:
+        argv += ["--window", window]
+    if serial:
+        argv += ["--serial", serial]
+    for flag, val in (("--ssh-config", ssh_config), ("--identity", identity), ("--known-hosts", known_hosts)):
+        if val:
+            argv += [flag, os.path.abspath(os.path.expanduser(val))]
+    root = os.geteuid() == 0
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    log = "/var/log/provision-reconcile.log" if root else os.path.join(state, "provision", "reconcile.log")
+    units = render_units(argv, seconds, cron, log)
+    if not install:
+        for name in ("provision-reconcile.service", "provision-reconcile.timer"):
+            click.echo(f"# ---- {name}")
+            click.echo(units[name])
+        click.echo("# ---- crontab line (`crontab -e`), instead of the timer")
+        click.echo(units["cron"])
+        sys.exit(EXIT_OK)
+    target = unit_dir or ("/etc/systemd/system" if root else
+                          os.path.join(os.path.expanduser("~"), ".config", "systemd", "user"))
+    try:
+        os.makedirs(target, exist_ok=True)
+        for name in ("provision-reconcile.service", "provision-reconcile.timer"):
+            p = os.path.join(target, name)
+            tmp = p + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(units[name])
+            os.replace(tmp, p)
+            click.echo(f"wrote {p}")
+    except OSError as exc:
+        raise UsageError(f"cannot write the units to {target}: {exc.strerror}") from None
+    user = "" if root else " --user"
+    click.echo(f"next: systemctl{user} daemon-reload && systemctl{user} enable --now provision-reconcile.timer")
+    sys.exit(EXIT_OK)
+
+
+COMMANDS = [reconcile, restore, history, schedule]

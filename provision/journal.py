@@ -1,0 +1,143 @@
+"""The change journal of the control machine: one JSON line per host and change.
+
+``$PROVISION_JOURNAL`` or ``~/.local/state/provision/journal.jsonl``. `run_fleet`
+calls :func:`record` after every run that is not ``--check``; `reconcile` and
+`restore` call it too. Only what changed a host is written (and failed attempts
+to change one), so the journal answers "who changed what, when, from which sha
+to which".
+
+Never holds secrets: results carry none, and ``detail`` still goes through
+``provision.redact`` (when that module exists) before it is written.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from datetime import datetime
+from typing import Iterable
+
+from provision import __version__
+
+# Verdicts that mean the host changed.
+CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted"}
+# Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
+ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
+ATTEMPT_VERDICTS = {"failed", "unknown"}
+
+
+def path() -> str:
+    env = os.environ.get("PROVISION_JOURNAL")
+    if env:
+        return env
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "provision", "journal.jsonl")
+
+
+def _user() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry, no env
+        return str(os.geteuid())
+
+
+def _redact(text: str) -> str:
+    try:
+        from provision.redact import redact
+    except ImportError:
+        return text
+    return redact(text or "")
+
+
+def _wanted(command: str, verdict: str, error_kind: str | None) -> bool:
+    if verdict in CHANGE_VERDICTS:
+        return True
+    if command in ATTEMPT_COMMANDS and verdict in ATTEMPT_VERDICTS:
+        # a refused connection or a bad request never reached the file
+        return error_kind not in ("connect", "auth", "hostkey", "config", "usage")
+    return False
+
+
+def entries(command: str, results: Iterable, now: datetime | None = None) -> list[dict]:
+    """The journal lines for one run (pure apart from user/host lookups)."""
+    stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
+    common = {"time": stamp, "user": _user(), "control_host": socket.gethostname(), "tool_version": __version__}
+    out = []
+    for r in results:
+        data = getattr(r, "data", None) or {}
+        items = [(command, r.verdict, r.detail, data.get("sha_before"), data.get("sha_after"), r.file,
+                  r.error_kind)]
+        # extra actions on the same host (reconcile: a restart after the re-patch)
+        for extra in data.get("journal_extra") or []:
+            items.append((extra.get("command", command), extra.get("verdict"), extra.get("detail", ""),
+                          extra.get("sha_before"), extra.get("sha_after"), extra.get("file", r.file),
+                          extra.get("error_kind")))
+        for cmd, verdict, detail, before, after, file, kind in items:
+            if not verdict or not _wanted(cmd, verdict, kind):
+                continue
+            if cmd == "reconcile" and verdict == "failed" and data.get("action") != "patch":
+                continue  # it failed before deciding to change anything (no install, unreadable file)
+            rec = dict(common, command=cmd, spec=data.get("spec"))
+            if data.get("spec_hash"):
+                rec["spec_hash"] = data["spec_hash"]
+            rec.update(host=r.host, file=file or data.get("real_file"), sha256_before=before, sha256_after=after,
+                       verdict=verdict, detail=_redact(detail or ""))
+            out.append(rec)
+    return out
+
+
+def append(lines: list[dict], where: str | None = None) -> None:
+    """Append lines atomically (one write, under flock) so concurrent runs never interleave."""
+    if not lines:
+        return
+    p = where or path()
+    os.makedirs(os.path.dirname(os.path.abspath(p)), mode=0o700, exist_ok=True)
+    payload = "".join(json.dumps(line, sort_keys=False) + "\n" for line in lines).encode("utf-8")
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(payload)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def record(command: str, results) -> None:
+    """Journal every change (and failed attempt) in `results`. Raises OSError on a write failure."""
+    append(entries(command, results))
+
+
+def read(host: str | None = None, limit: int | None = None, where: str | None = None) -> tuple[list[dict], list[int]]:
+    """(records oldest first, line numbers that were not JSON). Filtered by host, the last `limit`."""
+    p = where or path()
+    recs, bad = [], []
+    try:
+        fh = open(p, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return [], []
+    with fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad.append(n)
+                continue
+            if not isinstance(rec, dict):
+                bad.append(n)
+                continue
+            if host and rec.get("host") != host:
+                continue
+            recs.append(rec)
+    if limit is not None and limit >= 0:
+        recs = recs[-limit:] if limit else []
+    return recs, bad

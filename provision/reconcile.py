@@ -1,0 +1,479 @@
+"""`provision reconcile`, control side: requests, answers -> HostResults, restart planning, output.
+
+The per-host decision (unchanged / native / wiped / foreign-edit / blocked-git ...)
+is made on the host by ``provision.remote.restore_ops.classify`` (pure, stdlib),
+in the same single remote call that re-patches. This module only turns answers
+into verdicts, decides which servers to restart and when (``in_window``), runs
+the rolling restart through ``provision.launch``, and prints.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+from datetime import datetime, time as dtime
+
+from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, ConnectError, UnknownOutcome,
+                              UsageError)
+from provision.results import HostResult
+
+# Hosts in these states need a human: they make the run exit 3 like a failure.
+ATTENTION = {"foreign-edit", "blocked-git"}
+VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "foreign-edit": "foreign-edit",
+                    "blocked-git": "blocked-git", "missing-file": "failed", "error": "failed"}
+
+
+# --------------------------------------------------------------------------- maintenance windows (pure)
+
+_WIN_RE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """``"02:00-05:00"`` -> (start, end) in minutes after midnight (local time). The end may
+    be ``24:00``; a window whose end is before its start crosses midnight (``22:00-02:00``)."""
+    m = _WIN_RE.match(text or "")
+    if not m:
+        raise UsageError(f"--window {text!r}: expected HH:MM-HH:MM, e.g. 02:00-05:00")
+    h1, m1, h2, m2 = (int(x) for x in m.groups())
+    if h1 > 23 or m1 > 59 or m2 > 59 or h2 > 24 or (h2 == 24 and m2 != 0):
+        raise UsageError(f"--window {text!r}: not a time of day (00:00 to 24:00)")
+    start, end = h1 * 60 + m1, h2 * 60 + m2
+    if start == end or (start == 0 and end == 0):
+        raise UsageError(f"--window {text!r}: start and end are equal; "
+                         "give a real window (00:00-24:00 for always)")
+    return start, end
+
+
+def in_window(now, window) -> bool:
+    """Is `now` (a datetime or time, local) inside `window` (text or parse_window's tuple)?
+    Start inclusive, end exclusive, to the second."""
+    start, end = parse_window(window) if isinstance(window, str) else window
+    t = now.time() if isinstance(now, datetime) else now
+    if not isinstance(t, dtime):
+        raise TypeError("now must be a datetime or a time")
+    s = t.hour * 3600 + t.minute * 60 + t.second
+    a, b = start * 60, end * 60
+    if a < b:
+        return a <= s < b
+    return s >= a or s < b
+
+
+def format_window(window) -> str:
+    start, end = parse_window(window) if isinstance(window, str) else window
+    return f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d}"
+
+
+# --------------------------------------------------------------------------- the remote call
+
+def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
+    """Session.call, but through restore_ops' lighter entry point (`python3 -S`, only the
+    reconcile module compiled): an unchanged host answers in a few ms of CPU instead of
+    ~100. Any trouble before an answer (no python3 -S, sudo, a killed engine) falls back
+    to the ordinary Session.call, which reports it properly; reconcile is idempotent."""
+    import paramiko
+
+    from provision.remote.restore_ops import LIGHT_BOOTSTRAP, RESULT_PREFIX
+
+    if sudo and getattr(session, "sudo_password", None):
+        return session.call(request, timeout=timeout, sudo=sudo)  # it knows how to answer sudo's prompt
+    cmd = "python3 -S -c " + shlex.quote(LIGHT_BOOTSTRAP)
+    if sudo:
+        cmd = "sudo -n -- " + cmd
+    result: list[dict] = []
+
+    def on_line(line: str) -> None:
+        if line.startswith(RESULT_PREFIX):
+            result.append(json.loads(line[len(RESULT_PREFIX):]))
+
+    started: list = []
+    try:
+        session.exec(cmd, light_payload(request), timeout=timeout, on_line=on_line, started=started)
+    except UnknownOutcome:
+        raise
+    except ConnectError as exc:
+        if started:
+            raise UnknownOutcome(str(exc)) from None
+        raise
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        if started:
+            raise UnknownOutcome(f"{session.target.alias}: connection lost during reconcile ({exc}); "
+                                 "outcome unknown until `provision status` looks") from None
+        raise ConnectError(f"{session.target.alias}: {exc}") from None
+    if result:
+        return result[-1]
+    return session.call(request, timeout=timeout, sudo=sudo)
+
+
+# Remote modules reconcile never needs (the audit and the server control): left out of
+# its bundle, so each host receives and parses ~40% less. Everything else goes, new
+# modules included, as the slow path imports the agent, discovery, engine and fileops.
+LIGHT_EXCLUDE = {"audit", "audit_ops", "server_ops", "bundle", "__init__"}
+
+
+@functools.lru_cache(maxsize=None)
+def light_bundle() -> bytes:
+    import zlib
+
+    from provision.remote.bundle import REMOTE_DIR
+
+    modules = {f"provision.remote.{p.stem}": p.read_text(encoding="utf-8")
+               for p in sorted(REMOTE_DIR.glob("*.py")) if p.stem not in LIGHT_EXCLUDE}
+    return zlib.compress(json.dumps(modules).encode(), 9)
+
+
+def light_payload(request: dict) -> bytes:
+    from provision.remote.bootstrap import frame
+
+    return frame(light_bundle(), json.dumps(request).encode())
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(name: str | None):
+    from provision.playbook import load_patch_spec
+
+    return load_patch_spec(name)
+
+
+@functools.lru_cache(maxsize=None)
+def block_shas(spec) -> tuple:
+    """Every block sha this spec can render (one per non-empty subset of its methods, as
+    some may be native): the host's fast path accepts a file whose marker carries one."""
+    import itertools
+
+    from provision.remote import engine
+
+    s = engine.validate_spec(spec.to_engine())
+    names = [m["name"] for m in s["methods"]]
+    if len(names) > 10:  # 1023 subsets is plenty; beyond that only the full set
+        return (engine._block_sha(s, names),)
+    return tuple(engine._block_sha(s, list(c)) for k in range(1, len(names) + 1)
+                 for c in itertools.combinations(names, k))
+
+
+def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,
+            known: dict | None = None) -> dict:
+    """The reconcile request; `known` is the host's entry in the control-side cache."""
+    req = {"op": "reconcile", "spec": spec.to_engine(), "check": check, "force": force,
+           "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
+           "full": full, "block_shas": list(block_shas(spec))}
+    known = known or {}
+    native = known.get("native") or {}
+    if native.get("spec_hash") == spec.sha:
+        req["known_native"] = {k: native.get(k) for k in ("file", "sha", "version")}
+    if known.get("servers"):
+        req["known_servers"] = known["servers"]
+    return req
+
+
+# --------------------------------------------------------------------------- the control-side cache
+
+def cache_path() -> str:
+    """Next to the journal: per host, the file last seen native (path, sha256, version)
+    and the running servers with the install each imports (pid, start time, install).
+    Only hints: the host checks each against what it sees before using it."""
+    from provision import journal
+
+    return os.path.join(os.path.dirname(os.path.abspath(journal.path())), "reconcile-cache.json")
+
+
+def load_cache() -> dict:
+    try:
+        with open(cache_path(), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_cache(cache: dict, results: list[HostResult]) -> None:
+    """Remember what saves the next run work: files found native (no discovery) and
+    servers with their install (no interpreter probe). Unreachable hosts keep theirs."""
+    for r in results:
+        if r.verdict in ("unreachable", "unknown"):
+            continue
+        entry: dict = {}
+        if r.verdict == "native" and r.data.get("sha_after") and r.file and r.data.get("spec_hash"):
+            entry["native"] = {"file": r.file, "sha": r.data["sha_after"], "version": r.version,
+                               "spec": r.data.get("spec"), "spec_hash": r.data["spec_hash"]}
+        servers = [{k: s.get(k) for k in ("pid", "started", "install", "port")}
+                   for s in r.data.get("servers") or [] if s.get("pid") and s.get("started") and s.get("install")]
+        if servers:
+            entry["servers"] = servers
+        if entry:
+            cache[r.host] = entry
+        else:
+            cache.pop(r.host, None)
+    p = cache_path()
+    try:
+        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
+        tmp = f"{p}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(cache, fh, indent=1, sort_keys=True)
+        os.replace(tmp, p)
+    except OSError:
+        pass  # only an optimisation
+
+
+def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
+                 full=False, cache=None):
+    def fn(host, session, fleet) -> HostResult:
+        hspec = spec or _spec(host.get("spec"))
+        req = request(hspec, host, check=check, force=force, sglang_path=sglang_path, python=python, full=full,
+                      known=(cache or {}).get(host.name))
+        ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        return result_from_answer(host.name, ans, check=check, spec=hspec)
+
+    return fn
+
+
+# --------------------------------------------------------------------------- answers -> verdicts (pure)
+
+def result_from_answer(host: str, ans: dict, *, check: bool = False, spec=None) -> HostResult:
+    from provision.patching import result_from_answer as patch_result
+
+    data = {"state": ans.get("state"), "action": ans.get("action"), "reason": ans.get("reason"),
+            "path": ans.get("path"), "restart_needed": list(ans.get("restart_needed") or []),
+            "servers": ans.get("servers") or [], "check": check, "remote_elapsed": ans.get("elapsed")}
+    if spec is not None:
+        data["spec"], data["spec_hash"] = spec.name, spec.sha
+    for k in ("reference", "kind", "git", "state_cleaned", "state_refreshed"):
+        if ans.get(k) is not None:
+            data[k] = ans[k]
+    notes = list(ans.get("notes") or [])
+    if not ans.get("ok") or ans.get("error") and "state" not in ans:
+        err = ans.get("error") or {}
+        return HostResult(host, "failed", err.get("message", "reconcile failed on the host"),
+                          version=ans.get("version"), install=ans.get("install"), file=ans.get("file"),
+                          error_kind=err.get("kind"), notes=notes, data=data)
+    state, action = ans.get("state"), ans.get("action")
+    base = dict(version=ans.get("version"), install=ans.get("install"), file=ans.get("file"))
+    reason = ans.get("reason") or ""
+    if action == "patch" and check:
+        data["sha_before"] = ans.get("sha")
+        return HostResult(host, "patched", f"{state}: {reason}; would patch", notes=notes, data=data, **base)
+    if action == "patch":
+        p = ans.get("patch") or {}
+        pr = patch_result(host, p)
+        err = p.get("error") or (p.get("result") or {}).get("error") or {}
+        verdict = pr.verdict
+        if verdict == "failed" and err.get("kind") == "server-loading":
+            verdict = "deferred"
+        for k in ("sha_before", "sha_after", "backup", "real_file"):
+            if k in pr.data:
+                data[k] = pr.data[k]
+        if verdict in ("patched", "repaired"):
+            detail = f"{state}: {reason}; re-patched" + (f" ({pr.detail})" if pr.detail else "")
+        else:
+            detail = f"{state}: {reason}; patch {verdict}: {pr.detail}"
+        return HostResult(host, verdict, detail, added=pr.added, notes=notes + pr.notes, diff=pr.diff,
+                          error_kind=pr.error_kind, data=data, **base)
+    verdict = VERDICT_OF_STATE.get(state, "failed")
+    detail = reason
+    if action == "clean-state":
+        detail += ("; would drop" if check else "; dropped") + " provision's stale state for the file (backups kept)"
+    elif action == "refresh-state":
+        detail += ("; would refresh" if check else "; refreshed") + " provision's state for the file"
+    data["sha_before"] = data["sha_after"] = ans.get("sha")
+    return HostResult(host, verdict, detail, notes=notes, data=data, **base)
+
+
+def needs_restart(r: HostResult) -> bool:
+    return bool(r.data.get("restart_needed")) and not r.failed and r.verdict != "deferred"
+
+
+# --------------------------------------------------------------------------- restart planning (pure)
+
+def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, window=None, now=None,
+                  serial=None) -> tuple[list[list], dict]:
+    """(batches of Hosts to restart, {host: note}) for hosts whose server predates its file."""
+    from provision import plan
+
+    by_name = {h.name: h for h in hosts}
+    need = [by_name[r.host] for r in results if needs_restart(r) and r.host in by_name]
+    notes: dict[str, str] = {}
+    if not need:
+        return [], notes
+    if not restart:
+        for h in need:
+            notes[h.name] = "restart needed: the running server started before the file changed " \
+                            "(--restart restarts it)"
+        return [], notes
+    if window is not None and not in_window(now or datetime.now(), window):
+        for h in need:
+            notes[h.name] = f"restart deferred: outside window {format_window(window)}"
+        return [], notes
+    return plan.batches(need, serial), notes
+
+
+def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profile=None, deadline=3600.0,
+                 stream=None) -> None:
+    """Restart batch after batch through provision.launch (restart=True, health-gated);
+    stop at the first batch with a host that did not come back ready."""
+    from provision.launch import LaunchOptions, launch_fn
+    from provision.progress import Display
+    from provision.runner import run_hosts
+
+    by_name = {r.host: r for r in results}
+    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0)
+    stopped_at = None
+    with Display(plain=True, stream=stream or sys.stderr) as display:
+        fn = launch_fn(opts, display)
+        for i, batch in enumerate(batches, 1):
+            if stopped_at is not None:
+                for h in batch:
+                    _restart_outcome(by_name[h.name], "skipped",
+                                     f"restart skipped: batch {stopped_at} did not come back healthy")
+                continue
+            got = run_hosts(fleet, batch, fn)
+            for rr in got:
+                ok = rr.verdict in ("ready", "running")
+                _restart_outcome(by_name[rr.host], "restarted" if ok else rr.verdict,
+                                 ("restarted: " if ok else "restart failed: ") + rr.detail)
+                if not ok:
+                    stopped_at = i
+
+
+def _restart_outcome(r: HostResult, verdict: str, detail: str) -> None:
+    r.data["restart"] = {"verdict": verdict, "detail": detail}
+    r.notes.append(detail)
+    if verdict != "skipped":
+        r.data.setdefault("journal_extra", []).append({"command": "restart", "verdict": verdict,
+                                                       "detail": detail, "file": r.file})
+
+
+def restart_failed(r: HostResult) -> bool:
+    rs = r.data.get("restart") or {}
+    return bool(rs) and rs.get("verdict") not in ("restarted", "skipped")
+
+
+# --------------------------------------------------------------------------- output (pure)
+
+def label(r: HostResult) -> str:
+    if r.verdict in ("patched", "repaired"):
+        return "to re-patch" if r.data.get("check") else "re-patched"
+    return r.verdict
+
+
+def summary_line(results: list[HostResult]) -> str:
+    counts: dict[str, int] = {}
+    failed = 0
+    for r in results:
+        if r.failed:
+            failed += 1
+            continue
+        counts[label(r)] = counts.get(label(r), 0) + 1
+    order = ["unchanged", "re-patched", "to re-patch", "native", "foreign-edit", "blocked-git", "deferred"]
+    keys = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
+    body = ", ".join(f"{counts[k]} {k}" for k in keys) or "none ok"
+    line = f"reconcile: {len(results)} host{'s' if len(results) != 1 else ''}: {body}; {failed} failed"
+    rs: dict[str, int] = {}
+    for r in results:
+        if r.data.get("restart"):
+            v = r.data["restart"]["verdict"]
+            rs[v] = rs.get(v, 0) + 1
+        elif needs_restart(r):
+            key = "restart deferred" if any("restart deferred" in n for n in r.notes) else "restart needed"
+            rs[key] = rs.get(key, 0) + 1
+    if rs:
+        line += "; " + ", ".join(f"{n} {k}" for k, n in sorted(rs.items()))
+    return line
+
+
+def host_line(r: HostResult) -> str:
+    parts = [r.host, label(r) if r.verdict in ("patched", "repaired") else r.verdict]
+    if r.version:
+        parts.append(f"sglang {r.version}")
+    if r.file:
+        parts.append(r.file)
+    if r.detail:
+        parts.append("- " + r.detail)
+    return "  ".join(parts)
+
+
+def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> int:
+    if not results:
+        return EXIT_NOTHING
+    if any(r.failed or r.verdict in ATTENTION or restart_failed(r) for r in results):
+        return EXIT_FAILED
+    if check and any(r.verdict in ("patched", "repaired") for r in results):
+        return EXIT_CHANGES
+    if check and restart and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- schedule (pure)
+
+def parse_every(text: str) -> tuple[int, str]:
+    """`15m` / `1h` -> (seconds, cron schedule). Cron can only repeat on divisors of an
+    hour or a day, so those are what is accepted."""
+    m = re.fullmatch(r"\s*(\d+)\s*(m|min|minutes?|h|hours?)\s*", text or "")
+    if not m or int(m.group(1)) < 1:
+        raise UsageError(f"--every {text!r}: expected minutes or hours, e.g. 15m or 2h")
+    n, unit = int(m.group(1)), m.group(2)[0]
+    minutes = n if unit == "m" else n * 60
+    if minutes < 60 and 60 % minutes == 0:
+        return minutes * 60, f"*/{minutes} * * * *" if minutes > 1 else "* * * * *"
+    if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+        h = minutes // 60
+        return minutes * 60, "0 * * * *" if h == 1 else f"0 */{h} * * *"
+    raise UsageError(f"--every {text!r}: cron cannot repeat on that; use minutes dividing 60 "
+                     "(5m, 10m, 15m, 30m) or hours dividing 24 (1h, 2h, 6h, 12h, 24h)")
+
+
+def provision_argv() -> list[str]:
+    """How to run this same provision from a unit file: an absolute path."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "provision" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    found = shutil.which("provision")
+    if found:
+        return [os.path.abspath(found)]
+    return [os.path.abspath(sys.executable), "-m", "provision"]
+
+
+def _systemd_quote(arg: str) -> str:
+    if arg and not re.search(r"[\s\"'\\;$%]", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%") + '"'
+
+
+def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
+    exec_start = " ".join(_systemd_quote(a) for a in argv)
+    service = f"""\
+# written by `provision schedule`
+[Unit]
+Description=provision: reconcile the SGLang fleet (re-apply the EAGLE-3 patch where it is gone)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={exec_start}
+# 7: another reconcile holds the control-machine lock (that run does the work)
+SuccessExitStatus=7
+TimeoutStartSec=2h
+Nice=5
+"""
+    timer = f"""\
+# written by `provision schedule`
+[Unit]
+Description=provision: run provision-reconcile.service every {seconds // 60} min
+
+[Timer]
+OnBootSec=5min
+OnUnitActiveSec={seconds}s
+RandomizedDelaySec=30s
+AccuracySec=30s
+Unit=provision-reconcile.service
+
+[Install]
+WantedBy=timers.target
+"""
+    cron_line = f"{cron} {' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    return {"provision-reconcile.service": service, "provision-reconcile.timer": timer, "cron": cron_line}

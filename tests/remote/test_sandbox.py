@@ -324,7 +324,9 @@ def test_cli_up_status_down(tmp_path, sandbox_factory):
         assert f"ssh -F {cfg} sbx1" in r.output
         inv = yaml.safe_load((base / "inventory.yaml").read_text())
         assert inv["defaults"] == {"user": "root", "identity": str(base / "client/id_ed25519"),
-                                   "known_hosts": str(base / "known_hosts")}
+                                   "known_hosts": str(base / "known_hosts"),
+                                   "args": {"model-path": "/data/models/Kimi-K2.5",
+                                            "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"}}
         assert inv["hosts"]["sbx1"] == {"address": first, "port": 2222} and len(inv["hosts"]) == 2
         assert f"[{first}]:2222 ssh-ed25519 " in (base / "known_hosts").read_text()
         out = subprocess.run(["ssh", "-F", str(cfg), "sbx2", "hostname"], capture_output=True, text=True,

@@ -413,14 +413,17 @@ class Session:
                 select.select([], [], [], 0.01)
 
     def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
-             on_event: Callable[[dict], None] | None = None) -> dict:
-        """Run the remote agent with one request; return its JSON answer."""
+             on_event: Callable[[dict], None] | None = None, entry: str = "provision.remote.agent",
+             exclude: frozenset = frozenset()) -> dict:
+        """Run a remote entry module (the agent by default) with one request; return its JSON answer.
+
+        ``exclude``: remote module stems this call never needs, left out of the bundle."""
         from provision.remote.bundle import bootstrap_command, payload
 
         ready = READY_PREFIX + secrets.token_hex(8)
         password = self.sudo_password if sudo else None
         prompt = f"[provision-sudo-{secrets.token_hex(8)}] " if password is not None else None
-        cmd = bootstrap_command(python, sudo=sudo, sudo_prompt=prompt, ready=ready)
+        cmd = bootstrap_command(python, sudo=sudo, sudo_prompt=prompt, ready=ready, entry=entry)
         result: list[dict] = []
 
         def on_line(line: str) -> None:
@@ -431,7 +434,7 @@ class Session:
 
         started: list = []
         try:
-            res = self._exec(cmd, payload(request), timeout, on_line, started, ready=ready,
+            res = self._exec(cmd, payload(request, exclude), timeout, on_line, started, ready=ready,
                              wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password)
         except (UnknownOutcome, SudoRefused, Interrupted):
             raise

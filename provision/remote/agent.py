@@ -263,16 +263,6 @@ def _load_extra_ops() -> None:
 
 
 def main(request: bytes, bundle: bytes) -> int:
-    try:
-        req = json.loads(request)
-        out = dispatch(req, bundle)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - report, don't lose the host's answer
-        import traceback
+    from provision.remote.bootstrap import serve
 
-        out = {"ok": False, "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}",
-                                      "traceback": traceback.format_exc()[-2000:]}}
-    out.setdefault("host_python", sys.executable)
-    emit(out)
-    return 0
+    return serve(dispatch, request, bundle)

@@ -9,6 +9,11 @@ The bootstrap installs an import hook serving the bundled modules under their
 real names (``provision.remote.engine`` ...) and calls ``agent.main``.
 """
 
+def bootstrap_code(entry: str = "provision.remote.agent") -> str:
+    """The bootstrap for an entry module (one that has ``main(request, bundle)``)."""
+    return BOOTSTRAP.replace("provision.remote.agent", entry)
+
+
 BOOTSTRAP = (
     "import sys,json,zlib,types,importlib.util as u\n"
     "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h['b']);Q=r.read(h['q'])\n"
@@ -27,6 +32,26 @@ BOOTSTRAP = (
 
 RESULT_PREFIX = "PROVISION-RESULT "
 EVENT_PREFIX = "PROVISION-EVENT "
+
+
+def serve(dispatch, request: bytes, bundle: bytes) -> int:
+    """Run one request through ``dispatch`` and print the answer; never lose the host's answer."""
+    import json
+    import sys
+
+    try:
+        out = dispatch(json.loads(request), bundle)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - report it as a value
+        import traceback
+
+        out = {"ok": False, "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}",
+                                      "traceback": traceback.format_exc()[-2000:]}}
+    out.setdefault("host_python", sys.executable)
+    sys.stdout.write(RESULT_PREFIX + json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
 
 
 def frame(bundle: bytes, request: bytes) -> bytes:

@@ -18,22 +18,23 @@ CONTROL_ONLY = {"bundle"}
 
 
 @functools.lru_cache(maxsize=None)
-def bundle_bytes() -> bytes:
+def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
+    """The remote modules, less ``exclude`` (stems): a caller that never needs some ships less."""
     modules = {}
     for path in sorted(REMOTE_DIR.glob("*.py")):
         stem = path.stem
-        if stem in CONTROL_ONLY or stem == "__init__":
+        if stem in CONTROL_ONLY or stem == "__init__" or stem in exclude:
             continue
         modules[f"provision.remote.{stem}"] = path.read_text(encoding="utf-8")
     return zlib.compress(json.dumps(modules).encode(), 9)
 
 
-def payload(request: dict) -> bytes:
-    return frame(bundle_bytes(), json.dumps(request).encode())
+def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
+    return frame(bundle_bytes(exclude), json.dumps(request).encode())
 
 
 def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
-                      ready: str | None = None) -> str:
+                      ready: str | None = None, entry: str = "provision.remote.agent") -> str:
     """The remote command line: ``python -c BOOTSTRAP``, quoted for the remote shell.
 
     ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
@@ -45,7 +46,9 @@ def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_promp
     """
     import shlex
 
-    code = BOOTSTRAP
+    from provision.remote.bootstrap import bootstrap_code
+
+    code = bootstrap_code(entry)
     if ready is not None:
         if "\n" in ready or "'" in ready or "\\" in ready:
             raise ValueError("ready token must be one plain line")

@@ -1,8 +1,8 @@
 """Remote ops for fleet runs: `backups`, `restore` and `reconcile`.  STDLIB ONLY.
 
 Registered with the agent through ``OPS`` (agent._load_extra_ops). ``reconcile``
-is also reachable through a lighter entry point (``LIGHT_BOOTSTRAP`` + ``main``
-below), which the control side runs as ``python3 -S -c LIGHT_BOOTSTRAP``: it
+is also reachable through a lighter entry point (``main`` below, the bootstrap's
+``entry``), which the control side runs through ``Session.call(entry=...)``: it
 compiles only this module (and, on the slow path, what it imports), not the
 agent, discovery and server modules, and skips site-packages processing. On an
 unchanged host that is most of the remote cost.
@@ -43,46 +43,18 @@ import time
 
 # --------------------------------------------------------------------------- light entry point
 
-LIGHT_BOOTSTRAP = (
-    "import sys,json,zlib,types\n"
-    "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h['b']);Q=r.read(h['q'])\n"
-    "M=json.loads(zlib.decompress(B))\n"
-    "for n in ('provision','provision.remote'):\n"
-    " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
-    "class F:\n"
-    " def find_spec(s,n,p=None,t=None):\n"
-    "  if n not in M:return None\n"
-    "  import importlib.util as u;return u.spec_from_loader(n,s)\n"
-    " def create_module(s,sp):return None\n"
-    " def exec_module(s,m):exec(compile(M[m.__name__],'<provision:'+m.__name__+'>','exec'),m.__dict__)\n"
-    "sys.meta_path.insert(0,F())\n"
-    "n='provision.remote.restore_ops';a=types.ModuleType(n);a.__file__='<provision:'+n+'>';sys.modules[n]=a\n"
-    "exec(compile(M[n],a.__file__,'exec'),a.__dict__)\n"
-    "sys.exit(a.main(Q,B))\n"
-)
-RESULT_PREFIX = "PROVISION-RESULT "  # the same framing as bootstrap.RESULT_PREFIX
-
-
 def main(request: bytes, bundle: bytes) -> int:
-    """Entry point of LIGHT_BOOTSTRAP: run one of this module's ops, print the answer."""
-    try:
-        req = json.loads(request)
+    """Entry module of reconcile's light calls (``Session.call(entry=...)``): this module's ops
+    only, so the agent, discovery and server modules are not compiled on the fast path."""
+    from provision.remote.bootstrap import serve
+
+    def dispatch(req: dict, bundle: bytes) -> dict:
         fn = OPS.get(req.get("op"))
         if fn is None:
-            out = {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
-        else:
-            out = fn(req, bundle)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - report, don't lose the host's answer
-        import traceback
+            return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
+        return fn(req, bundle)
 
-        out = {"ok": False, "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}",
-                                      "traceback": traceback.format_exc()[-2000:]}}
-    out.setdefault("host_python", sys.executable)
-    sys.stdout.write(RESULT_PREFIX + json.dumps(out) + "\n")
-    sys.stdout.flush()
-    return 0
+    return serve(dispatch, request, bundle)
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -481,10 +481,13 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     assert not (state / "lock").exists() or True  # the fast path takes no lock (an old one may exist)
     # the same through the light entry point, as the control side runs it (`python3 -S -c ...`)
     req = {"op": "reconcile", "spec": spec, "state_dir": str(state), "sglang_path": str(pkg), "block_shas": shas}
-    proc = subprocess.run([sys.executable, "-S", "-c", ro.LIGHT_BOOTSTRAP], input=rc.light_payload(req),
-                          capture_output=True)
-    line = [x for x in proc.stdout.decode().splitlines() if x.startswith(ro.RESULT_PREFIX)][-1]
-    out = json.loads(line[len(ro.RESULT_PREFIX):])
+    from provision.remote.bootstrap import RESULT_PREFIX, bootstrap_code
+    from provision.remote.bundle import payload
+
+    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.remote.restore_ops")],
+                          input=payload(req, rc.LIGHT_EXCLUDE), capture_output=True)
+    line = [x for x in proc.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
+    out = json.loads(line[len(RESULT_PREFIX):])
     assert out["state"] == "unchanged", out
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     # a changed spec, a changed version or changed bytes leave the fast path
@@ -582,7 +585,9 @@ def test_fast_servers_reuse_known_installs(monkeypatch):
 def test_light_bundle_has_what_reconcile_imports():
     import zlib
 
-    mods = json.loads(zlib.decompress(rc.light_bundle()))
+    from provision.remote.bundle import bundle_bytes
+
+    mods = json.loads(zlib.decompress(bundle_bytes(rc.LIGHT_EXCLUDE)))
     names = {m.rsplit(".", 1)[1] for m in mods}
     assert {"restore_ops", "agent", "bootstrap", "discover", "engine", "fileops"} <= names
     assert not names & {"audit", "server_ops", "bundle"}
@@ -591,10 +596,12 @@ def test_light_bundle_has_what_reconcile_imports():
 def test_light_entry_point_reports_bad_ops():
     from provision.remote.bundle import payload
 
-    proc = subprocess.run([sys.executable, "-S", "-c", ro.LIGHT_BOOTSTRAP], input=payload({"op": "nope"}),
-                          capture_output=True)
-    line = [x for x in proc.stdout.decode().splitlines() if x.startswith(ro.RESULT_PREFIX)][-1]
-    out = json.loads(line[len(ro.RESULT_PREFIX):])
+    from provision.remote.bootstrap import RESULT_PREFIX, bootstrap_code
+
+    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.remote.restore_ops")],
+                          input=payload({"op": "nope"}), capture_output=True)
+    line = [x for x in proc.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
+    out = json.loads(line[len(RESULT_PREFIX):])
     assert out["ok"] is False and out["error"]["kind"] == "bad-request"
 
 

@@ -125,7 +125,9 @@ def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=
         req = request_for(op, host, hspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
                           python=python, verify_import=verify_import, kill_at=kill_at)
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        return result_from_answer(host.name, answer, check=check)
+        res = result_from_answer(host.name, answer, check=check)
+        res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal
+        return res
 
     return fn
 

@@ -171,6 +171,11 @@ def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
         res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
                                  resolve_module=module_resolver(inst["path"]), **common)
     res["elapsed"] = round(time.monotonic() - t0, 4)
+    if res.get("verdict") in ("patched", "repaired", "unpatched") and not req.get("check"):
+        from provision.remote.restore_ops import host_log
+
+        host_log(f"{'unpatch' if unpatch else 'patch'} {res['verdict']}: {path} spec={spec['name']} "
+                 f"sha256 {str(res.get('sha_before'))[:12]} -> {str(res.get('sha_after'))[:12]}")
     running = [s for s in servers if s.get("install") == inst["path"] and s["listening"]]
     changed = res.get("verdict") in ("patched", "repaired", "unpatched")
     if running and changed and not req.get("check"):

@@ -291,6 +291,8 @@ def test_history_and_restore(hosts, ssh_env, env):
     assert recs[2]["sha256_before"] == sha(patched) and recs[2]["sha256_after"] == sha(original)
     assert recs[3]["sha256_before"] == sha(original) and recs[3]["sha256_after"] == sha(patched)
     assert recs[2]["spec"] == "kimi-k25-eagle3" and recs[2]["spec_hash"]
+    assert recs[0]["spec"] == "kimi-k25-eagle3" and recs[0]["spec_hash"] == recs[2]["spec_hash"]
+    assert recs[0]["sha256_before"] == sha(original) and recs[0]["sha256_after"] == sha(patched)
     assert all(r["user"] and r["control_host"] and r["tool_version"] and r["time"] for r in recs)
     only = run("history", "--host", src.name, "-n", "2", "--json", env=env, check_rc=0)
     assert [json.loads(x)["verdict"] for x in only.stdout.splitlines()] == ["restored", "failed"]

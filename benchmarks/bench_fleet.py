@@ -28,7 +28,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,21 +43,9 @@ PROVISION = shutil.which("provision")
 
 
 def free_addresses(n: int, port: int = 22) -> list[str]:
-    out = []
-    for last in range(1, 255):
-        addr = f"127.0.1.{last}"
-        s = socket.socket()
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((addr, port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        out.append(addr)
-        if len(out) == n:
-            return out
-    raise SystemExit(f"only {len(out)} free addresses in 127.0.1.0/24 (port {port})")
+    from _sandbox import free_addresses as free
+
+    return free(n, 1, port, net="127.0.1")
 
 
 def cli(args: list[str], env: dict) -> dict:

@@ -30,7 +30,6 @@ import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from provision.sandbox.hosts import HOST_PATH, HostSpec, Sandbox  # noqa: E402
+from provision.sandbox.hosts import HOST_PATH, Sandbox  # noqa: E402
 
 EXITFILE = "/var/lib/provision/server/server-30000.exit"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -69,55 +68,7 @@ print("none", flush=True)
 
 # --------------------------------------------------------------------------- helpers
 
-def provision_argv() -> list[str]:
-    """The console script next to this interpreter (not a pyenv shim, which adds ~0.2 s)."""
-    exe = Path(sys.executable).with_name("provision")
-    if not exe.exists():
-        exe = shutil.which("provision")
-    return [str(exe)] if exe else [sys.executable, "-m", "provision"]
-
-
-def ssh_port() -> int:
-    for port in (22, 10022, 20022):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.2.254", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    return 30022
-
-
-def free_addresses(n: int, first: int, port: int) -> list[str]:
-    out = []
-    for last in list(range(first, 255)) + list(range(first - 1, 1, -1)):
-        addr = f"127.0.2.{last}"
-        s = socket.socket()
-        try:
-            s.bind((addr, port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        out.append(addr)
-        if len(out) == n:
-            return out
-    raise SystemExit(f"only {len(out)} free addresses in 127.0.2.x for port {port}; need {n}")
-
-
-def up_hosts(box: Sandbox, names: list[str], first: int, port: int):
-    from provision.sandbox.hosts import AddressInUse
-
-    for _ in range(5):
-        addrs = free_addresses(len(names), first, port)
-        try:
-            return box.up([HostSpec(n, a, "0.5.9", "source", port) for n, a in zip(names, addrs)])
-        except (AddressInUse, OSError) as exc:
-            print(f"  (address race: {exc}; retrying)", file=sys.stderr)
-            first = (first + len(names)) % 250 or 2
-    raise SystemExit("could not find free loopback addresses")
+from _sandbox import free_addresses, provision_argv, ssh_port, up_hosts  # noqa: E402,F401
 
 
 def inventory(box: Sandbox, path: Path, names: list[str], env: dict | None = None) -> Path:

@@ -28,7 +28,6 @@ import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from provision.sandbox.hosts import HostSpec, Sandbox  # noqa: E402
+from provision.sandbox.hosts import Sandbox  # noqa: E402
 
 MODEL_FILE = "/root/sglang/python/sglang/srt/models/kimi_k25.py"
 CLASS = "KimiK25ForConditionalGeneration"
@@ -49,58 +48,7 @@ METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_
 
 # --------------------------------------------------------------------------- helpers
 
-def provision_argv() -> list[str]:
-    """The console script next to this interpreter (not a pyenv shim, which adds ~0.2 s)."""
-    exe = Path(sys.executable).with_name("provision")
-    if not exe.exists():
-        exe = shutil.which("provision")
-    return [str(exe)] if exe else [sys.executable, "-m", "provision"]
-
-
-def ssh_port() -> int:
-    """22 unless something listens on *:22 (as tests/conftest.py decides)."""
-    for port in (22, 10022, 20022):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.2.254", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    return 30022
-
-
-def free_addresses(n: int, first: int, port: int) -> list[str]:
-    """n addresses 127.0.2.<first..254> (then downwards) nobody listens on at `port`."""
-    out = []
-    for last in list(range(first, 255)) + list(range(first - 1, 1, -1)):
-        addr = f"127.0.2.{last}"
-        s = socket.socket()
-        try:
-            s.bind((addr, port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        out.append(addr)
-        if len(out) == n:
-            return out
-    raise SystemExit(f"only {len(out)} free addresses in 127.0.2.x for port {port}; need {n}")
-
-
-def up_hosts(box: Sandbox, names: list[str], first: int, port: int):
-    """Start hosts; retry with fresh addresses if another sandbox grabbed one meanwhile."""
-    from provision.sandbox.hosts import AddressInUse
-
-    for _ in range(5):
-        addrs = free_addresses(len(names), first, port)
-        try:
-            return box.up([HostSpec(n, a, "0.5.9", "source", port) for n, a in zip(names, addrs)])
-        except (AddressInUse, OSError) as exc:
-            print(f"  (address race: {exc}; retrying)", file=sys.stderr)
-            first = (first + len(names)) % 250 or 2
-    raise SystemExit("could not find free loopback addresses")
+from _sandbox import free_addresses, provision_argv, ssh_port, up_hosts  # noqa: E402,F401
 
 
 LAST_CPU = {"cli": 0.0, "machine": 0.0}
@@ -434,7 +382,6 @@ def main() -> int:
     # provision journals every change (provision/journal.py): keep benchmark runs out of the real one
     os.environ["PROVISION_JOURNAL"] = str(work / "journal.jsonl")
     box = Sandbox(work / "box", owner_pid=os.getpid())
-    lines: list[str] = []
     try:
         st = bench_startup(args.runs)
         port = ssh_port()

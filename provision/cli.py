@@ -7,15 +7,12 @@ Heavy modules (fabric, paramiko, rich) are imported inside commands so that
 from __future__ import annotations
 
 import functools
-import json
-import os
 import sys
 
 import click
 
 from provision import __version__
-from provision.errors import (EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, ConfigError,
-                              ProvisionError, UsageError)
+from provision.errors import (EXIT_CODES, EXIT_INTERRUPTED, EXIT_NOTHING, ProvisionError, UsageError)
 
 EXIT_HELP = "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
 

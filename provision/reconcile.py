@@ -18,8 +18,7 @@ import shutil
 import sys
 from datetime import datetime, time as dtime
 
-from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, ConnectError, UnknownOutcome,
-                              UsageError)
+from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
 from provision.results import HostResult
 
 # Hosts in these states need a human: they make the run exit 3 like a failure.

@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import time
 
 # --------------------------------------------------------------------------- light entry point

@@ -25,7 +25,7 @@ import pytest
 from provision.errors import AuthError, HostKeyError
 from provision.inventory import adhoc
 from provision.runner import ConnOptions, Fleet
-from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, PROVISION, class_methods, run, run_json
+from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, PROVISION, class_methods, run_json
 
 pytestmark = pytest.mark.ssh
 

@@ -1,7 +1,5 @@
 """ssh config resolution (with Include) and the known_hosts reader."""
 
-import base64
-import os
 
 import paramiko
 import pytest

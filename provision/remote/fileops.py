@@ -423,28 +423,31 @@ def _result(path: str) -> dict:
             "sha_before": None, "sha_after": None, "backup": None, "check": False, "error": None}
 
 
+def _written_and_compiles(real: str, expected: bytes, after: str) -> tuple:
+    """(bytes on disk, problems): the file holds what was written and compiles with this interpreter."""
+    data = _read(real)
+    if data != expected:
+        return data, [f"{real} does not hold the bytes that were written (sha256 {_sha(data)[:12]}, "
+                      f"expected {_sha(expected)[:12]})"]
+    try:
+        compile(data, real, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        return data, [f"{real} does not compile {after}: {e}"]
+    return data, []
+
+
 def _verify_patch(spec, resolve_module):
     def verify(real: str, expected: bytes) -> list:
-        data = _read(real)
-        if data != expected:
-            return [f"{real} does not hold the bytes that were written (sha256 {_sha(data)[:12]}, expected {_sha(expected)[:12]})"]
-        try:
-            compile(data, real, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as e:
-            return [f"{real} does not compile with {sys.executable}: {e}"]
-        return engine.check_structure(data, spec, resolve_module)
+        data, problems = _written_and_compiles(real, expected, f"with {sys.executable}")
+        return problems or engine.check_structure(data, spec, resolve_module)
     return verify
 
 
 def _verify_unpatch(spec):
     def verify(real: str, expected: bytes) -> list:
-        data = _read(real)
-        if data != expected:
-            return [f"{real} does not hold the bytes that were written"]
-        try:
-            compile(data, real, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as e:
-            return [f"{real} does not compile after removing the block: {e}"]
+        data, problems = _written_and_compiles(real, expected, "after removing the block")
+        if problems:
+            return problems
         if engine.plan_unpatch(data, spec)["verdict"] != "absent":
             return [f"{real} still holds a managed block for spec {spec.get('name')}"]
         return []

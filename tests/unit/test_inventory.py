@@ -1,4 +1,5 @@
 """Inventories: ours (strict) and Ansible's; errors name file and line; --limit."""
+# The 10.0.0.x addresses below are inventory data for the parser only: no test connects to them.
 
 import pytest
 import yaml

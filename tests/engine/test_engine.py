@@ -864,7 +864,7 @@ def _other_pythons() -> list[str]:
     import glob
     import shutil
     found = {}
-    for cand in ["python3.10", "python3.12", "python3.13"] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/bin/python3"))):
+    for cand in ["python3.10", "python3.12", "python3.13"] + sorted(glob.glob(os.path.join(os.environ.get("PROVISION_REAL_HOME") or os.path.expanduser("~"), ".pyenv/versions/3.1[0-9]*/bin/python3"))):
         path = shutil.which(cand) if "/" not in cand else cand
         if not path or not os.access(path, os.X_OK):
             continue

@@ -19,6 +19,10 @@ def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = Fa
            "python": python or host.get("python"), "verify_import": verify_import}
     if spec is not None:
         req["spec"] = spec.to_engine()
+    if op == "unpatch":
+        from provision.journal import actor
+
+        req["actor"] = actor()  # recorded on the host: reconcile names who holds it
     if kill_at:
         req["kill_at"] = kill_at
     return req

@@ -168,7 +168,7 @@ def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
                                      f"{spec['file']} in the sglang package)"}}
     t0 = time.monotonic()
     if unpatch:
-        res = fileops.unpatch_file(path, spec, **common)
+        res = fileops.unpatch_file(path, spec, actor=req.get("actor"), **common)
     else:
         res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
                                  resolve_module=module_resolver(inst["path"]), **common)

@@ -4,6 +4,14 @@ Runs on the GPU host (shipped as text by provision). Importing sglang pulls in
 torch and takes seconds, so each candidate interpreter is asked only for
 ``importlib.util.find_spec("sglang")`` and ``importlib.metadata``; source
 checkouts are found on disk. Installs are de-duplicated by real path.
+
+This runs as root on the host, so it runs no one else's code: an interpreter is
+probed only when ``untrusted_reason`` finds it (and every directory above it) owned
+by root or by the agent's own non-root user and not writable by group or others;
+the others are listed in ``facts["skipped"]`` (an interpreter the user named is
+used anyway, with a warning). The probe runs ``-I -S`` with PROBE_ENV, so no
+site-packages code, ``PYTHONPATH`` or ``sitecustomize`` runs, and a server's cwd
+and ``PYTHONPATH`` are handed to it as data.
 """
 
 from __future__ import annotations

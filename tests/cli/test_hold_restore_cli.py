@@ -113,3 +113,37 @@ def test_restore_refuses_a_file_changed_since_provision_left_it(host, ssh_env):
     assert kimi(host).read_bytes() == original
     history = [json.loads(x) for x in run("history", "--json", check_rc=0).stdout.splitlines()]
     assert [r["verdict"] for r in history if r["host"] == host.name][-2:] == ["failed", "restored"]
+
+
+def test_a_renamed_playbook_replaces_the_old_block_and_reconcile_keeps_the_state(host, ssh_env, tmp_path):
+    """Patched under an old playbook name, then the default one: never `native`, never `absent`."""
+    from pathlib import Path
+
+    args = [*ssh_env.cli_args, "--host", host.name]
+    pristine = kimi(host).read_bytes()
+    text = (Path(__file__).resolve().parents[2] / "playbooks" / "kimi-k25-eagle3.yaml").read_text()
+    old = tmp_path / "kimi-old.yaml"
+    old.write_text(text.replace("name: kimi-k25-eagle3", "name: kimi-eagle3-old", 1))
+    run("patch", *args, "--spec", old, check_rc=0)
+    assert b"spec=kimi-eagle3-old" in kimi(host).read_bytes()
+
+    proc, doc = run_json("status", *args)
+    assert doc["hosts"][0]["data"]["methods"] == {m: "ours" for m in METHODS}, doc["hosts"][0]
+    # reconcile under the default spec: our old block is stale, re-rendered; state kept
+    proc, doc = run_json("reconcile", *args)
+    rec = doc["hosts"][0]
+    assert proc.returncode == 0 and (rec["verdict"], rec["data"]["state"]) == ("patched", "stale-block"), rec
+    data = kimi(host).read_bytes()
+    assert b"spec=kimi-eagle3-old" not in data and b"spec=kimi-k25-eagle3" in data
+    assert class_methods(data, KIMI_CLASS).count("get_embed_and_head") == 1
+    state = json.loads(host.hostpath("/var/lib/provision/state.json").read_text())
+    assert [e["spec"] for e in state.values()] == ["kimi-k25-eagle3"]
+
+    # patch under the old name again, then unpatch under the new one: the original comes back
+    run("patch", *args, "--spec", old, check_rc=0)
+    proc, doc = run_json("patch", *args)
+    assert doc["hosts"][0]["verdict"] == "patched"
+    assert any("replaced the managed block written under spec kimi-eagle3-old" in n for n in doc["hosts"][0]["notes"])
+    run("patch", *args, "--spec", old, check_rc=0)
+    proc, doc = run_json("unpatch", *args)
+    assert doc["hosts"][0]["verdict"] == "unpatched" and kimi(host).read_bytes() == pristine

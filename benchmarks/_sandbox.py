@@ -7,7 +7,24 @@ import socket
 import sys
 from pathlib import Path
 
+from provision.sandbox.homedir import isolate
 from provision.sandbox.hosts import AddressInUse, HostSpec, Sandbox
+
+
+def isolate_home() -> str:
+    """A throwaway HOME and XDG state for this benchmark process and every `provision` it
+    runs (as the test suite's `isolated_home` fixture): the user's journal, reconcile
+    cache, lock and ~/.ssh are never touched. Done on import: every benchmark imports this."""
+    import atexit
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="provision-bench-home-")
+    isolate(base)
+    atexit.register(shutil.rmtree, base, True)
+    return base
+
+
+BENCH_HOME = isolate_home()
 
 
 def provision_argv() -> list[str]:

@@ -39,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from provision.sandbox.hosts import HostSpec, Sandbox  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _sandbox  # noqa: E402,F401 - a throwaway HOME for this run (see _sandbox.isolate_home)
+
 PROVISION = shutil.which("provision")
 
 

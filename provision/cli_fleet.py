@@ -44,6 +44,8 @@ def _load_spec(spec):
 @_install_opts
 @click.option("--check", is_flag=True, help="Decide and report, change nothing (exit 4 if changes are due).")
 @click.option("--force", is_flag=True, help="Also patch files someone else edited (foreign-edit).")
+@click.option("--include-held", is_flag=True,
+              help="Also re-patch hosts held by an explicit `provision unpatch` (by default they are left alone).")
 @click.option("--restart", is_flag=True,
               help="Restart servers that run older code than their file (rolling, health-gated).")
 @click.option("--serial", metavar="N|P%", help="With --restart: restart N hosts (or P%) at a time.")
@@ -54,8 +56,8 @@ def _load_spec(spec):
 @click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="With --restart: seconds to wait for each restarted server to be healthy.")
 @click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
-def reconcile(ctx, spec, sglang_path, python_, check, force, restart, serial, window, profile, restart_deadline,
-              full):
+def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, restart, serial, window, profile,
+              restart_deadline, full):
     """Bring every host back to the patched state; meant for cron / systemd timers.
 
     One remote call per host decides, from the host's provision state, the
@@ -65,7 +67,9 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, restart, serial, wi
       unchanged     our patch is in place: nothing is written, not even state
       native        the release has the methods natively: stale state dropped
       wiped         upgraded/reinstalled/downgraded, block gone: re-patched
-      unpatched     never patched (or unpatched/restored by hand): patched
+      unpatched     never patched (or restored, or unpatched by hand): patched
+      held          `provision unpatch` was run on it (who, when): left
+                    alone until `provision patch` (--include-held patches)
       stale-block   our block differs from the spec: re-rendered
       foreign-edit  someone else edited the file: left alone (--force patches,
                     or adopts an edited file that still holds our block)
@@ -108,7 +112,7 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, restart, serial, wi
         try:
             results = run_hosts(fleet, hosts, rc.reconcile_fn(
                 pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
-                timeout=ctx.conn.command_timeout, full=full, cache=cache))
+                timeout=ctx.conn.command_timeout, full=full, cache=cache, include_held=include_held))
             batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
             by_name = {r.host: r for r in results}
             for name, note in notes.items():
@@ -154,6 +158,21 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, restart, serial, wi
 
 # --------------------------------------------------------------------------- restore
 
+def last_change(host: str) -> dict | None:
+    """The journal's last change to `host` (file, sha256 after, command, time): what the host
+    falls back on when its own state does not say how provision last left the file."""
+    from provision import journal
+
+    try:
+        recs, _bad = journal.read(host=host)
+    except OSError:
+        return None
+    for rec in reversed(recs):
+        if rec.get("verdict") in journal.CHANGE_VERDICTS and rec.get("sha256_after") and rec.get("file"):
+            return {k: rec.get(k) for k in ("file", "sha256_after", "command", "time")}
+    return None
+
+
 def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
     data = {"spec": spec.name, "spec_hash": spec.sha, "backups": ans.get("backups") or [],
             "current_sha": ans.get("current_sha")}
@@ -198,12 +217,20 @@ def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
 @click.option("--list", "list_", is_flag=True, help="Only list the backups.")
 @click.option("--check", is_flag=True, help="Say what would be restored, change nothing (exit 4 if it would).")
 @click.option("--diff", is_flag=True, help="Show a unified diff of the change.")
-def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, check, diff):
+@click.option("--force", is_flag=True, help="Restore even a backup taken under another SGLang version, or over a "
+                                            "file that changed since provision last wrote it.")
+def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, check, diff, force):
     """Put a backup of the model file back, from the host's provision state dir.
 
     Backups are taken before every change provision makes; the first one of a
     file (its original) is kept forever. Default: put the original back. The
     current bytes are backed up first, so a restore can be undone with another.
+
+    A backup is put back only if it was taken under the SGLang version installed
+    now and the file is still as provision last left it (the sha256 in the host's
+    state, else in the journal): after an upgrade, restoring 0.5.9's original would
+    put 0.5.9's file into 0.5.10. Anything else is refused, naming both versions;
+    --force overrides.
     Verdicts: restored, unchanged (the file already holds those bytes), failed.
     """
     if backup_id and original:
@@ -216,8 +243,9 @@ def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, 
     def fn(host, session, fleet) -> HostResult:
         hspec = pspec or _spec(host.get("spec"))
         req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
-               "backup": backup_id, "original": original, "check": check, "diff": diff,
-               "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python")}
+               "backup": backup_id, "original": original, "check": check, "diff": diff, "force": force,
+               "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python"),
+               "journal_last": last_change(host.name)}
         ans = session.call(req, timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
         r = _restore_result(host.name, ans, hspec, list_)
         collected.append(r)

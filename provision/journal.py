@@ -45,6 +45,11 @@ def _user() -> str:
         return str(os.geteuid())
 
 
+def actor() -> str:
+    """Who is acting, as the journal names them: user@control-host."""
+    return f"{_user()}@{socket.gethostname()}"
+
+
 def _redact(text: str) -> str:
     try:
         from provision.redact import redact

@@ -19,6 +19,10 @@ def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = Fa
            "python": python or host.get("python"), "verify_import": verify_import}
     if spec is not None:
         req["spec"] = spec.to_engine()
+    if op == "unpatch":
+        from provision.journal import actor
+
+        req["actor"] = actor()  # recorded on the host: reconcile names who holds it
     if kill_at:
         req["kill_at"] = kill_at
     return req
@@ -33,13 +37,24 @@ def _chosen(facts: dict | None) -> dict:
     return {}
 
 
+def discovery_notes(facts: dict | None, *, skipped: bool = True) -> list[str]:
+    """Interpreters discovery refused to run (not root's), and explicit ones run anyway."""
+    facts = facts or {}
+    notes = [f"warning: {w}" for w in facts.get("warnings") or []]
+    if skipped:
+        notes += [f"skipped {k['path']}: {k['reason']}" + (f" (the interpreter of server pid {k['server_pid']})"
+                                                          if k.get("server_pid") else "")
+                  for k in facts.get("skipped") or []]
+    return notes
+
+
 def result_from_answer(host: str, answer: dict, *, check: bool = False) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
     res = answer.get("result") or {}
     err = answer.get("error") or res.get("error")
     others = [r["path"] for r in facts.get("installs", []) if r["path"] != facts.get("chosen")]
-    notes = list(res.get("notes") or [])
+    notes = list(res.get("notes") or []) + discovery_notes(facts, skipped=False)
     if others:
         notes.append("other SGLang installs left alone: " + ", ".join(others))
     if res.get("verify_import"):
@@ -72,7 +87,7 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
     err = answer.get("error")
     if err:
         return HostResult(host, "failed", err.get("message", ""), error_kind=err.get("kind"),
-                          data={"installs": facts.get("installs", [])})
+                          data={"installs": facts.get("installs", [])}, notes=discovery_notes(facts))
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
     if p.get("error"):
@@ -115,7 +130,7 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, "ok", f"patch: {state}; server: {server}", version=inst.get("version"),
-                      install=inst.get("path"), file=p.get("file"), data=data)
+                      install=inst.get("path"), file=p.get("file"), data=data, notes=discovery_notes(facts))
 
 
 def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=False, sglang_path=None, python=None,

@@ -24,7 +24,7 @@ from provision.results import HostResult
 # Hosts in these states need a human: they make the run exit 3 like a failure.
 ATTENTION = {"foreign-edit", "blocked-git"}
 VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "foreign-edit": "foreign-edit",
-                    "blocked-git": "blocked-git", "missing-file": "failed", "error": "failed"}
+                    "blocked-git": "blocked-git", "held": "held", "missing-file": "failed", "error": "failed"}
 
 
 # --------------------------------------------------------------------------- maintenance windows (pure)
@@ -106,9 +106,10 @@ def block_shas(spec) -> tuple:
 
 
 def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,
-            known: dict | None = None) -> dict:
+            known: dict | None = None, include_held: bool = False) -> dict:
     """The reconcile request; `known` is the host's entry in the control-side cache."""
     req = {"op": "reconcile", "spec": spec.to_engine(), "check": check, "force": force,
+           "include_held": include_held,
            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
            "full": full, "block_shas": list(block_shas(spec))}
     known = known or {}
@@ -170,11 +171,11 @@ def save_cache(cache: dict, results: list[HostResult]) -> None:
 
 
 def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
-                 full=False, cache=None):
+                 full=False, cache=None, include_held=False):
     def fn(host, session, fleet) -> HostResult:
         hspec = spec or _spec(host.get("spec"))
         req = request(hspec, host, check=check, force=force, sglang_path=sglang_path, python=python, full=full,
-                      known=(cache or {}).get(host.name))
+                      known=(cache or {}).get(host.name), include_held=include_held)
         ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         return result_from_answer(host.name, ans, check=check, spec=hspec)
 
@@ -317,7 +318,7 @@ def summary_line(results: list[HostResult]) -> str:
             failed += 1
             continue
         counts[label(r)] = counts.get(label(r), 0) + 1
-    order = ["unchanged", "re-patched", "to re-patch", "native", "foreign-edit", "blocked-git", "deferred"]
+    order = ["unchanged", "re-patched", "to re-patch", "native", "held", "foreign-edit", "blocked-git", "deferred"]
     keys = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
     body = ", ".join(f"{counts[k]} {k}" for k in keys) or "none ok"
     line = f"reconcile: {len(results)} host{'s' if len(results) != 1 else ''}: {body}; {failed} failed"

@@ -51,6 +51,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory):
+    """Every test, and every `provision` it runs, works in its own HOME and XDG dirs, with
+    its own journal and lock: the user's ~/.local/state/provision, ~/.ssh and ~/.config
+    are never read or written (.ci/run checks the journal, known_hosts and ssh config are
+    byte-identical afterwards). The real HOME stays in $PROVISION_REAL_HOME for tests that
+    look for things installed there (other Pythons under ~/.pyenv), and the wheel cache
+    stays where it is."""
+    from provision.sandbox.homedir import isolate, restore
+
+    old = isolate(tmp_path_factory.mktemp("home"))
+    try:
+        yield os.environ["HOME"]
+    finally:
+        restore(old)
+
+
 def _port_for_tests() -> int:
     """22 unless something listens on *:22 (then no 127.0.0.x:22 is free)."""
     for port in (22, 10022, 20022):

@@ -109,14 +109,16 @@ def op_status(req: dict) -> dict:
 
 def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
     """Re-run under the interpreter that owns the install, if it is a different binary."""
-    owner, env_extra = discover.owner_python(inst)
+    owner, _env = discover.owner_python(inst)
     if req.get("_stage") == "owner":
         return None
     if os.path.realpath(owner) == os.path.realpath(sys.executable):
         return None
     sub = dict(req, _stage="owner", sglang_path=inst["path"])
-    env = dict(os.environ, **env_extra)
-    proc = subprocess.run([owner, "-S", "-c", BOOTSTRAP], input=frame(bundle, json.dumps(sub).encode()),
+    # -I -S and no PYTHONPATH: the engine only reads the install's files, it never imports
+    # them, so nothing on a checkout's path (which a user may own) is put on sys.path.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    proc = subprocess.run([owner, "-I", "-S", "-c", BOOTSTRAP], input=frame(bundle, json.dumps(sub).encode()),
                           capture_output=True, env=env, timeout=req.get("timeout", 600))
     for line in proc.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -166,7 +168,7 @@ def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
                                      f"{spec['file']} in the sglang package)"}}
     t0 = time.monotonic()
     if unpatch:
-        res = fileops.unpatch_file(path, spec, **common)
+        res = fileops.unpatch_file(path, spec, actor=req.get("actor"), **common)
     else:
         res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
                                  resolve_module=module_resolver(inst["path"]), **common)

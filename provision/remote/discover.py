@@ -4,6 +4,14 @@ Runs on the GPU host (shipped as text by provision). Importing sglang pulls in
 torch and takes seconds, so each candidate interpreter is asked only for
 ``importlib.util.find_spec("sglang")`` and ``importlib.metadata``; source
 checkouts are found on disk. Installs are de-duplicated by real path.
+
+This runs as root on the host, so it runs no one else's code: an interpreter is
+probed only when ``untrusted_reason`` finds it (and every directory above it) owned
+by root or by the agent's own non-root user and not writable by group or others;
+the others are listed in ``facts["skipped"]`` (an interpreter the user named is
+used anyway, with a warning). The probe runs ``-I -S`` with PROBE_ENV, so no
+site-packages code, ``PYTHONPATH`` or ``sitecustomize`` runs, and a server's cwd
+and ``PYTHONPATH`` are handed to it as data.
 """
 
 from __future__ import annotations
@@ -14,25 +22,97 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-# Asked of each candidate interpreter. Prints one JSON line. Does not import sglang.
+# Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
+# isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
+# site module, so no code from any site-packages (.pth files, sitecustomize) or from the
+# listed dirs ever runs. The search path a normal start would build (the venv's
+# site-packages, plain-path lines of .pth files) is rebuilt here as data, and the dirs
+# given as argv[1] (a server's cwd and PYTHONPATH) are put in front. Then only
+# `find_spec` (which does not import sglang) and `importlib.metadata` read files.
+# Prints one JSON line.
 PROBE = r"""
-import json, sys, os
-out = {"executable": sys.executable, "prefix": sys.prefix,
-       "version": "%d.%d.%d" % sys.version_info[:3]}
+import json, os, sys
+out = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3]}
+extra = [p for p in (json.loads(sys.argv[1]) if len(sys.argv) > 1 else []) if isinstance(p, str) and p]
+exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+prefix, system_site = sys.prefix, True
+for cfg in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+    if os.path.isfile(cfg):
+        prefix = os.path.dirname(exe_dir)  # as site.venv() would set sys.prefix
+        try:
+            with open(cfg, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    k, _, v = line.partition("=")
+                    if k.strip().lower() == "include-system-site-packages":
+                        system_site = v.strip().lower() == "true"
+        except OSError:
+            pass
+        break
+out["prefix"] = prefix
+xy = "python%d.%d" % sys.version_info[:2]
+dirs = []
+try:
+    import site
+    prefixes = [prefix] + ([sys.base_prefix, sys.base_exec_prefix] if prefix != sys.base_prefix and system_site else [])
+    if prefix == sys.base_prefix:
+        prefixes = [sys.prefix, sys.exec_prefix]
+    for pre in dict.fromkeys(prefixes):
+        for lib in dict.fromkeys((getattr(sys, "platlibdir", "lib"), "lib")):
+            dirs.append(os.path.join(pre, lib, xy, "site-packages"))
+        dirs.extend(site.getsitepackages([pre]))
+except Exception as exc:
+    out["site_error"] = repr(exc)
+dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+more = []
+for d in dirs:
+    try:
+        names = sorted(n for n in os.listdir(d) if n.endswith(".pth"))
+    except OSError:
+        continue
+    for n in names:
+        try:
+            with open(os.path.join(d, n), encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    line = line.rstrip()
+                    if not line or line.startswith(("#", "import ", "import\t")):
+                        continue
+                    p = os.path.join(d, line)
+                    if os.path.isdir(p):
+                        more.append(p)
+        except OSError:
+            pass
+sys.path[:] = extra + sys.path + dirs + more
 try:
     import importlib.util
     spec = importlib.util.find_spec("sglang")
 except Exception as exc:
     spec = None
     out["error"] = repr(exc)
+dist = None
+try:
+    import importlib.metadata as md
+    dist = md.distribution("sglang")
+except Exception:
+    pass
+if spec is None and dist is not None:
+    try:  # an editable install served by a finder hook (.pth `import` line): its project dir
+        du = json.loads(dist.read_text("direct_url.json") or "{}")
+        if (du.get("dir_info") or {}).get("editable") and du.get("url", "").startswith("file://"):
+            root = du["url"][len("file://"):]
+            for cand in (os.path.join(root, "sglang"), os.path.join(root, "python", "sglang")):
+                if os.path.isfile(os.path.join(cand, "__init__.py")):
+                    out["sglang"] = cand
+                    break
+    except Exception:
+        pass
 if spec is not None and spec.submodule_search_locations:
     out["sglang"] = list(spec.submodule_search_locations)[0]
+if out.get("sglang") and dist is not None:
     try:
-        import importlib.metadata as md
-        dist = md.distribution("sglang")
         out["dist_version"] = dist.version
         p = getattr(dist, "_path", None)
         out["dist_info"] = str(p) if p else None
@@ -43,6 +123,9 @@ if spec is not None and spec.submodule_search_locations:
         pass
 print(json.dumps(out))
 """
+
+# The probe's whole environment: nothing of the caller's (or a server's) is inherited.
+PROBE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 
 INTERPRETER_GLOBS = [
     "/usr/bin/python3", "/usr/local/bin/python3",
@@ -101,10 +184,108 @@ def git_root(pkg: str) -> str | None:
     return None
 
 
-def probe_interpreter(python: str, env: dict | None = None, cwd: str | None = None, timeout: float = 15) -> dict | None:
+# --------------------------------------------------------------------------- who may run code here
+
+def trusted_uids() -> set:
+    """Owners whose files this agent may execute: root, and the agent's own user when it
+    runs without root (an SSH user with no sudo); never anyone else."""
+    euid = os.geteuid()
+    return {0} if euid == 0 else {0, euid}
+
+
+def _owner_name(uid: int) -> str:
     try:
-        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=timeout,
-                              env=env, cwd=cwd or "/")
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _bad_inode(st, uids: set) -> str | None:
+    if st.st_uid not in uids:
+        return f"owned by {_owner_name(st.st_uid)}"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+        return f"writable by {who} (mode {mode:04o})"
+    return None
+
+
+def _chain(path: str) -> list:
+    """`path` and every directory above it, top first."""
+    out = []
+    while True:
+        out.append(path)
+        if path in ("/", ""):
+            break
+        path = os.path.dirname(path)
+    return out[::-1]
+
+
+def untrusted_reason(path: str, uids: set | None = None) -> str | None:
+    """Why running `path` could run someone else's code as us, or None when it cannot.
+
+    The interpreter and every directory above it must be owned by `uids` (trusted_uids())
+    and not be writable by group or others: as named, through each symlink on the way
+    (each prefix of the path is resolved and its chain checked), and as finally resolved.
+    A venv's pyvenv.cfg (which picks the standard library) and the standard-library
+    directories of the resolved interpreter are held to the same rule. One phrase, e.g.
+    "owned by alice" or "/home/alice is owned by alice"."""
+    uids = trusted_uids() if uids is None else uids
+    if not os.path.isabs(path):
+        path = shutil.which(path) or os.path.abspath(path)
+    named = os.path.normpath(path)
+    real = os.path.realpath(named)
+    try:
+        why = _bad_inode(os.stat(real), uids)
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if why:
+        return why if real == named else f"its target {real} is {why}"
+    parts = named.split("/")
+    heads = ["/".join(parts[:i]) or "/" for i in range(1, len(parts) + 1)]
+    dirs: list = []
+    for head in heads:
+        for d in _chain(os.path.realpath(head)):
+            if d != real and d not in dirs:
+                dirs.append(d)
+    bin_dir = os.path.dirname(named)
+    extra_files = [c for c in (os.path.join(bin_dir, "pyvenv.cfg"),
+                               os.path.join(os.path.dirname(bin_dir), "pyvenv.cfg")) if os.path.isfile(c)]
+    homes = []
+    for cfg in extra_files:
+        try:
+            with open(cfg, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    k, _, v = line.partition("=")
+                    if k.strip().lower() == "home" and os.path.isabs(v.strip()):
+                        homes.append(os.path.realpath(v.strip()))
+        except OSError as exc:
+            return f"{cfg} cannot be read ({exc.strerror})"
+    checks = dirs + extra_files
+    for home in homes:
+        checks += [d for d in _chain(home) if d not in checks]
+    for pre in dict.fromkeys([os.path.dirname(os.path.dirname(real))] + [os.path.dirname(h) for h in homes]):
+        checks += [d for d in sorted(glob.glob(os.path.join(glob.escape(pre), "lib*", "python3*")))
+                   if os.path.isdir(d) and d not in checks]
+    for p in checks:
+        try:
+            why = _bad_inode(os.stat(p), uids)
+        except OSError as exc:
+            return f"{p} cannot be checked ({exc.strerror})"
+        if why:
+            return f"{p} is {why}"
+    return None
+
+
+def probe_interpreter(python: str, extra_paths: list | None = None, timeout: float = 15) -> dict | None:
+    """Ask `python` (already checked with untrusted_reason, or named by the user) where it
+    finds sglang. Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel as data."""
+    try:
+        proc = subprocess.run([python, "-I", "-S", "-c", PROBE, json.dumps(list(extra_paths or []))],
+                              capture_output=True, text=True, timeout=timeout, env=dict(PROBE_ENV), cwd="/",
+                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
@@ -207,14 +388,24 @@ def running_servers() -> list[dict]:
 
 
 def _server_install(server: dict) -> str | None:
+    """The install a running server imports, asked of its interpreter (if that passes
+    untrusted_reason; else ``server["skipped"]`` says why). Its cwd and PYTHONPATH, read
+    from /proc, are handed to the probe as data: nothing in them is ever executed."""
+    python = server["python"] if os.path.isabs(server["python"]) else server["exe"]
+    why = untrusted_reason(python)
+    if why:
+        server["skipped"] = {"path": python, "reason": why, "server_pid": server["pid"]}
+        return None
     env = _proc_environ(str(server["pid"]))
     try:
         cwd = os.readlink(f"/proc/{server['pid']}/cwd")
     except OSError:
         cwd = None
-    keep = {k: v for k, v in env.items() if k in ("PYTHONPATH", "PATH", "VIRTUAL_ENV", "HOME", "PYTHONHOME")}
-    res = probe_interpreter(server["python"] if os.path.isabs(server["python"]) else server["exe"],
-                            env=keep or None, cwd=cwd)
+    extra = [cwd] if cwd else []
+    for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
+        if entry:
+            extra.append(entry if os.path.isabs(entry) or not cwd else os.path.join(cwd, entry))
+    res = probe_interpreter(python, extra)
     if res and res.get("sglang"):
         return os.path.realpath(res["sglang"])
     return None
@@ -229,7 +420,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                                                  and os.access(configured_python, os.X_OK)):
         if os.path.isabs(configured_python) or not shutil.which(configured_python):
             return {"installs": [], "servers": [], "chosen": None, "chosen_reason": None, "warnings": warnings,
-                    "error": {"kind": "python-missing",
+                    "skipped": [], "error": {"kind": "python-missing",
                               "message": f"the configured interpreter {configured_python} does not exist on this "
                                          "host (fix --python or the inventory's `python:`)"}}
 
@@ -249,7 +440,18 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
         if direct_url and (direct_url.get("dir_info") or {}).get("editable"):
             rec["kind"] = "editable"
 
-    interpreters = candidate_interpreters(([configured_python] if configured_python else []) + (extra_interpreters or []))
+    named = ([configured_python] if configured_python else []) + (extra_interpreters or [])
+    interpreters, skipped = [], []
+    for python in candidate_interpreters(named):
+        why = untrusted_reason(python)
+        if why is None:
+            interpreters.append(python)
+        elif python in named:
+            interpreters.append(python)
+            warnings.append(f"{python}: {why}; used anyway because it was named explicitly (--python or the "
+                            f"inventory's `python:`): it runs as {_owner_name(os.geteuid())} here")
+        else:
+            skipped.append({"path": python, "reason": why})
     with ThreadPoolExecutor(max_workers=8) as pool:
         probes = list(pool.map(probe_interpreter, interpreters))
     for python, res in zip(interpreters, probes):
@@ -270,7 +472,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     if pinned:
         if not _is_sglang_pkg(pinned):
             return {"installs": list(installs.values()), "servers": [], "chosen": None, "warnings": warnings,
-                    "error": {"kind": "pinned-missing",
+                    "skipped": skipped, "error": {"kind": "pinned-missing",
                               "message": f"--sglang-path {pinned}: not an sglang package directory "
                                          "(expected the dir holding __init__.py and srt/models/)"}}
         add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
@@ -290,6 +492,8 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     servers = running_servers()
     for s in servers:
         s["install"] = _server_install(s)
+        if s.get("skipped") and s["skipped"]["path"] not in [k["path"] for k in skipped]:
+            skipped.append(s["skipped"])
 
     chosen, reason, error = None, None, None
     if pinned:
@@ -323,7 +527,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                      "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
                                 "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"}
     return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
-            "chosen_reason": reason, "warnings": warnings, "error": error}
+            "chosen_reason": reason, "warnings": warnings, "error": error, "skipped": skipped}
 
 
 def owner_python(install: dict) -> tuple[str, dict]:

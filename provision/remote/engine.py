@@ -13,7 +13,14 @@ newline, code after the class). ``plan_unpatch`` removes exactly that block, so
 
 Error kinds: "spec", "encoding", "too-large", "syntax", "class-missing",
 "class-ambiguous", "class-layout", "delegate-missing", "block-corrupt",
-"internal".
+"block-other-spec", "not-a-method", "internal".
+
+Every provision-managed block inside the class counts as provision's, whatever
+spec name its markers carry: a patch under a new spec name replaces a block
+written under an old one (when the new spec provides every method the old block
+holds) or refuses; it is never taken for the class's own code. A name counts as
+native only when the class or an SGLang base binds it to a function; a property,
+an assignment (``x = None``) or a ``def`` followed by ``del`` is refused.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ MAX_BASE_DEPTH = 32
 
 ERROR_KINDS = (
     "spec", "encoding", "too-large", "syntax", "class-missing", "class-ambiguous",
-    "class-layout", "delegate-missing", "block-corrupt", "internal",
+    "class-layout", "delegate-missing", "block-corrupt", "block-other-spec", "not-a-method", "internal",
 )
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -359,6 +366,11 @@ def _scope_bindings(body) -> list:
                 for a in st.names:
                     if a.name != "*":
                         out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
+            elif isinstance(st, ast.Delete):
+                names = []
+                for t in st.targets:
+                    _target_names(t, names)
+                out.extend((n, st.lineno, st, "del") for n in names)
             elif isinstance(st, (ast.For, ast.AsyncFor)):
                 names = []
                 _target_names(st.target, names)
@@ -552,7 +564,8 @@ class _Resolver:
         return []
 
     def inherited(self, mod: _Module, cls) -> dict:
-        """name -> "module.Class" for every name the SGLang bases of `cls` define."""
+        """name -> ("module.Class", [(line, kind, node), ...]) for every name the SGLang bases
+        of `cls` bind (the first base in lookup order that binds it)."""
         found = {}
         seen = set()
 
@@ -566,8 +579,11 @@ class _Resolver:
                 if key in seen or depth > MAX_BASE_DEPTH:
                     continue
                 seen.add(key)
-                for name, _line, _node, _kind in _scope_bindings(bc.body):
-                    found.setdefault(name, f"{bm.name}.{bc.name}")
+                per: dict = {}
+                for name, line, node, kind in _scope_bindings(bc.body):
+                    per.setdefault(name, []).append((line, kind, node))
+                for name, bindings in per.items():
+                    found.setdefault(name, (f"{bm.name}.{bc.name}", bindings))
                 walk(bm, bc, depth + 1)
 
         walk(mod, cls, 0)
@@ -660,9 +676,17 @@ class _Doc:
             b, e = self.block["begin"], self.block["end"]
             if not (cls.lineno - 1 < b and e < self.region_end):
                 raise EngineError("block-corrupt", f"expected the managed block for spec {s['name']} inside class {s['class']} (lines {cls.lineno}-{self.region_end}), found it at lines {b + 1}-{e + 1}; fix or remove it by hand")
+        # blocks provision wrote into this class under other spec names (a renamed playbook)
+        self.others = _other_blocks(self.lines, s["name"], cls.lineno - 1, self.region_end)
 
     def in_block(self, lineno: int) -> bool:
         return self.block is not None and self.block["begin"] < lineno - 1 < self.block["end"]
+
+    def other_block_at(self, lineno: int):
+        for b in self.others:
+            if b["begin"] < lineno - 1 < b["end"]:
+                return b
+        return None
 
 
 def _find_class(tree, name: str, filename: str):
@@ -679,24 +703,75 @@ def _find_class(tree, name: str, filename: str):
     return hits[0]
 
 
-def _find_block(lines: list, spec_name: str):
-    begins, ends = [], []
+def _scan_markers(lines: list) -> dict:
+    """{spec name: {"begins": [(line index, sha)], "ends": [line index]}} for every
+    managed-block marker in the file, whatever its spec name."""
+    out: dict = {}
     for i, line in enumerate(lines):
         if "provision managed block" not in line:
             continue
         m = _BEGIN_RE.match(line)
-        if m and m.group(1) == spec_name:
-            begins.append((i, m.group(2)))
+        if m:
+            out.setdefault(m.group(1), {"begins": [], "ends": []})["begins"].append((i, m.group(2)))
             continue
         m = _END_RE.match(line)
-        if m and m.group(1) == spec_name:
-            ends.append(i)
-    if not begins and not ends:
-        return None
+        if m:
+            out.setdefault(m.group(1), {"begins": [], "ends": []})["ends"].append(i)
+    return out
+
+
+def _pair(spec_name: str, marks: dict) -> dict:
+    begins, ends = marks["begins"], marks["ends"]
     if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0][0]:
         raise EngineError("block-corrupt", f"expected one begin and one end marker for spec {spec_name}, found {len(begins)} begin (lines {', '.join(str(b[0] + 1) for b in begins) or '-'}) and {len(ends)} end (lines {', '.join(str(e + 1) for e in ends) or '-'}); fix or remove the block by hand")
     b, sha = begins[0]
-    return {"begin": b, "end": ends[0], "sha": sha}
+    return {"begin": b, "end": ends[0], "sha": sha, "spec": spec_name}
+
+
+def _find_block(lines: list, spec_name: str):
+    marks = _scan_markers(lines).get(spec_name)
+    return None if marks is None else _pair(spec_name, marks)
+
+
+def _other_blocks(lines: list, spec_name: str, lo: int, hi: int) -> list:
+    """The managed blocks of other spec names whose markers lie between line indexes lo and
+    hi (a class's region), oldest first. Raises block-corrupt for broken ones there."""
+    out = []
+    for name, marks in _scan_markers(lines).items():
+        if name == spec_name:
+            continue
+        at = [i for i, _ in marks["begins"]] + marks["ends"]
+        if not any(lo < i < hi for i in at):
+            continue
+        b = _pair(name, marks)
+        if not (lo < b["begin"] and b["end"] < hi):
+            raise EngineError("block-corrupt", f"expected the managed block of spec {name} to lie wholly inside the class (lines {lo + 1}-{hi}), found it at lines {b['begin'] + 1}-{b['end'] + 1}; fix or remove it by hand")
+        out.append(b)
+    return sorted(out, key=lambda b: b["begin"])
+
+
+def _block_defs(lines: list, block: dict) -> list:
+    """Names of the methods a managed block defines (its `def` lines at the block's indentation)."""
+    first = lines[block["begin"]]
+    indent = first[: len(first) - len(first.lstrip(" \t\f"))]
+    out = []
+    for line in lines[block["begin"] + 1:block["end"]]:
+        m = _HAND_DEF_RE.match(line)
+        if m and line.startswith(indent) and not line[len(indent):len(indent) + 1].isspace():
+            out.append(m.group(1))
+    return out
+
+
+def _where(b: dict) -> str:
+    return f"spec {b['spec']} (lines {b['begin'] + 1}-{b['end'] + 1})"
+
+
+def _remove_blocks(lines: list, blocks: list) -> str:
+    """_remove_block for several blocks, the last first (so earlier line numbers hold)."""
+    text = "".join(lines)
+    for b in sorted(blocks, key=lambda x: -x["begin"]):
+        text = _remove_block(_split_lines(text), b)
+    return text
 
 
 def _remove_block(lines: list, block: dict) -> str:
@@ -752,10 +827,24 @@ def _describe_def(node, lines: list, offset: int, form: str) -> str:
     return f"hand-appended def {node.name}({params}) at lines {first}-{last}: {where}"
 
 
+def _hand_patch_start(lines: list, cut: int, first_def: int) -> int:
+    """Where an appended hand patch begins (a line index): the first appended def
+    (`first_def`), with the comment lines directly above it (its header, no blank line
+    between) and the blank lines above those, but never before `cut`, the end of the
+    module's last real statement. Everything else there (e.g. a comment after
+    `EntryClass`, set apart by a blank line) is the module's own and stays."""
+    i = first_def
+    while i > cut and not _is_blank(lines[i - 1]) and _is_comment_or_blank(lines[i - 1]):
+        i -= 1
+    while i > cut and _is_blank(lines[i - 1]):
+        i -= 1
+    return i
+
+
 def _hand_patch(text: str, tree, names) -> dict | None:
     """Find a trailing block made only of delegation defs (plus blank lines and
-    comments) appended after the module's real code. Returns {"head": text
-    without it, "removed": [descriptions], "form": ...} or None."""
+    comments) appended after the module's real code. Returns {"head": the text
+    without exactly that block, "removed": [descriptions], "form": ...} or None."""
     lines = _split_lines(text)
     if tree is not None:
         body = tree.body
@@ -764,10 +853,10 @@ def _hand_patch(text: str, tree, names) -> dict | None:
             i -= 1
         if i == len(body) or i == 0:
             return None
-        cut = body[i - 1].end_lineno
-        return {"head": "".join(lines[:cut]), "form": "module-level",
+        start = _hand_patch_start(lines, body[i - 1].end_lineno, _first_line(body[i]) - 1)
+        return {"head": "".join(lines[:start]), "form": "module-level",
                 "removed": [_describe_def(n, lines, 0, "module-level") for n in body[i:]],
-                "lines": [cut + 1, len(lines)]}
+                "lines": [start + 1, len(lines)]}
     for i, line in enumerate(lines):
         m = _HAND_DEF_RE.match(line)
         if not m or m.group(1) not in names or i == 0:
@@ -779,10 +868,10 @@ def _hand_patch(text: str, tree, names) -> dict | None:
         head_tree = _try_parse("".join(lines[:i]))
         if head_tree is None or not head_tree.body:
             continue
-        cut = head_tree.body[-1].end_lineno
-        return {"head": "".join(lines[:cut]), "form": "indented",
+        start = _hand_patch_start(lines, head_tree.body[-1].end_lineno, i)
+        return {"head": "".join(lines[:start]), "form": "indented",
                 "removed": [_describe_def(n, lines, i, "indented") for n in tail.body],
-                "lines": [cut + 1, len(lines)]}
+                "lines": [start + 1, len(lines)]}
     return None
 
 
@@ -801,6 +890,43 @@ def _result(**kw) -> dict:
          "repaired": [], "module_level_leftovers": [], "notes": [], "error": None}
     r.update(kw)
     return r
+
+
+# Decorators that make a `def` something other than a method (its name is not callable
+# as self.name(...)).
+_NOT_METHOD_DECORATORS = {"property", "cached_property", "abstractproperty", "setter", "getter", "deleter"}
+
+
+def _decorator_name(d):
+    if isinstance(d, ast.Call):
+        d = d.func
+    if isinstance(d, ast.Attribute):
+        return d.attr
+    if isinstance(d, ast.Name):
+        return d.id
+    return None
+
+
+def _not_a_method(name: str, bound: list):
+    """None when the last of a class body's bindings of `name` ((line, kind, node), in
+    source order) leaves it bound to a function; else what it is, naming the binding
+    and its line."""
+    line, kind, node = bound[-1]
+    if kind == "def":
+        for d in node.decorator_list:
+            if _decorator_name(d) in _NOT_METHOD_DECORATORS:
+                return f"a property: `@{ast.unparse(d)}` on `def {name}` at line {d.lineno}"
+        return None
+    if kind == "lambda":
+        return None
+    if kind == "del":
+        defs = [b[0] for b in bound[:-1]]
+        return f"`del {name}` at line {line}" + (f", after its definition at line {defs[-1]}" if defs else "") \
+            + ": the class ends without it"
+    text = " ".join(ast.unparse(node).split())
+    text = text if len(text) <= 60 else text[:57] + "..."
+    what = {"assignment": "an assignment", "import": "an import", "class": "a class"}.get(kind, kind)
+    return f"{what} at line {line}: `{text}`"
 
 
 def _core(source, spec, resolve_module) -> dict:
@@ -825,39 +951,52 @@ def _core(source, spec, resolve_module) -> dict:
 
     doc = _Doc(work, tree, s, filename)
     cls = doc.cls
-    local = {}
-    ours = []
+    for b in doc.others:
+        extra = [n for n in _block_defs(doc.lines, b) if n not in names]
+        if extra:
+            raise EngineError("block-other-spec", f"expected the managed blocks in class {s['class']} to hold only methods of spec {s['name']}, found the block of {_where(b)} with {', '.join(extra)}, which spec {s['name']} does not provide; run `provision unpatch --spec {b['spec']}` first, or add those methods to this spec")
+    local: dict = {}
+    ours, old_ours = [], []
     for name, line, node, kind in _scope_bindings(cls.body):
         if doc.in_block(line):
             if kind == "def" and node in cls.body:
                 ours.append(name)
             continue
-        local.setdefault(name, (line, kind))
+        if doc.other_block_at(line) is not None:
+            if kind == "def" and node in cls.body and name not in old_ours:
+                old_ours.append(name)
+            continue
+        local.setdefault(name, []).append((line, kind, node))
     resolver = _Resolver(resolve_module, notes)
     mod = _Module(module_name(filename), tree)
     inherited = resolver.inherited(mod, cls)
     native, via = [], {}
     for n in names:
         if n in local:
-            native.append(n)
-            line, kind = local[n]
-            via[n] = f"line {line}" + ("" if kind == "def" else f" ({kind})")
+            bound = local[n]
+            where = f"class {s['class']}"
         elif n in inherited:
-            native.append(n)
-            via[n] = f"inherited from {inherited[n]}"
+            where, bound = inherited[n][0], inherited[n][1]
+        else:
+            continue
+        why = _not_a_method(n, bound)
+        if why:
+            raise EngineError("not-a-method", f"expected {n} in {where} to be a method (a def, or a function bound in the class body), found {why}; provision cannot tell whether the class has the method. Make it a def, or remove that binding")
+        native.append(n)
+        line, kind, _node = bound[-1]
+        via[n] = (f"line {line}" + ("" if kind == "def" else f" ({kind})")) if n in local else f"inherited from {where}"
     want = [n for n in names if n not in native]
 
-    # Re-derive the file from scratch: without our block, then with exactly the
-    # block the spec asks for. Equal to the input means nothing to do.
-    if doc.block is not None:
-        base = _remove_block(doc.lines, doc.block)
-    else:
-        base = work
-    block_matches = doc.block is not None and bool(want) and _block_matches(doc, want)
+    # Re-derive the file from scratch: without provision's blocks (this spec's and any
+    # written under another spec name), then with exactly the block the spec asks for.
+    # Equal to the input means nothing to do.
+    managed = ([doc.block] if doc.block is not None else []) + doc.others
+    base = _remove_blocks(doc.lines, managed) if managed else work
+    block_matches = doc.block is not None and not doc.others and bool(want) and _block_matches(doc, want)
     if block_matches:
         new_text = work  # our block is exactly what the spec asks for, wherever it sits in the class
     elif want:
-        base_doc = _Doc(base, _parse(base, filename), s, filename) if doc.block is not None else doc
+        base_doc = _Doc(base, _parse(base, filename), s, filename) if managed else doc
         new_text = _inject(base_doc, want)
     else:
         new_text = base
@@ -866,15 +1005,18 @@ def _core(source, spec, resolve_module) -> dict:
             notes.append(f"{n} is now defined natively ({via[n]}); dropped it from the managed block so the class has one definition")
     if doc.block is not None and not want:
         notes.append(f"every method of spec {s['name']} is now native; removed the managed block")
+    for b in doc.others:
+        notes.append(f"replaced the managed block written under {_where(b)} with one for spec {s['name']}"
+                     if want else f"removed the managed block written under {_where(b)}: every method is native now")
     for n in native:
         if n not in ours and via[n].startswith("inherited"):
             notes.append(f"{n}: {via[n]}; not added")
-        elif n not in ours and local.get(n, (0, "def"))[1] != "def":
-            notes.append(f"{n} is already bound in the class body ({local[n][1]} at line {local[n][0]}); counted as defined, not added")
+        elif n not in ours and local[n][-1][1] != "def":
+            notes.append(f"{n} is already bound to a function in the class body ({local[n][-1][1]} at line {local[n][-1][0]}); counted as defined, not added")
     return {
         "s": s, "enc": enc, "text": text, "work": work, "new_text": new_text, "doc": doc,
         "hand": hand, "leftovers": leftovers, "native": native, "via": via, "ours": ours,
-        "want": want, "notes": notes, "block_matches": block_matches, "cls": cls,
+        "want": want, "notes": notes, "block_matches": block_matches, "cls": cls, "old_ours": old_ours,
         "resolver": resolver, "mod": mod, "inherited": inherited, "base": base,
     }
 
@@ -930,16 +1072,17 @@ def _plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
     except UnicodeEncodeError as e:
         return _result(error={"kind": "spec", "message": f"expected the rendered methods to fit the file's {c['enc']} encoding, found {e.object[e.start:e.end]!r}"})
     r["new"] = new
-    r["added"] = [n for n in c["want"] if n not in c["ours"]]
-    r["kept"] = [n for n in c["want"] if n in c["ours"]]
-    r["updated"] = doc.block is not None and not c["block_matches"]
+    had = c["ours"] + c["old_ours"]
+    r["added"] = [n for n in c["want"] if n not in had]
+    r["kept"] = [n for n in c["want"] if n in had]
+    r["updated"] = (doc.block is not None and not c["block_matches"]) or bool(doc.others)
     if c["hand"]:
         r["verdict"] = "repaired"
         r["repaired"] = list(c["hand"]["removed"])
         r["notes"].append(f"removed a hand patch at lines {c['hand']['lines'][0]}-{c['hand']['lines'][1]} ({c['hand']['form']} defs appended after the module's code)")
     else:
         r["verdict"] = "patched"
-    if r["updated"]:
+    if doc.block is not None and not c["block_matches"]:
         r["notes"].append(f"the managed block for spec {s['name']} (sha {doc.block['sha']}) did not match the spec; re-rendered it")
     problems = _self_check(new, s, c, resolve_module)
     if problems:
@@ -972,20 +1115,44 @@ def _plan_unpatch(source: bytes, spec: dict) -> dict:
         text, enc = _decode(source)
         lines = _split_lines(text)
         block = _find_block(lines, s["name"])
+        others = _renamed_blocks(text, lines, s, out["notes"])
     except EngineError as e:
         out["error"] = e.as_dict()
         return out
-    if block is None:
+    if block is None and not others:
         out["verdict"] = "absent"
         out["notes"].append(f"no managed block for spec {s['name']}; nothing to remove")
         return out
-    indent = lines[block["begin"]][: len(lines[block["begin"]]) - len(lines[block["begin"]].lstrip(" \t\f"))]
-    for line in lines[block["begin"] + 1:block["end"]]:
-        m = _HAND_DEF_RE.match(line)
-        if m and line.startswith(indent) and not line[len(indent):len(indent) + 1].isspace():
-            out["removed"].append(m.group(1))
-    out["new"] = _remove_block(lines, block).encode(enc)
+    managed = ([block] if block is not None else []) + others
+    for b in sorted(managed, key=lambda x: x["begin"]):
+        out["removed"] += [n for n in _block_defs(lines, b) if n not in out["removed"]]
+    for b in others:
+        out["notes"].append(f"removed the managed block written under {_where(b)}: it holds only methods of spec {s['name']}")
+    out["new"] = _remove_blocks(lines, managed).encode(enc)
     out["verdict"] = "unpatched"
+    return out
+
+
+def _renamed_blocks(text: str, lines: list, s: dict, notes: list) -> list:
+    """Blocks in the spec's class written under another spec name that hold only this
+    spec's methods (the same patch under an old playbook name): unpatch removes them too.
+    Others are named in `notes` and left. Needs the file to parse; else none."""
+    tree = _try_parse(text)
+    if tree is None:
+        return []
+    hits = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == s["class"]]
+    if len(hits) != 1:
+        return []
+    idx = tree.body.index(hits[0])
+    hi = _first_line(tree.body[idx + 1]) - 1 if idx + 1 < len(tree.body) else len(lines)
+    names = {m["name"] for m in s["methods"]}
+    out = []
+    for b in _other_blocks(lines, s["name"], hits[0].lineno - 1, hi):
+        extra = [n for n in _block_defs(lines, b) if n not in names]
+        if extra:
+            notes.append(f"left the managed block of {_where(b)} alone: it holds {', '.join(extra)}, which spec {s['name']} does not")
+        else:
+            out.append(b)
     return out
 
 
@@ -1010,7 +1177,8 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
     problems = []
     counts = {}
     for name, line, node, kind in _scope_bindings(doc.cls.body):
-        counts.setdefault(name, []).append((line, kind, node))
+        if kind != "del":
+            counts.setdefault(name, []).append((line, kind, node))
     inherited = None
     for m in s["methods"]:
         n = m["name"]
@@ -1062,11 +1230,16 @@ def _inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
     out["class"] = s["class"]
     for m in s["methods"]:
         n = m["name"]
-        out["methods"][n] = "native" if n in c["native"] else "ours" if n in c["ours"] else "missing"
+        out["methods"][n] = ("native" if n in c["native"] else "ours" if n in c["ours"] or n in c["old_ours"]
+                             else "missing")
         if n in c["via"]:
             out["native_via"][n] = c["via"][n]
     if doc.block is not None:
         out["block"].update(present=True, sha=doc.block["sha"], matches=c["block_matches"], names=list(c["ours"]))
+    elif doc.others:
+        out["block"].update(present=True, sha=doc.others[0]["sha"], matches=False, names=list(c["old_ours"]))
+    if doc.others:
+        out["block"]["other_specs"] = [b["spec"] for b in doc.others]
     if c["want"]:
         out["block"]["expected_sha"] = _block_sha(s, c["want"])
     if c["hand"]:

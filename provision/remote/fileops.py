@@ -598,8 +598,9 @@ def patch_file(path: str, spec: dict, *, state_dir: str, sglang_version: str | N
 
 
 def unpatch_file(path: str, spec: dict, *, state_dir: str, check: bool = False, want_diff: bool = False,
-                 kill_at=None, lock_timeout: float = 30, _before_replace=None) -> dict:
-    """Remove our block safely; verdict "unpatched", "absent" or "failed"."""
+                 kill_at=None, lock_timeout: float = 30, _before_replace=None, actor: str | None = None) -> dict:
+    """Remove our block safely; verdict "unpatched", "absent" or "failed". The state
+    records who (`actor`, user@control-host) unpatched: reconcile holds the host."""
     prev = read_state(state_dir).get(os.path.realpath(path), {})
 
     def planner(old):
@@ -610,7 +611,7 @@ def unpatch_file(path: str, spec: dict, *, state_dir: str, check: bool = False, 
 
     def state_entry(res, plan):
         return {"op": "unpatch", "verdict": res["verdict"], "sglang_version": prev.get("sglang_version"),
-                "spec": spec.get("name"), "block_sha": None, "sha256_before": res["sha_before"],
+                "spec": spec.get("name"), "block_sha": None, "sha256_before": res["sha_before"], "by": actor,
                 "repaired": bool(prev.get("repaired")), "repair_backup": prev.get("repair_backup")}
 
     return _transaction("unpatch", path, spec, state_dir=state_dir, check=check, want_diff=want_diff,
@@ -620,9 +621,11 @@ def unpatch_file(path: str, spec: dict, *, state_dir: str, check: bool = False, 
 
 
 def restore_file(path: str, backup_path: str, *, state_dir: str, check: bool = False, want_diff: bool = False,
-                 kill_at=None, lock_timeout: float = 30) -> dict:
+                 kill_at=None, lock_timeout: float = 30, sglang_version: str | None = None) -> dict:
     """Put a backup's bytes back through the same atomic path (the current bytes
-    are backed up first). Verdict "restored", "unchanged" or "failed"."""
+    are backed up first, labelled with `sglang_version`, the release installed now,
+    which the state records too). Verdict "restored", "unchanged" or "failed".
+    Whether this backup may be put back at all is restore_ops.restore_refusal's call."""
     meta = {}
     side = backup_path[: -len(".bak")] + ".json" if backup_path.endswith(".bak") else backup_path + ".json"
     try:
@@ -652,11 +655,13 @@ def restore_file(path: str, backup_path: str, *, state_dir: str, check: bool = F
         data = _read(real_path)
         return [] if data == expected else [f"{real_path} does not hold the backup's bytes after the write"]
 
+    version = sglang_version or meta.get("sglang_version")
+
     def state_entry(res, plan):
-        return {"op": "restore", "verdict": res["verdict"], "sglang_version": meta.get("sglang_version"),
+        return {"op": "restore", "verdict": res["verdict"], "sglang_version": version,
                 "spec": meta.get("spec"), "block_sha": None, "sha256_before": res["sha_before"],
                 "restored_from": backup_path, "repaired": False, "repair_backup": None}
 
     return _transaction("restore", path, {"name": meta.get("spec")}, state_dir=state_dir, check=check,
                         want_diff=want_diff, kill_at=kill_at, lock_timeout=lock_timeout, planner=planner,
-                        verifier=verify, state_entry=state_entry, sglang_version=meta.get("sglang_version"))
+                        verifier=verify, state_entry=state_entry, sglang_version=version)

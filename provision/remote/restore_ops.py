@@ -269,7 +269,7 @@ def git_facts(root: str, path: str) -> dict:
 
 # --------------------------------------------------------------------------- the pure classifier
 
-STATES = ("unchanged", "native", "wiped", "unpatched", "stale-block", "foreign-edit", "blocked-git",
+STATES = ("unchanged", "native", "wiped", "unpatched", "held", "stale-block", "foreign-edit", "blocked-git",
           "missing-file", "error")
 ACTIONS = ("none", "patch", "clean-state", "refresh-state")
 
@@ -293,7 +293,13 @@ def classify(f: dict) -> dict:
       unpatched_pristine   the file minus our block equals the release's own: True, False, None
       git_behind           upstream commits the checkout lacks that change the file (None: not git or
                            no upstream): with our local change in the file, `git pull` refuses them
+      recorded_by          who ran that op (user@control-host), recorded_time when
       force                act on foreign edits too
+      include_held         re-patch a host held by an explicit `provision unpatch` too
+
+    An explicit `provision unpatch` is a decision: the host is "held" (left alone, who
+    and when in the reason) until `provision patch` runs on it again, or reconcile runs
+    with --include-held.
 
     Returns {"state", "action", "reason"}: state in STATES, action in ACTIONS.
     """
@@ -341,6 +347,11 @@ def classify(f: dict) -> dict:
             fresh = intact and (rec_ver is None or ver is None or rec_ver == ver)
             return out("unchanged", "none" if fresh else "refresh-state", "our patch is in place")
         return out("stale-block", "patch", "our block does not match the spec (or a method became native)")
+    if rec_op == "unpatch" and not f.get("include_held"):
+        who = f.get("recorded_by") or "an unknown user"
+        when = f.get("recorded_time") or "an unknown time"
+        return out("held", "none", f"held: `provision unpatch` by {who} at {when}; left alone until "
+                                   "`provision patch` runs on it (or reconcile --include-held)")
     if f.get("pristine") is False:
         return out("foreign-edit", "patch" if force else "none",
                    "the methods are missing and the file differs from the release's own (someone edited it)"
@@ -500,7 +511,8 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
     entry = read_state(state_dir).get(real) or {}
     f = {"exists": os.path.isfile(real), "force": bool(req.get("force")), "version": inst.get("version"),
          "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
-         "recorded_version": entry.get("sglang_version")}
+         "recorded_version": entry.get("sglang_version"), "recorded_by": entry.get("by"),
+         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held"))}
     if f["exists"]:
         try:
             src = _read(real)
@@ -624,6 +636,49 @@ def choose_backup(backups: list, ident: str | None, original: bool) -> tuple:
     return hits[0], None
 
 
+def restore_refusal(chosen: dict, installed: str | None, current_sha: str | None, left: dict | None) -> str | None:
+    """Why putting back `chosen` would be a silent downgrade or clobber, or None.  Pure.
+
+    A backup may be restored only when it was taken under the SGLang version installed
+    now, and when the file is still as provision last left it (`left`: the sha256 our
+    last change wrote, from the host's state or else the control journal, with what
+    and when). Anything else is refused; --force overrides."""
+    reasons = []
+    bid = f"backup {chosen.get('id')} ({'the original' if chosen.get('original') else chosen.get('time')})"
+    bver = chosen.get("sglang_version")
+    if not bver or not installed:
+        reasons.append(f"{bid} was taken under SGLang {bver or '(version not recorded)'} and the install is "
+                       f"SGLang {installed or '(version unknown)'}: provision cannot tell they are the same release")
+    elif bver != installed:
+        reasons.append(f"{bid} was taken under SGLang {bver}, but SGLang {installed} is installed now: it would put "
+                       f"{bver}'s file into {installed}")
+    if not left or not left.get("sha"):
+        reasons.append("provision has no record of how it last left the file, so it cannot tell what a restore "
+                       "would overwrite")
+    elif current_sha != left["sha"]:
+        reasons.append(f"the file is not as provision last left it (sha256 {str(current_sha)[:12]} now, "
+                       f"{left['sha'][:12]} after {left.get('what') or 'its last change'}): something else "
+                       "changed it since")
+    if not reasons:
+        return None
+    return ("refusing to restore: " + "; and ".join(reasons)
+            + ". Pick another backup (`provision restore --list`), or pass --force to restore anyway")
+
+
+def _last_left(state_dir: str, real: str, journal: dict | None) -> dict | None:
+    """The sha256 provision's last change left in `real`: the host's state, else the
+    control journal's last entry for this host and file (sent by the control side)."""
+    entry = read_state(state_dir).get(real) or {}
+    if entry.get("sha256_after"):
+        return {"sha": entry["sha256_after"], "what": f"the last {entry.get('op') or 'change'} "
+                                                      f"({entry.get('time') or 'time unknown'})"}
+    journal = journal or {}
+    if journal.get("sha256_after") and journal.get("file") == real:
+        return {"sha": journal["sha256_after"], "what": f"the last `provision {journal.get('command')}` in the "
+                                                        f"control journal ({journal.get('time')})"}
+    return None
+
+
 def op_restore(req: dict, bundle: bytes) -> dict:
     from provision.remote import fileops
 
@@ -637,8 +692,23 @@ def op_restore(req: dict, bundle: bytes) -> dict:
         where = os.path.join(state_dir, fileops.BACKUP_DIR)
         return {"ok": False, "file": real, "backups": backups,
                 "error": {"kind": "no-backup", "message": f"{real}: {why} (backups live in {where})"}}
+    rel = (req.get("spec") or {}).get("file") or ""
+    installed = inst.get("version") if inst else (
+        package_version(real[: -len(rel) - 1]) if rel and real.endswith("/" + rel) else None)
+    try:
+        current = _sha(_read(real))
+    except OSError:
+        current = None
+    refusal = restore_refusal(chosen, installed, current, _last_left(state_dir, real, req.get("journal_last")))
+    if refusal and not req.get("force"):
+        return {"ok": False, "file": real, "install": inst and inst["path"], "version": installed,
+                "backups": backups, "result": {"verdict": "failed", "chosen": chosen, "real_file": real,
+                                               "error": {"kind": "restore-refused", "message": refusal}},
+                "error": {"kind": "restore-refused", "message": refusal}}
     res = fileops.restore_file(real, chosen["backup"], state_dir=state_dir, check=bool(req.get("check")),
-                               want_diff=bool(req.get("diff")))
+                               want_diff=bool(req.get("diff")), sglang_version=installed)
+    if refusal:
+        res.setdefault("notes", []).append("--force: " + refusal[len("refusing to restore: "):].split(". Pick")[0])
     res["chosen"] = chosen
     if res.get("verdict") == "restored" and not req.get("check"):
         which = "the original" if chosen["original"] else chosen["time"]
@@ -651,7 +721,7 @@ def op_restore(req: dict, bundle: bytes) -> dict:
                     f"restart needed: the running server (pid {running[0]['pid']}) imported the old file")
                 res["restart_needed"] = True
     return {"ok": res.get("verdict") != "failed", "file": real, "install": inst and inst["path"],
-            "version": inst and inst.get("version"), "result": res, "error": res.get("error"),
+            "version": installed, "result": res, "error": res.get("error"),
             "backups": backups}
 
 

@@ -161,10 +161,16 @@ def test_unpatch_restores_the_original_bytes(src_059, spec):
     assert again["verdict"] == "absent" and again["new"] is None
 
 
-def test_unpatch_only_touches_the_named_spec(src_059, spec):
+def test_unpatch_under_a_new_name_removes_the_block_of_the_same_methods_only(src_059, spec):
     new = engine.plan_patch(src_059, spec)["new"]
-    other = with_spec(name="other-spec")
-    assert engine.plan_unpatch(new, other)["verdict"] == "absent"
+    renamed = engine.plan_unpatch(new, with_spec(name="renamed-spec"))
+    assert renamed["verdict"] == "unpatched" and renamed["new"] == src_059
+    assert any("written under spec kimi-k25-eagle3" in n for n in renamed["notes"])
+    fewer = with_spec(name="other-spec", methods=[{"name": "get_embed_and_head", "params": "self"}])
+    r = engine.plan_unpatch(new, fewer)
+    assert r["verdict"] == "absent" and r["new"] is None
+    assert any("left the managed block of spec kimi-k25-eagle3" in n and "set_eagle3_layers_to_capture" in n
+               for n in r["notes"])
 
 
 def test_check_structure_reports_missing_methods_on_unpatched_059(src_059, spec):
@@ -213,7 +219,8 @@ def test_hand_patch_indented_form_is_repaired(src_059, spec):
 
 def test_hand_patch_indented_with_comments_and_crlf(src_059, spec):
     crlf = src_059.replace(b"\n", b"\r\n")
-    hand = crlf + b"\r\n# quick fix\r\n" + HAND_INDENTED.replace("\n", "\r\n").encode() + b"   # done\r\n"
+    # the comment right on the first def is part of the hand patch (HAND_INDENTED starts with a newline)
+    hand = crlf + b"\r\n# quick fix" + HAND_INDENTED.replace("\n", "\r\n").encode() + b"   # done\r\n"
     r = _assert_repaired(crlf, hand, spec)
     assert engine.plan_unpatch(r["new"], spec)["new"] == crlf
     assert b"\n" not in r["new"].replace(b"\r\n", b"")
@@ -406,11 +413,12 @@ def test_utf8_bom_is_kept(spec):
     assert engine.plan_unpatch(r["new"], spec)["new"] == src
 
 
-def test_other_specs_block_counts_as_native(spec):
+def test_a_block_of_another_spec_with_fewer_methods_is_replaced_never_native(spec):
     first = engine.plan_patch(WRAPPER.encode(), with_spec(name="other", methods=KIMI_SPEC["methods"][1:2]))["new"]
     r = engine.plan_patch(first, spec)
-    assert r["native"] == ["get_embed_and_head"]
-    assert r["added"] == ["set_eagle3_layers_to_capture", "set_embed_and_head"]
+    assert r["verdict"] == "patched" and r["native"] == [] and r["updated"]
+    assert r["new"] == engine.plan_patch(WRAPPER.encode(), spec)["new"]
+    assert any("replaced the managed block written under spec other" in n for n in r["notes"])
     assert method_names(r["new"]).count("get_embed_and_head") == 1
 
 
@@ -604,18 +612,15 @@ def test_big_but_allowed_file_still_works(spec):
     assert r["verdict"] == "patched" and engine.plan_unpatch(r["new"], spec)["new"] == src
 
 
-def test_methods_as_lambda_or_property_count_as_defined(spec):
-    src = WRAPPER.replace(
-        "    def forward(self, x):",
-        "    get_embed_and_head = lambda self: self.language_model.get_embed_and_head()\n"
-        "    set_embed_and_head = property(lambda self: None)\n\n"
-        "    @property\n    def set_eagle3_layers_to_capture(self):\n        return None\n\n"
-        "    def forward(self, x):",
-    ).encode()
+def test_a_lambda_counts_as_a_method_a_property_does_not(spec):
+    lam = "    get_embed_and_head = lambda self: self.language_model.get_embed_and_head()\n"
+    prop = "    @property\n    def set_eagle3_layers_to_capture(self):\n        return None\n\n"
+    src = WRAPPER.replace("    def forward(self, x):", lam + "\n    def forward(self, x):").encode()
     r = engine.plan_patch(src, spec)
-    assert r["verdict"] == "native" and r["new"] is None and r["native"] == METHODS
+    assert r["verdict"] == "patched" and r["native"] == ["get_embed_and_head"]
     assert any("lambda at line" in n for n in r["notes"])
-    assert engine.check_structure(src, spec) == []
+    src = WRAPPER.replace("    def forward(self, x):", lam + prop + "    def forward(self, x):").encode()
+    assert_failed(engine.plan_patch(src, spec), "not-a-method", "set_eagle3_layers_to_capture", "`@property`")
 
 
 def test_one_lambda_the_others_added(spec):
@@ -864,7 +869,7 @@ def _other_pythons() -> list[str]:
     import glob
     import shutil
     found = {}
-    for cand in ["python3.10", "python3.12", "python3.13"] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/bin/python3"))):
+    for cand in ["python3.10", "python3.12", "python3.13"] + sorted(glob.glob(os.path.join(os.environ.get("PROVISION_REAL_HOME") or os.path.expanduser("~"), ".pyenv/versions/3.1[0-9]*/bin/python3"))):
         path = shutil.which(cand) if "/" not in cand else cand
         if not path or not os.access(path, os.X_OK):
             continue

@@ -65,10 +65,17 @@ def test_wiped_by_reinstall_or_upgrade_is_repatched():
     assert c(PRISTINE, pristine=None, recorded_op="patch")["state"] == "wiped"
 
 
-def test_never_patched_or_deliberately_unpatched_is_patched():
+def test_never_patched_is_patched_and_an_explicit_unpatch_holds():
     assert c(PRISTINE) == {"state": "unpatched", "action": "patch", "reason": "the methods are missing"}
-    out = c(PRISTINE, recorded_op="unpatch")
+    held = c(PRISTINE, recorded_op="unpatch", recorded_by="alice@ctl", recorded_time="2026-12-01T09:00:00+0000")
+    assert held["state"] == "held" and held["action"] == "none"
+    assert "alice@ctl" in held["reason"] and "2026-12-01T09:00:00+0000" in held["reason"]
+    assert "provision patch" in held["reason"] and "--include-held" in held["reason"]
+    # even if the file was reinstalled or edited since: the decision stands
+    assert c(PRISTINE, recorded_op="unpatch", pristine=False)["state"] == "held"
+    out = c(PRISTINE, recorded_op="unpatch", include_held=True)
     assert out["action"] == "patch" and "unpatch" in out["reason"]
+    assert c(PRISTINE, recorded_op="restore")["action"] == "patch"
 
 
 def test_native_release():
@@ -136,23 +143,24 @@ def all_inputs():
     """Every combination that matters (~40k): a missing file has no other facts."""
     yield {"exists": False, "methods": {}}
     for (perr, ms, block, matches, hand, rec_op, same_sha, moved, pristine, upristine, behind,
-         force) in itertools.product(
+         force, held) in itertools.product(
             (None, "boom"), METHOD_SETS, (True, False), (True, False), (True, False),
-            (None, "patch", "unpatch"), (True, False), (True, False), TRI, TRI, (None, 3), (True, False)):
+            (None, "patch", "unpatch"), (True, False), (True, False), TRI, TRI, (None, 3), (True, False),
+            (True, False)):
         if matches and not block:
             continue
         yield {"exists": True, "parse_error": perr, "methods": ms, "block": block, "block_matches": matches,
                "hand_patch": hand, "sha": "S", "recorded_op": rec_op,
                "recorded_sha_after": "S" if same_sha else "T", "recorded_version": "0.5.8" if moved else "0.5.9",
                "version": "0.5.9", "pristine": pristine, "unpatched_pristine": upristine, "git_behind": behind,
-               "force": force}
+               "force": force, "include_held": held}
 
 
 def test_classifier_is_total_and_keeps_its_promises():
     n = 0
     for f in all_inputs():
         f = {"hand_patch": False, "parse_error": None, "block": False, "block_matches": False, "force": False,
-             "git_behind": None, "recorded_op": None, "pristine": None, **f}
+             "git_behind": None, "recorded_op": None, "pristine": None, "include_held": False, **f}
         snapshot = dict(f)
         out = classify(f)
         n += 1
@@ -179,15 +187,18 @@ def test_classifier_is_total_and_keeps_its_promises():
         if action == "patch" and not f["force"]:
             assert state in ("wiped", "unpatched", "stale-block", "native"), (f, out)
             assert f["pristine"] is not False or f["block"], (f, out)
-        # a pristine file lacking the methods always gets them
+        # a pristine file lacking the methods always gets them, unless an explicit unpatch holds it
+        held = f["recorded_op"] == "unpatch" and not f["include_held"]
         if (f["exists"] and not f["parse_error"] and f["pristine"] is True and not f["block"] and not f["hand_patch"]
                 and "missing" in f["methods"].values()):
-            assert action == "patch", (f, out)
+            assert (state, action) == (("held", "none") if held else (state, "patch")), (f, out)
+        if state == "held":
+            assert held and action == "none", (f, out)
         # native methods and no block: never a write to the file
         if f["methods"] and all(v == "native" for v in f["methods"].values()) and not f["block"] \
                 and f["exists"] and not f["parse_error"]:
             assert state == "native" and action in ("none", "clean-state"), (f, out)
-    assert n > 20000
+    assert n > 40000
 
 
 # --------------------------------------------------------------------------- windows

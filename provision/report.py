@@ -63,28 +63,89 @@ def to_document(command: str, results: Iterable[HostResult], code: int, extra: d
     return json.dumps(doc, indent=2, sort_keys=False)
 
 
+def resolve_format(fmt: str, stream=None) -> str:
+    """--format auto: a table on a terminal, one line per row otherwise (pipes, CI logs)."""
+    import sys
+
+    if fmt != "auto":
+        return fmt
+    stream = stream or sys.stdout
+    try:
+        return "table" if stream.isatty() else "lines"
+    except (AttributeError, ValueError):
+        return "lines"
+
+
+# Columns that hold identifiers (names, classes, versions, verdicts): never wrapped or cut.
+# The last column of a table (a free-text detail) wraps at spaces.
+def host_columns(columns: list[str] | None) -> list[str]:
+    return columns or ["host", "verdict", "version", "detail", "elapsed"]
+
+
+def _cell(r: HostResult, c: str) -> str:
+    if c == "verdict":
+        return r.verdict
+    if c == "elapsed":
+        return f"{r.elapsed:.1f}s"
+    if c == "methods":
+        return f"+{len(r.added)}" if r.added else ""
+    if c in r.data:
+        return str(r.data[c])
+    v = getattr(r, c, None)
+    return "" if v is None else str(v)
+
+
+def host_rows(results: list[HostResult], columns: list[str] | None = None) -> list[list[str]]:
+    cols = host_columns(columns)
+    return [[_cell(r, c) for c in cols] for r in results]
+
+
+def lines(columns: list[str], rows: list[list[str]], header: bool = True) -> list[str]:
+    """One line per row, fields separated by two spaces, nothing truncated; an empty field is '-'. Pure."""
+    out = ["  ".join(columns)] if header else []
+    out += ["  ".join(str(v) if str(v) != "" else "-" for v in row) for row in rows]
+    return out
+
+
+def rich_table(columns: list[str], rows: list[list[str]], *, title: str | None = None, wrap: tuple = ()):
+    """A rich Table: identifier columns are never wrapped (they keep their full width); the
+    columns named in ``wrap`` (default: the last) wrap at spaces only when needed."""
+    from rich.table import Table
+    from rich.text import Text
+
+    wrap = wrap or (("detail",) if "detail" in columns else (columns[-1],))
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=title)
+    for c in columns:
+        if c in wrap:
+            t.add_column(c, overflow="fold", ratio=1, min_width=12)
+        else:
+            t.add_column(c, no_wrap=True, overflow="ignore")
+    for row in rows:
+        cells = []
+        for c, v in zip(columns, row):
+            style = STYLE.get(v, "") if c == "verdict" else ""
+            cells.append(Text(str(v), style=style))
+        t.add_row(*cells)
+    return t
+
+
+def print_table(columns: list[str], rows: list[list[str]], *, fmt: str = "table", title: str | None = None,
+                wrap: tuple = (), echo=None) -> None:
+    """Rows as an aligned table (fmt table) or as lines (fmt lines)."""
+    if fmt == "lines":
+        import click
+
+        if title:
+            (echo or click.echo)(title)
+        for line in lines(columns, rows):
+            (echo or click.echo)(line)
+        return
+    from rich.console import Console
+
+    Console(highlight=False).print(rich_table(columns, rows, title=title, wrap=wrap))
+
+
 def table(results: list[HostResult], columns: list[str] | None = None):
     """A rich Table: one row per host."""
-    from rich.table import Table
-
-    cols = columns or ["host", "verdict", "version", "detail", "elapsed"]
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    for r in results:
-        row = []
-        for c in cols:
-            if c == "verdict":
-                style = STYLE.get(r.verdict, "")
-                row.append(f"[{style}]{r.verdict}[/]" if style else r.verdict)
-            elif c == "elapsed":
-                row.append(f"{r.elapsed:.1f}s")
-            elif c == "methods":
-                row.append(f"+{len(r.added)}" if r.added else "")
-            elif c in r.data:
-                row.append(str(r.data[c]))
-            else:
-                v = getattr(r, c, None)
-                row.append("" if v is None else str(v))
-        t.add_row(*row)
-    return t
+    cols = host_columns(columns)
+    return rich_table(cols, host_rows(results, cols))

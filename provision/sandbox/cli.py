@@ -37,7 +37,8 @@ def sandbox() -> None:
               help="source: checkout at /root/sglang/python; venv: /opt/venv; none: no SGLang.")
 @click.option("--first-address", default="127.0.0.11", show_default=True,
               help="Loopback address of sbx1; the others follow.")
-@click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535),
+              help="The sshd port of every host (each host has its own address).")
 @base_dir_option
 def up(count: int, version: str, layout: str, first_address: str, port: int, base_dir: str) -> None:
     """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""

@@ -9,14 +9,16 @@ from provision.hostkeys import KnownHosts, VerifyingPolicy
 from provision.sshconfig import expand_includes, load_ssh_config, resolve
 
 
-def test_include_is_followed_and_flags_win(tmp_path, monkeypatch):
+@pytest.mark.parametrize("openssh", [None, False], ids=["ssh-G", "paramiko"])
+def test_include_is_followed_and_flags_win(tmp_path, monkeypatch, openssh):
     monkeypatch.setenv("HOME", str(tmp_path))
     ssh = tmp_path / ".ssh"
     (ssh / "conf.d").mkdir(parents=True)
+    (ssh / "gpu").write_text("")
     (ssh / "conf.d" / "cluster.conf").write_text("Host gpu01\n  HostName 10.9.9.9\n  User ubuntu\n  Port 2222\n"
                                                  "  IdentityFile ~/.ssh/gpu\n  ProxyJump admin@bastion\n")
     (ssh / "config").write_text("Include conf.d/*.conf\nHost *\n  ConnectTimeout 7\n")
-    cfg = load_ssh_config(None)
+    cfg = load_ssh_config(None, openssh=openssh)
     t = resolve("gpu01", config=cfg)
     assert (t.hostname, t.user, t.port, t.jump) == ("10.9.9.9", "ubuntu", 2222, "admin@bastion")
     assert t.identities == (str(tmp_path / ".ssh" / "gpu"),) and t.connect_timeout == 7

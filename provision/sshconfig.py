@@ -139,8 +139,9 @@ def parse_dump(text: str) -> dict:
     for key in ("hostname", "port", "stricthostkeychecking", "identitiesonly"):
         if raw.get(key):
             out[key] = raw[key]
-    if out.get("stricthostkeychecking") == "ask":
-        del out["stricthostkeychecking"]
+    for key, default in (("stricthostkeychecking", "ask"), ("port", "22"), ("identitiesonly", "no")):
+        if out.get(key) == default:
+            del out[key]
     for key in ("connecttimeout", "serveraliveinterval"):
         if raw.get(key) and raw[key] not in ("none", "0"):
             out[key] = raw[key]

@@ -106,7 +106,9 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
                           data={"installs": facts.get("installs", [])})
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
-    verdict, state = patch_state(p)
+    verdict, why = patch_state(p)
+    # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
+    state = verdict if verdict in STATUS_WANTED else why if verdict == "missing" else f"{verdict}: {why}"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
     ours = answer.get("server") or {}

@@ -695,6 +695,11 @@ def load_inventory(src: str, *, use_ansible: bool | None = None) -> Inventory:
         text = _read(src)
         if is_ours(text):
             return parse_inventory(text, src)
+        if src.endswith((".yaml", ".yml", ".json")):
+            try:
+                yaml.safe_load(text)
+            except yaml.YAMLError:
+                return parse_inventory(text, src)  # raises, naming the line (as Ansible would fail too)
     exe = shutil.which("ansible-inventory") if use_ansible is not False else None
     if exe:
         return ansible_inventory(src, exe)

@@ -129,20 +129,36 @@ def rich_table(columns: list[str], rows: list[list[str]], *, title: str | None =
     return t
 
 
+def table_fits(columns: list[str], rows: list[list[str]], width: int, wrap: tuple = ()) -> bool:
+    """Whether the identifier columns at full width, plus 12 for each wrapping column, fit. Pure."""
+    wrap = wrap or (("detail",) if "detail" in columns else (columns[-1],))
+    need = 0
+    for i, c in enumerate(columns):
+        if c in wrap:
+            need += min(12, max([len(c)] + [len(str(r[i])) for r in rows]))
+        else:
+            need += max([len(c)] + [len(str(r[i])) for r in rows])
+    return need + 2 * (len(columns) - 1) <= width
+
+
 def print_table(columns: list[str], rows: list[list[str]], *, fmt: str = "table", title: str | None = None,
                 wrap: tuple = (), echo=None) -> None:
-    """Rows as an aligned table (fmt table) or as lines (fmt lines)."""
-    if fmt == "lines":
-        import click
+    """Rows as an aligned table (fmt table) or as lines (fmt lines). A table too wide for the
+    terminal falls back to lines rather than cut or break an identifier."""
+    import click
 
-        if title:
-            (echo or click.echo)(title)
-        for line in lines(columns, rows):
-            (echo or click.echo)(line)
-        return
-    from rich.console import Console
+    out = echo or click.echo
+    if fmt != "lines":
+        from rich.console import Console
 
-    Console(highlight=False).print(rich_table(columns, rows, title=title, wrap=wrap))
+        console = Console(highlight=False)
+        if table_fits(columns, rows, console.width, wrap):
+            console.print(rich_table(columns, rows, title=title, wrap=wrap))
+            return
+    if title:
+        out(title)
+    for line in lines(columns, rows):
+        out(line)
 
 
 def table(results: list[HostResult], columns: list[str] | None = None):

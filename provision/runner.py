@@ -55,7 +55,7 @@ class Fleet:
     def __init__(self, opts: ConnOptions):
         self.opts = opts
         self.config = sshconfig.load_ssh_config(opts.ssh_config)
-        self.gateways = GatewayPool()
+        self.gateways = GatewayPool(known_for=self.known_for)
         self._known: dict[tuple, KnownHosts] = {}
         self._lock = threading.Lock()
         self.warnings: list[str] = []

@@ -92,10 +92,14 @@ class GatewayPool:
     conns: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     opened: int = 0
+    known_for: Callable | None = None   # Target -> KnownHosts (each gateway's own known hosts)
 
     def get(self, target: Target, known: KnownHosts, accept_append: str | None):
         import fabric
 
+        if self.known_for is not None:
+            known = self.known_for(target)
+            accept_append = target.known_hosts[0] if target.known_hosts else None
         parent = self.get(target.via, known, accept_append) if target.via is not None else None
         with self.lock:
             conn = self.conns.get(target.key)
@@ -104,6 +108,9 @@ class GatewayPool:
             if conn is None:
                 conn = _make_connection(fabric, target, known, accept_append, gateway=parent)
                 _open(conn, target)
+                transport = conn.client.get_transport()
+                if transport is not None:
+                    transport.set_keepalive(target.keepalive)
                 self.opened += 1
                 self.conns[target.key] = conn
             return conn

@@ -357,9 +357,12 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
     final_port = port or cport or 22
     if pc:
         pc = expand_tokens(pc, hostname=hostname, port=final_port, user=final_user, alias=alias)
+    # what the flags gave (not the config): it applies to every gateway of the chain too
+    given = {"known_hosts": known_hosts, "strict": strict, "connect_timeout": connect_timeout}
     t = Target(alias=alias, hostname=hostname, port=final_port, user=final_user, identities=tuple(ids),
                identities_only=only, jump=pj or None, proxy_command=None if pj else pc, known_hosts=tuple(kh),
-               strict=shk, connect_timeout=ct or DEFAULT_CONNECT_TIMEOUT, keepalive=ka or DEFAULT_KEEPALIVE)
+               strict=shk, connect_timeout=ct or DEFAULT_CONNECT_TIMEOUT, keepalive=ka or DEFAULT_KEEPALIVE,
+               extra={"given": given})
     if t.jump:
         t = _replace(t, via=resolve_jump(t.jump, config=cfg, base=t, _depth=_depth + 1))
     return t
@@ -376,7 +379,8 @@ def resolve_jump(spec: str, *, config, base: Target, _depth: int = 0) -> Target:
 
     As OpenSSH does (``ssh -J a,b`` connects to b with ``-J a``): the first hop uses its own
     ssh config (its own ProxyJump or ProxyCommand included); each later hop goes through
-    the hops before it."""
+    the hops before it. Each hop reads its own settings (User, IdentityFile, known hosts,
+    ConnectTimeout...) from the config; what a flag gave applies to every hop."""
     if _depth > 8:
         raise ConfigError(f"{base.alias}: ProxyJump chain nested more than 8 deep (a loop in the ssh config?)")
     hops = [h.strip() for h in spec.split(",") if h.strip()]
@@ -384,6 +388,6 @@ def resolve_jump(spec: str, *, config, base: Target, _depth: int = 0) -> Target:
         raise ConfigError(f"{base.alias}: empty ProxyJump {spec!r}")
     juser, jhost, jport = _split_userhostport(hops[-1])
     before = ",".join(hops[:-1]) or None
-    return resolve(jhost, config=config, user=juser, port=jport, jump=before,
-                   known_hosts=list(base.known_hosts), strict=base.strict,
-                   connect_timeout=base.connect_timeout, _depth=_depth)
+    given = base.extra.get("given") or {}
+    return resolve(jhost, config=config, user=juser, port=jport, jump=before, known_hosts=given.get("known_hosts"),
+                   strict=given.get("strict"), connect_timeout=given.get("connect_timeout"), _depth=_depth)

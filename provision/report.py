@@ -14,7 +14,9 @@ from provision.results import CHANGED_VERDICTS, HostResult
 
 STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",
          "absent": "dim", "failed": "bold red", "unknown": "bold yellow", "ready": "green", "running": "green",
-         "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow"}
+         "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow",
+         "missing": "yellow", "stale": "yellow", "hand-patch": "bold yellow", "error": "bold red",
+         "unreachable": "bold red"}
 
 
 WOULD = {"patched": "would-patch", "repaired": "would-repair", "unpatched": "would-unpatch",

@@ -109,11 +109,13 @@ def op_status(req: dict) -> dict:
 
 
 def _stale_servers(facts: dict, inst: dict, path: str) -> list:
-    """Pids of servers on this install that started before the file last changed."""
+    """Pids of servers on this install that started before the file last changed. A process's
+    start time comes from /proc/stat's btime, which is whole seconds: a server started less than
+    a second after the change is not called stale."""
     from provision.remote.restore_ops import changed_at, proc_start_epoch, restart_needed
 
     try:
-        changed = changed_at(os.stat(path))
+        changed = changed_at(os.stat(path)) - 1.0
     except OSError:
         return []
     servers = [dict(s, started=proc_start_epoch(s["pid"])) for s in facts.get("servers", [])]

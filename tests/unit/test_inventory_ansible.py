@@ -128,3 +128,21 @@ def test_host_list_and_a_private_key_given_to_i(tmp_path):
         load_inventory(str(key))
     with pytest.raises(ConfigError, match="no such inventory"):
         load_inventory(str(tmp_path / "hosts"))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_INI_BITS = st.sampled_from(["[g]", "[g:vars]", "[g:children]", "[all:vars]", "h[01:0x]", "h[1:3]", "h[a:c]",
+                             "h:22", "ansible_port=x", "ansible_port=22", "ansible_become=maybe", "k='v",
+                             "ansible_ssh_common_args='-o ProxyJump=a", "x=\"y z\"", "#c", ";c", "[", "]", "=",
+                             " ", "\n", "g", "h1", "ansible_become_user=bob"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_INI_BITS, max_size=30).map(" ".join) | st.text(max_size=200))
+def test_fuzzed_ini_gives_config_errors_only(text):
+    try:
+        parse_ini(text, "fuzz.ini")
+    except ConfigError:
+        pass

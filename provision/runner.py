@@ -63,6 +63,7 @@ class Fleet:
         self.interrupted = threading.Event()
         self.sudo_password = read_sudo_password(opts.sudo_password_file, self.warnings)
         self._passwords: dict[str, bytes | None] = {}
+        self._targets: dict[str, sshconfig.Target] = {}
 
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
         key = target.known_hosts
@@ -73,8 +74,18 @@ class Fleet:
                 self.warnings.extend(kh.warnings)
             return self._known[key]
 
+    def target(self, host: Host) -> sshconfig.Target:
+        """The host's connection settings, resolved once per run (ssh config errors raise ConfigError)."""
+        with self._lock:
+            got = self._targets.get(host.name)
+        if got is None:
+            got = target_for(host, self.opts, self.config)
+            with self._lock:
+                self._targets[host.name] = got
+        return got
+
     def session(self, host: Host) -> Session:
-        target = target_for(host, self.opts, self.config)
+        target = self.target(host)
         known = self.known_for(target)
         append = target.known_hosts[0] if target.known_hosts else None
         return Session(target, known=known, accept_append=append, gateways=self.gateways,
@@ -169,6 +180,13 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
     results: dict[str, HostResult] = {}
     forks = max(1, min(fleet.opts.forks, len(hosts) or 1))
     pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
+    try:
+        # every host's ssh settings first (one `ssh -G` per name, in parallel): a config error is
+        # a usage error (exit 2) before any host is touched, not one failed host after another
+        list(pool.map(fleet.target, hosts))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     futs = {pool.submit(run_one, fleet, h, fn): h for h in hosts}
     try:
         for fut in as_completed(futs):

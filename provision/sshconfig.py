@@ -219,7 +219,8 @@ class SshConfig:
             raise ConfigError(f"ssh -G {name}: could not run the OpenSSH client ({exc})") from None
         self.asked += 1
         if proc.returncode != 0:
-            why = " | ".join(ln.strip() for ln in proc.stderr.splitlines() if ln.strip())[:400]
+            why = " | ".join(ln.strip() for ln in proc.stderr.splitlines()
+                             if ln.strip() and "terminating" not in ln)[:400]
             where = self.path if os.path.exists(self.path) else "ssh config"
             raise ConfigError(f"{where}: OpenSSH rejects the config for {name}: "
                               f"{why.replace(self._wrapper or '', '<wrapper>') or f'exit {proc.returncode}'}")

@@ -106,3 +106,15 @@ def test_every_option_has_help_text():
 
     walk(main, ["provision"])
     assert missing == []
+
+
+def test_an_ssh_config_openssh_rejects_is_exit_2_before_any_host(tmp_path):
+    import shutil
+
+    if not shutil.which("ssh"):
+        pytest.skip("needs the OpenSSH client")
+    cfg = tmp_path / "config"
+    cfg.write_text("Host gpu*\n  ProxyJum bastion\n")
+    proc = run("status", "--ssh-config", cfg, "--host", "gpu01", "--host", "gpu02")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "bad configuration option: proxyjum" in proc.stderr.lower() and proc.stderr.count("error:") == 1

@@ -131,7 +131,11 @@ def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: s
     if target.identities:
         kwargs["key_filename"] = list(target.identities)
     if target.proxy_command and gateway is None:
-        kwargs["sock"] = paramiko.ProxyCommand(target.proxy_command)
+        try:
+            kwargs["sock"] = paramiko.ProxyCommand(target.proxy_command)
+        except (OSError, ValueError) as exc:
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand "
+                               f"({getattr(exc, 'strerror', None) or exc}): {target.proxy_command}") from None
     conn = fabric.Connection(host=target.hostname, user=target.user, port=target.port, config=cfg,
                              connect_timeout=int(max(1, target.connect_timeout)), connect_kwargs=kwargs,
                              gateway=gateway, inline_ssh_env=False)

@@ -207,6 +207,9 @@ class SshConfig:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write("\n".join(lines))
                 self._wrapper = path
+                import atexit
+
+                atexit.register(self.close)
             return self._wrapper
 
     def _ask_openssh(self, name: str) -> dict:

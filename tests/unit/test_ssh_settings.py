@@ -140,3 +140,15 @@ def test_a_config_openssh_rejects_is_a_config_error(tmp_path):
     cfg.write_text("Host x\n  NoSuchOption yes\n")
     with pytest.raises(ConfigError, match="OpenSSH rejects"):
         load_ssh_config(str(cfg)).lookup("x")
+
+
+def test_a_proxy_command_that_cannot_run_is_a_one_line_connect_error(tmp_path):
+    from provision.errors import ConnectError
+    from provision.hostkeys import KnownHosts
+    from provision.ssh import Session
+
+    cfg = tmp_path / "config"
+    cfg.write_text("Host pc\n  ProxyCommand /nonexistent/ssh -W %h:%p jump\n")
+    t = resolve("pc", config=load_ssh_config(str(cfg), openssh=False))
+    with pytest.raises(ConnectError, match="cannot run the ProxyCommand .*/nonexistent/ssh -W pc:22 jump"):
+        Session(t, known=KnownHosts([], include_system=False), retries=1).open()

@@ -170,7 +170,7 @@ def main() -> int:
                     if what == "patch":
                         reset(subset)
                     r = cli([what, "-i", str(inv), *common, "--json"], env)
-                    want = {"patch": {"patched"}, "status": {"ok"}, "reconcile": {"unchanged"}}[what]
+                    want = {"patch": {"patched"}, "status": {"patched"}, "reconcile": {"unchanged"}}[what]
                     got = {h["verdict"] for h in (r["doc"] or {}).get("hosts", [])}
                     if r["rc"] != 0 or got != want:
                         print(f"  warning: {what} on {n} hosts: exit {r['rc']}, verdicts {sorted(got)} "

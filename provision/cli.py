@@ -24,61 +24,63 @@ class Ctx:
         self.__dict__.update(kw)
 
 
-def _split_i(value: str | None):
-    """`-i` is an inventory when it is YAML, an identity (private key) otherwise."""
-    if value is None:
-        return None, None
-    if value.endswith((".yaml", ".yml")):
-        return value, None
-    return None, value
+FORMATS = ("auto", "table", "lines", "json")
 
 
 def fleet_options(fn):
     """Host selection and connection flags, shared by every fleet command."""
     opts = [
         click.option("--host", "hosts", multiple=True, metavar="HOST",
-                     help="Host name or address (repeatable). Names go through ~/.ssh/config."),
-        click.option("-i", "i_opt", metavar="PATH",
-                     help="An inventory (*.yaml/*.yml) or, for anything else, a private key file."),
-        click.option("--inventory", metavar="FILE", help="Inventory file (ours or Ansible's YAML format)."),
+                     help="Host name or address (repeatable). Names go through your OpenSSH config. With -i, "
+                          "it must name a host of the inventory."),
+        click.option("-i", "--inventory", "inventory", metavar="SRC",
+                     help="Inventory, as in Ansible: a file (ours, Ansible YAML or INI), a directory, or a "
+                          "comma-separated host list ending in a comma (-i gpu01,gpu02,)."),
         click.option("--limit", "-l", metavar="PATTERN",
                      help="Select inventory hosts: names, groups or globs, comma-separated; !x excludes."),
-        click.option("--identity", metavar="KEY", help="Private key file (same as -i KEY)."),
-        click.option("--user", "-u", metavar="USER", help="SSH user (default: ssh config, then root)."),
-        click.option("--port", "-p", type=int, metavar="PORT", help="SSH port (default: ssh config, then 22)."),
+        click.option("--private-key", "--identity", "identity", metavar="KEY",
+                     help="Private key file (default: IdentityFile from ssh config, then ssh-agent and ~/.ssh)."),
+        click.option("--user", "-u", metavar="USER", help="SSH user (default: inventory, ssh config, then root)."),
+        click.option("--port", "-p", type=int, metavar="PORT",
+                     help="SSH port (default: inventory, ssh config, then 22)."),
         click.option("--ssh-config", metavar="FILE", envvar="PROVISION_SSH_CONFIG",
-                     help="OpenSSH client config to read (default ~/.ssh/config; Include is followed)."),
+                     help="OpenSSH client config to read instead of ~/.ssh/config (and /etc/ssh/ssh_config); "
+                          "env PROVISION_SSH_CONFIG."),
         click.option("--known-hosts", metavar="FILE", envvar="PROVISION_KNOWN_HOSTS",
                      help="known_hosts file (default: UserKnownHostsFile from ssh config, then ~/.ssh/known_hosts)."),
         click.option("--accept-new-host-keys", is_flag=True,
                      help="Record unknown host keys (appending to known_hosts); changed keys are still refused."),
         click.option("--forks", "-f", type=click.IntRange(1, 512), default=16, show_default=True,
                      help="Hosts worked on at once."),
-        click.option("--connect-timeout", type=float, default=10.0, show_default=True, metavar="S",
-                     help="Seconds to wait for a host's SSH handshake."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=None, metavar="S",
+                     help="Seconds to wait for a host's SSH handshake (default: ConnectTimeout from ssh config, "
+                          "then 10)."),
         click.option("--timeout", "command_timeout", type=float, default=300.0, show_default=True, metavar="S",
                      help="Deadline for each remote step; a host that exceeds it fails on its own."),
         click.option("--sudo/--no-sudo", default=None,
-                     help="Run remote steps through `sudo -n` (default: when the SSH user is not root)."),
+                     help="Run remote steps through `sudo -n` (default: inventory `sudo:`/ansible_become, "
+                          "then when the SSH user is not root)."),
         click.option("--sudo-password-file", metavar="FILE", envvar="PROVISION_SUDO_PASSWORD_FILE",
                      help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
                           "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON document for all hosts instead of lines."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+                     help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
+                          "nothing truncated; json: one document. auto: table on a terminal, else lines."),
+        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
 
     @functools.wraps(fn)
-    def wrapper(hosts, i_opt, inventory, limit, identity, user, port, ssh_config, known_hosts,
-                accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, sudo_password_file, as_json,
-                **kw):
-        inv_from_i, id_from_i = _split_i(i_opt)
-        if inv_from_i and inventory:
-            raise UsageError("give the inventory once: -i FILE.yaml or --inventory FILE")
+    def wrapper(hosts, inventory, limit, identity, user, port, ssh_config, known_hosts,
+                accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, sudo_password_file, fmt,
+                as_json, **kw):
+        from provision.report import resolve_format
         from provision.runner import ConnOptions
 
-        ctx = Ctx(hosts=list(hosts), inventory=inventory or inv_from_i, limit=limit, as_json=as_json,
-                  conn=ConnOptions(user=user, port=port, identity=identity or id_from_i, ssh_config=ssh_config,
+        fmt = resolve_format("json" if as_json else fmt)
+        ctx = Ctx(hosts=list(hosts), inventory=inventory, limit=limit, as_json=fmt == "json", fmt=fmt,
+                  conn=ConnOptions(user=user, port=port, identity=identity, ssh_config=ssh_config,
                                    known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys,
                                    connect_timeout=connect_timeout, command_timeout=command_timeout, forks=forks,
                                    sudo=sudo, sudo_password_file=sudo_password_file))
@@ -88,28 +90,77 @@ def fleet_options(fn):
 
 
 def selected_hosts(ctx: Ctx):
-    from provision.inventory import adhoc, load_inventory, select
+    """The hosts to work on. An unknown --host (with -i) or a --limit matching nothing is exit 5,
+    naming the hosts that do exist."""
+    from provision.errors import NoHostsError
+    from provision.inventory import adhoc, existing_names, load_inventory, select
 
-    if ctx.hosts and ctx.inventory:
-        inv = load_inventory(ctx.inventory)
-        names = set(ctx.hosts)
-        hosts = [h for h in inv.hosts if h.name in names]
-        missing = names - {h.name for h in hosts}
-        hosts += adhoc(sorted(missing)).hosts
-    elif ctx.inventory:
-        inv = load_inventory(ctx.inventory)
+    if not ctx.hosts and not ctx.inventory:
+        raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY")
+    if not ctx.inventory:
+        if ctx.limit:
+            raise UsageError("--limit selects inventory hosts: give -i INVENTORY too, or drop --limit")
+        return adhoc(ctx.hosts).hosts
+    inv = getattr(ctx, "_inventory", None) or load_inventory(ctx.inventory)
+    if getattr(ctx, "_inventory", None) is None:
+        ctx._inventory = inv
         for note in inv.notes:
             click.echo(f"note: {note}", err=True)
-        hosts = select(inv, ctx.limit)
-    elif ctx.hosts:
-        hosts = adhoc(ctx.hosts).hosts
-    else:
-        raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY.yaml")
+    hosts = select(inv, ctx.limit)
+    if ctx.limit and not hosts:
+        raise NoHostsError(f"--limit {ctx.limit} matches no host of {inv.path}; nothing was done. "
+                           f"It has: {existing_names(inv)}")
+    if ctx.hosts:
+        known = {h.name for h in hosts}
+        unknown = [n for n in ctx.hosts if n not in known]
+        if unknown:
+            where = f"{inv.path}" + (f" (--limit {ctx.limit})" if ctx.limit else "")
+            raise NoHostsError(f"--host {', '.join(unknown)}: not {'a host' if len(unknown) == 1 else 'hosts'} of "
+                               f"{where}; nothing was done. It has: {existing_names(inv, hosts if ctx.limit else None)}")
+        wanted = set(ctx.hosts)
+        hosts = [h for h in hosts if h.name in wanted]
     return hosts
 
 
+def check_specs(ctx: Ctx, pspec) -> None:
+    """Load every selected host's patch spec (`spec:` in the inventory) before any host is
+    touched: a spec the host-side engine would reject is exit 2 here, once, not exit 3 per host."""
+    from provision.playbook import load_patch_spec
+
+    if pspec is not None:
+        return
+    for name in dict.fromkeys(h.get("spec") for h in selected_hosts(ctx)):
+        load_patch_spec(name)
+
+
+def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -> None:
+    """One host's line (and its notes and diff) as it arrives; nothing in JSON mode."""
+    from provision import report
+
+    if ctx.as_json:
+        return
+    click.echo(report.host_line(r, check=check))
+    for note in r.notes:
+        click.echo(f"    note: {note}")
+    if show_diff and r.diff:
+        click.echo(r.diff, nl=not r.diff.endswith("\n"))
+
+
+def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str] | None = None,
+                  extra: dict | None = None) -> None:
+    """After the run: the JSON document, or (for several hosts) the table and the summary line."""
+    from provision import report
+
+    if ctx.as_json:
+        click.echo(report.to_document(command, results, code, extra))
+    elif len(results) > 1:
+        if ctx.fmt == "table":
+            report.print_table(report.host_columns(columns), report.host_rows(results, columns))
+        click.echo(report.summary_line(results))
+
+
 def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: bool = False,
-              columns: list[str] | None = None) -> int:
+              columns: list[str] | None = None, journal: bool = True, exit_code=None) -> int:
     """Run fn on the selected hosts, print as results arrive, return the exit code."""
     from provision import report
     from provision.runner import Fleet, run_hosts
@@ -119,33 +170,17 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         click.echo("error: no host matched the selection; nothing was done", err=True)
         return EXIT_NOTHING
     fleet = Fleet(ctx.conn)
-
-    def on_result(r):
-        if ctx.as_json:
-            return
-        click.echo(report.host_line(r, check=check))
-        for note in r.notes:
-            click.echo(f"    note: {note}")
-        if show_diff and r.diff:
-            click.echo(r.diff, nl=not r.diff.endswith("\n"))
-
     try:
-        results = run_hosts(fleet, hosts, fn, on_result=on_result)
+        results = run_hosts(fleet, hosts, fn,
+                            on_result=lambda r: print_result(ctx, r, check=check, show_diff=show_diff))
     finally:
         fleet.close()
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
-    if not check:
+    if journal and not check:
         _journal(command, results)
-    code = report.exit_code(results, check=check)
-    if ctx.as_json:
-        click.echo(report.to_document(command, results, code))
-    elif len(results) > 1:
-        from rich.console import Console
-
-        console = Console(stderr=False, highlight=False)
-        console.print(report.table(results, columns))
-        click.echo(report.summary_line(results))
+    code = exit_code(results) if exit_code else report.exit_code(results, check=check)
+    print_summary(ctx, command, results, code, columns)
     return code
 
 
@@ -240,6 +275,7 @@ def _patch_like(command: str):
             pspec = load_patch_spec(spec) if spec else None
             if pspec is None:
                 load_patch_spec(None)  # fail early on a broken default playbook
+            check_specs(ctx, pspec)
             extra = fn(ctx, **kw) or {}
             op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
                              python=python_, timeout=ctx.conn.command_timeout, **extra)
@@ -285,13 +321,34 @@ def unpatch(ctx):
 @_spec_option
 @_install_options
 def status(ctx, spec, sglang_path, python_):
-    """Show each host's SGLang version, install path, patch state and server."""
+    """Show each host's SGLang version, install, patch state and server.
+
+    \b
+    Verdicts (the patch state of the spec's file):
+      patched     provision's block is in the class and matches the spec
+      native      the class has every method itself (SGLang 0.5.10+)
+      missing     methods are missing: `provision patch` adds them
+      stale       provision's block differs from the spec: `patch` re-renders it
+      hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
+      error       the file could not be judged (no SGLang, no such file, ...)
+
+    Exit 0 when every host is patched or native, 4 when a host is missing,
+    stale or hand-patch (what `patch --check` would change), 3 when a host
+    failed, was unreachable or is in error. "restart needed" is noted where the
+    running server started before the file last changed.
+    """
     from provision.patching import do_status
     from provision.playbook import load_patch_spec
 
+    from provision.patching import status_exit_code
+
     pspec = load_patch_spec(spec) if spec else None
+    if pspec is None:
+        load_patch_spec(None)  # fail early (exit 2) on a broken default playbook
+    check_specs(ctx, pspec)
     fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
-    code = run_fleet(ctx, "status", fn, columns=["host", "version", "install_kind", "patch", "server_state", "elapsed"])
+    code = run_fleet(ctx, "status", fn, columns=["host", "verdict", "version", "install_kind", "server_state",
+                                                 "elapsed"], journal=False, exit_code=status_exit_code)
     sys.exit(code)
 
 

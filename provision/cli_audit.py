@@ -86,21 +86,18 @@ def audit(ctx, spec, sglang_path, python_):
 
     code = run_fleet(ctx, "audit", fn, columns=["host", "verdict", "version", "detail", "elapsed"])
     if not ctx.as_json:
-        from rich.console import Console
-        from rich.table import Table
+        from provision.report import print_table
 
-        console = Console(highlight=False)
+        cols = ["class", "verdict", "attr", "missing", "covered_by", "state", "why"]
         for r in collected:
-            t = Table(title=f"{r.host}: SGLang {r.version} ({r.install})", box=None, header_style="bold")
-            for c in ("class", "verdict", "attr", "missing", "covered by", "state", "why"):
-                t.add_column(c, overflow="fold")
-            for g in sorted(r.data["gaps"], key=lambda g: (g["verdict"] != "fixable", g["class"])):
-                t.add_row(g["class"], g["verdict"], g["attr"] or "", ", ".join(g["missing"]),
-                          g["covered_by"] or "-", g["patch_state"] or "-", g["reason"])
-            console.print(t)
+            rows = [[g["class"], g["verdict"], g["attr"] or "", ", ".join(g["missing"]), g["covered_by"] or "-",
+                     g["patch_state"] or "-", g["reason"]]
+                    for g in sorted(r.data["gaps"], key=lambda g: (g["verdict"] != "fixable", g["class"]))]
+            print_table(cols, rows, fmt=ctx.fmt, title=f"{r.host}: SGLang {r.version} ({r.install})",
+                        wrap=("missing", "why"))
             if r.data["uncovered_fixable"]:
-                console.print("fixable and not covered by any spec: " + ", ".join(r.data["uncovered_fixable"])
-                              + "\n  write one: provision spec new CLASS --host " + r.host + " > playbooks/NAME.yaml")
+                click.echo("fixable and not covered by any spec: " + ", ".join(r.data["uncovered_fixable"])
+                           + "\n  write one: provision spec new CLASS --host " + r.host + " > playbooks/NAME.yaml")
     if code == EXIT_OK and any(r.data.get("uncovered_fixable") for r in collected):
         code = EXIT_GAPS
     sys.exit(code)
@@ -116,8 +113,10 @@ def spec():
 @fleet_options
 @click.option("--allow-conditional", is_flag=True,
               help="Also write specs for conditionally fixable wrappers (right only for some inner models).")
-@click.option("--sglang-path", metavar="DIR")
-@click.option("--python", "python_", metavar="PATH")
+@click.option("--sglang-path", metavar="DIR",
+              help="Pin the install to read: the `sglang` package directory (the one holding srt/).")
+@click.option("--python", "python_", metavar="PATH",
+              help="Interpreter whose SGLang to read (default: the host's `python:`, then discovery).")
 def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     """Write a patch spec for CLASS from the host's SGLang source (to stdout).
 
@@ -135,7 +134,8 @@ def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     fleet = Fleet(ctx.conn)
     try:
         with fleet.session(hosts[0]).open() as session:
-            ans = session.call({"op": "audit", "specs": [], "sglang_path": sglang_path, "python": python_},
+            ans = session.call({"op": "audit", "specs": [], "sglang_path": sglang_path or hosts[0].get("sglang_path"),
+                                "python": python_ or hosts[0].get("python")},
                                timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(hosts[0], session))
     finally:
         fleet.close()

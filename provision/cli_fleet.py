@@ -101,6 +101,14 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
     if (serial or window) and not restart:
         raise UsageError("--serial and --window only apply with --restart")
     pspec = _load_spec(spec)
+    from provision.cli import check_specs
+
+    check_specs(ctx, pspec)
+    if restart:
+        from provision.cli_launch import check_profiles
+        from provision.launch import LaunchOptions
+
+        check_profiles(ctx, LaunchOptions(profile=profile))
     lock = None if check else ControlLock().acquire()
     try:
         hosts = selected_hosts(ctx)
@@ -211,7 +219,6 @@ def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
 @_install_opts
 @click.option("--backup", "backup_id", metavar="ID", help="The backup to put back (an id from --list, a prefix "
                                                            "of its sha256 is enough).")
-@click.option("--original", is_flag=True, help="Put back the original: the first backup, kept forever (default).")
 @click.option("--file", "file_", metavar="PATH", help="The file on the host (default: the spec's file in the "
                                                       "install provision finds).")
 @click.option("--list", "list_", is_flag=True, help="Only list the backups.")
@@ -219,11 +226,12 @@ def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
 @click.option("--diff", is_flag=True, help="Show a unified diff of the change.")
 @click.option("--force", is_flag=True, help="Restore even a backup taken under another SGLang version, or over a "
                                             "file that changed since provision last wrote it.")
-def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, check, diff, force):
+def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, diff, force):
     """Put a backup of the model file back, from the host's provision state dir.
 
     Backups are taken before every change provision makes; the first one of a
-    file (its original) is kept forever. Default: put the original back. The
+    file (its original) is kept forever. Without --backup, the original is put
+    back. The
     current bytes are backed up first, so a restore can be undone with another.
 
     A backup is put back only if it was taken under the SGLang version installed
@@ -233,17 +241,18 @@ def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, 
     --force overrides.
     Verdicts: restored, unchanged (the file already holds those bytes), failed.
     """
-    if backup_id and original:
-        raise UsageError("give --backup ID or --original, not both")
     pspec = _load_spec(spec)
+    from provision.cli import check_specs
     from provision.reconcile import _spec
+
+    check_specs(ctx, pspec)
 
     collected: list[HostResult] = []
 
     def fn(host, session, fleet) -> HostResult:
         hspec = pspec or _spec(host.get("spec"))
         req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
-               "backup": backup_id, "original": original, "check": check, "diff": diff, "force": force,
+               "backup": backup_id, "original": not backup_id, "check": check, "diff": diff, "force": force,
                "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python"),
                "journal_last": last_change(host.name)}
         ans = session.call(req, timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
@@ -254,26 +263,22 @@ def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, 
     code = run_fleet(ctx, "backups" if list_ else "restore", fn, check=check, show_diff=diff,
                      columns=["host", "verdict", "file", "detail", "elapsed"])
     if list_ and not ctx.as_json:
-        from rich.console import Console
-        from rich.table import Table
+        from provision.report import print_table
 
-        console = Console(highlight=False)
         for r in sorted(collected, key=lambda x: x.host):
             if not r.data.get("backups"):
                 continue
-            console.print(f"{r.host}: backups of {r.file}")
-            t = Table(box=None, pad_edge=False)
-            for c in ("id", "time", "sglang", "before", "size", ""):
-                t.add_column(c, no_wrap=True)
+            rows = []
             for b in r.data["backups"]:
                 marks = []
                 if b.get("original"):
                     marks.append("original")
                 if b.get("sha256") == r.data.get("current_sha"):
                     marks.append("= current")
-                t.add_row(b["id"], str(b.get("time"))[:19].replace("T", " "), str(b.get("sglang_version")),
-                          str(b.get("reason")), str(b.get("size")), ", ".join(marks))
-            console.print(t)
+                rows.append([b["id"], str(b.get("time"))[:19].replace("T", " "), str(b.get("sglang_version")),
+                             str(b.get("reason")), str(b.get("size")), ", ".join(marks)])
+            print_table(["id", "time", "sglang", "before", "size", "marks"], rows, fmt=ctx.fmt,
+                        title=f"{r.host}: backups of {r.file}")
     sys.exit(code)
 
 
@@ -281,10 +286,13 @@ def restore(ctx, spec, sglang_path, python_, backup_id, original, file_, list_, 
 
 @click.command()
 @click.option("--host", metavar="HOST", help="Only this host's entries.")
-@click.option("--limit", "-n", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
+@click.option("--last", "-n", "last", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
               help="The last N entries (0: all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON lines.")
-def history(host, limit, as_json):
+@click.option("--format", "fmt", type=click.Choice(["auto", "table", "lines", "json"]), default="auto",
+              show_default=True, help="table, lines (one entry per line, nothing truncated) or json (JSON lines); "
+                                      "auto: table on a terminal, else lines.")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON lines (same as --format json).")
+def history(host, last, fmt, as_json):
     """Show the change journal of this control machine.
 
     Every change provision made (patched, repaired, unpatched, restored,
@@ -294,40 +302,36 @@ def history(host, limit, as_json):
     """
     from provision import journal
 
-    recs, bad = journal.read(host=host, limit=limit or None)
+    from provision.report import print_table, resolve_format
+
+    fmt = resolve_format("json" if as_json else fmt)
+    recs, bad = journal.read(host=host, limit=last or None)
     for n in bad[:5]:
         click.echo(f"warning: {journal.path()}:{n}: not a JSON line; skipped", err=True)
-    if as_json:
+    if fmt == "json":
         for rec in recs:
             click.echo(json.dumps(rec))
         sys.exit(EXIT_OK)
     if not recs:
         click.echo(f"no journal entries{' for ' + host if host else ''} in {journal.path()}", err=True)
         sys.exit(EXIT_OK)
-    from rich.console import Console
-    from rich.table import Table
+    import shutil
 
-    from provision.report import STYLE
-
-    console = Console(highlight=False)
-    wide = console.width >= 130  # file and user too; --json has everything
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    wide = fmt == "lines" or shutil.get_terminal_size((80, 24)).columns >= 130  # --json has everything
     cols = ["time", "host", "command", "verdict"] + (["file"] if wide else []) + ["sha256"] + \
-        (["user"] if wide else [])
-    for c in cols:
-        t.add_column(c, no_wrap=True)
-    t.add_column("detail", overflow="fold", ratio=1, min_width=16)
+        (["user"] if wide else []) + ["detail"]
+    rows = []
     for rec in recs:
-        v = rec.get("verdict") or ""
-        style = STYLE.get(v, "")
         before, after = (rec.get("sha256_before") or "")[:8], (rec.get("sha256_after") or "")[:8]
         row = {"time": str(rec.get("time", ""))[:16].replace("T", " "), "host": str(rec.get("host", "")),
-               "command": str(rec.get("command", "")), "verdict": f"[{style}]{v}[/]" if style else v,
+               "command": str(rec.get("command", "")), "verdict": rec.get("verdict") or "",
                "file": os.path.basename(str(rec.get("file") or "")),
                "sha256": f"{before or '-'}>{after or '-'}" if before != after else before,
-               "user": f"{rec.get('user', '')}@{rec.get('control_host', '')}"}
-        t.add_row(*[row[c] for c in cols], str(rec.get("detail") or ""))
-    console.print(t)
+               "user": f"{rec.get('user', '')}@{rec.get('control_host', '')}", "detail": str(rec.get("detail") or "")}
+        if fmt == "lines":
+            row["time"] = str(rec.get("time", ""))
+        rows.append([row[c] for c in cols])
+    print_table(cols, rows, fmt=fmt)
     sys.exit(EXIT_OK)
 
 

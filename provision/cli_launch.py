@@ -10,16 +10,46 @@ from provision.cli import fleet_options, run_fleet
 from provision.errors import UsageError
 
 
+def _profile_option(fn):
+    return click.option("--profile", metavar="PLAYBOOK",
+                        help="Launch profile (a playbook's `launch:`). Default: the host's `profile:`, "
+                             "then kimi-k25-eagle3.")(fn)
+
+
 def _profile_options(fn):
-    fn = click.option("--profile", metavar="PLAYBOOK",
-                      help="Launch profile (a playbook's `launch:`). Default: the host's `profile:`, "
-                           "then kimi-k25-eagle3.")(fn)
+    """What starting a server takes: the profile, flag overrides and the secrets."""
+    fn = _profile_option(fn)
     fn = click.option("--arg", "args", multiple=True, metavar="FLAG=VALUE",
                       help="Override one SGLang flag, e.g. --arg port=30001 (repeatable).")(fn)
     fn = click.option("--api-key-file", metavar="FILE", help="Read --api-key from FILE (or set PROVISION_API_KEY).")(fn)
     fn = click.option("--admin-api-key-file", metavar="FILE",
                       help="Read --admin-api-key from FILE (or set PROVISION_ADMIN_API_KEY).")(fn)
     return fn
+
+
+def _server_options(fn):
+    """What finding a running server takes: the profile and its port."""
+    fn = _profile_option(fn)
+    fn = click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
+                      help="The server's SGLang port (default: the profile's, with the inventory's `args:`).")(fn)
+    return fn
+
+
+def _server_opts(profile, server_port, **kw):
+    from provision.launch import LaunchOptions
+
+    return LaunchOptions(profile=profile, overrides={"port": server_port} if server_port else {}, **kw)
+
+
+def check_profiles(ctx, opts, multinode=None) -> list:
+    """Load every selected host's profile before any host is touched: a bad one is exit 2, once."""
+    from provision.cli import selected_hosts
+    from provision.launch import resolve
+
+    hosts = selected_hosts(ctx)
+    for h in hosts:
+        resolve(h, opts, multinode)
+    return hosts
 
 
 def _parse_overrides(args) -> dict:
@@ -107,11 +137,12 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
     from provision.launch import MultiNode, launch_fn, stop_fn
 
     multinode = MultiNode(selected_hosts(ctx))
+    opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
+                    deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url)
+    check_profiles(ctx, opts, multinode)
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together
         ctx.conn.forks = biggest
-    opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
-                    deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url)
     try:
         if serial:
             from provision.rolling import run_rolling
@@ -134,40 +165,47 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
 
 @click.command()
 @fleet_options
-@_profile_options
-@click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S")
-@click.option("--poll", type=float, default=2.0, show_default=True, metavar="S")
-def wait(ctx, profile, args, api_key_file, admin_api_key_file, deadline, poll):
+@_server_options
+@click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
+              help="Give up following after S seconds since the server started; the server keeps running.")
+@click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")
+def wait(ctx, profile, server_port, deadline, poll):
     """Re-attach to a start-up in progress and follow it until healthy."""
     from provision.launch import wait_fn
 
-    opts = _options(profile, args, api_key_file, admin_api_key_file, deadline=deadline, poll=poll)
+    opts = _server_opts(profile, server_port, deadline=deadline, poll=poll)
+    check_profiles(ctx, opts)
     sys.exit(_run_with_display(ctx, "wait", lambda d: wait_fn(opts, d), ["host", "verdict", "detail", "elapsed"]))
 
 
 @click.command()
 @fleet_options
-@_profile_options
+@_server_options
 @click.option("--grace", type=float, default=None, metavar="S",
               help="Seconds between SIGTERM (SGLang drains requests) and SIGKILL. Default: the profile's, 30.")
-def stop(ctx, profile, args, api_key_file, admin_api_key_file, grace):
+def stop(ctx, profile, server_port, grace):
     """Stop the server provision started: the whole tree, ranks included."""
     from provision.launch import stop_fn
 
-    opts = _options(profile, args, api_key_file, admin_api_key_file)
+    opts = _server_opts(profile, server_port)
+    check_profiles(ctx, opts)
     sys.exit(run_fleet(ctx, "stop", stop_fn(opts, grace), columns=["host", "verdict", "detail", "elapsed"]))
 
 
 @click.command()
 @fleet_options
-@_profile_options
-@click.option("--lines", "-n", type=int, default=100, show_default=True)
+@_server_options
+@click.option("--lines", "-n", type=click.IntRange(0, None), default=100, show_default=True, metavar="N",
+              help="How many of the log's last lines to show.")
 @click.option("--follow", "-F", "follow_", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
-def logs(ctx, profile, args, api_key_file, admin_api_key_file, lines, follow_):
+def logs(ctx, profile, server_port, lines, follow_):
     """Show the current launch's server log (secrets redacted)."""
     from provision.launch import logs_fn
+    from provision.profile import secrets_from_env
 
-    opts = _options(profile, args, api_key_file, admin_api_key_file)
+    # secrets in the environment (PROVISION_API_KEY, HF_TOKEN...) are still redacted from what is shown
+    opts = _server_opts(profile, server_port, secrets=secrets_from_env())
+    check_profiles(ctx, opts)
     if follow_:
         from provision.logfollow import follow_logs
 

@@ -56,6 +56,13 @@ class UsageError(ProvisionError):
     kind = "usage"
 
 
+class NoHostsError(ProvisionError):
+    """The selection matched no host (an unknown --host name, a --limit matching nothing)."""
+
+    exit_code = EXIT_NOTHING
+    kind = "no-hosts"
+
+
 class LockedError(ProvisionError):
     exit_code = EXIT_LOCKED
     kind = "locked"

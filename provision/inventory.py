@@ -1,18 +1,30 @@
-"""Inventories: which hosts, how to reach them, and their variables.  Pure.
+"""Inventories: which hosts, how to reach them, and their variables.
 
-Two formats:
+``-i SRC`` means what it means to Ansible: a file, a directory, or a comma-separated host
+list (``-i gpu01,gpu02,``). Formats:
 - ours (top-level keys ``defaults``, ``groups``, ``hosts``), strict: unknown keys are errors;
-- Ansible's YAML inventory (``all:`` / ``children:`` / ``hosts:`` / ``vars:``), mapped
-  for the connection variables; other ``ansible_*`` variables are ignored, said once.
+- anything Ansible reads. Where ``ansible-inventory`` is on PATH it is the authority
+  (``ansible-inventory -i SRC --list``: INI, YAML, directories, dynamic plugins). Without
+  it we read Ansible's YAML and INI formats ourselves (host ranges ``gpu[01:08]``,
+  ``[group:vars]``, ``[group:children]``; directories with group_vars/ and host_vars/).
+Ansible variables are mapped onto ours (connection, interpreter, become); the rest are
+named once in a note, never silently dropped.
 
-Every error names the file, the line and what is wrong.
+Parsing is pure (text in, Inventory out); every error names the file, the line or the
+host, and the value.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
+import json
+import os
 import re
 import shlex
+import shutil
+import string
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +37,8 @@ HOST_KEYS = {
     "user": "SSH user (default: ssh config, then root)",
     "port": "SSH port (default: ssh config, then 22)",
     "identity": "private key file",
-    "jump": "ProxyJump host: [user@]host[:port]",
+    "jump": "ProxyJump chain: [user@]host[:port][,...] (each hop opened once per run and shared)",
+    "proxy_command": "ProxyCommand, as in ssh_config (%h %p %r %n are expanded)",
     "known_hosts": "known_hosts file to check host keys against",
     "python": "interpreter that owns SGLang on the host",
     "sglang_path": "pin the sglang package directory (the one holding srt/)",
@@ -33,6 +46,7 @@ HOST_KEYS = {
     "profile": "launch profile playbook",
     "offline": "host cannot download weights from a hub (true/false)",
     "sudo": "use sudo -n for file writes and process control (default: when user is not root)",
+    "sudo_password_file": "file whose first line is this host's sudo password (like --sudo-password-file)",
     "args": "launch profile argument overrides (mapping of SGLang flags)",
     "env": "extra environment for the server (mapping)",
     "node_rank": "rank of this host in a multi-node server",
@@ -185,34 +199,132 @@ def parse_ours(data: LineDict, path: str) -> Inventory:
     return Inventory(hosts=hosts, path=path)
 
 
-ANSIBLE_MAP = {"ansible_host": "address", "ansible_user": "user", "ansible_port": "port",
-               "ansible_ssh_private_key_file": "identity", "ansible_python_interpreter": "python"}
-_JUMP_RE = re.compile(r"ProxyJump=(\S+)|-J\s*(\S+)")
+ANSIBLE_MAP = {"ansible_host": "address", "ansible_ssh_host": "address", "ansible_user": "user",
+               "ansible_ssh_user": "user", "ansible_port": "port", "ansible_ssh_port": "port",
+               "ansible_ssh_private_key_file": "identity", "ansible_private_key_file": "identity",
+               "ansible_python_interpreter": "python", "ansible_become_password_file": "sudo_password_file"}
+# Ansible's own variables that only steer Ansible: said once, never mistaken for ours.
+_SSH_OPTIONS = {"proxyjump": "jump", "proxycommand": "proxy_command", "userknownhostsfile": "known_hosts"}
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
-def _ansible_vars(raw: dict, path: str, notes: set[str]) -> dict:
-    out = {}
-    for key, value in (raw or {}).items():
-        if key in ANSIBLE_MAP:
-            out[ANSIBLE_MAP[key]] = value
-        elif key == "ansible_ssh_common_args":
-            for tok in shlex.split(str(value)):
-                pass
-            m = _JUMP_RE.search(str(value))
-            if m:
-                out["jump"] = m.group(1) or m.group(2)
-            m2 = re.search(r"ProxyCommand=.*?ssh .*?-W\s+\S+\s+(\S+)", str(value))
-            if m2 and "jump" not in out:
-                out["jump"] = m2.group(1).strip("'\"")
-        elif str(key).startswith("ansible_"):
-            notes.add(str(key))
-        elif key in HOST_KEYS:
-            out[key] = value
+@dataclass
+class _Notes:
+    ansible: set = field(default_factory=set)      # ansible_* variables we do not use
+    plain: set = field(default_factory=set)        # other host variables we do not use
+    ssh: set = field(default_factory=set)          # ssh options in ansible_ssh_common_args we do not use
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.ansible:
+            out.append("ignored Ansible variables (provision does not use them): " + ", ".join(sorted(self.ansible)))
+        if self.plain:
+            out.append("host variables provision does not use (not passed anywhere): " + ", ".join(sorted(self.plain)))
+        if self.ssh:
+            out.append("ssh options in ansible_ssh_common_args provision does not use: " + ", ".join(sorted(self.ssh)))
+        return out
+
+
+def _boolish(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() in _TRUE:
+        return True
+    if str(value).strip().lower() in _FALSE:
+        return False
+    raise ConfigError(f"{what}: expected true or false, got {value!r}")
+
+
+def _ssh_args(value: Any, where: str) -> dict:
+    """ansible_ssh_common_args / _extra_args -> jump, proxy_command, known_hosts (+ unused option names)."""
+    try:
+        toks = shlex.split(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: ansible_ssh_common_args is not valid shell words ({exc}): {value!r}") from None
+    out: dict = {"_unused": []}
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        opt = None
+        if tok == "-o" and i + 1 < len(toks):
+            opt, i = toks[i + 1], i + 2
+        elif tok.startswith("-o") and len(tok) > 2:
+            opt, i = tok[2:], i + 1
+        elif tok == "-J" and i + 1 < len(toks):
+            out["jump"], i = toks[i + 1], i + 2
+            continue
+        elif tok.startswith("-J") and len(tok) > 2:
+            out["jump"], i = tok[2:], i + 1
+            continue
+        else:
+            out["_unused"].append(tok)
+            i += 1
+            continue
+        key, sep, val = opt.partition("=")
+        if not sep:
+            key, _, val = opt.partition(" ")
+        ours = _SSH_OPTIONS.get(key.strip().lower())
+        if ours:
+            out[ours] = val.strip()
+        else:
+            out["_unused"].append(key.strip())
     return out
 
 
+def _port(value: Any, where: str) -> int:
+    try:
+        port = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        port = None
+    if port is None or not 0 < port < 65536:
+        raise ConfigError(f"{where}: ansible_port: expected a port number (1-65535), got {value!r}")
+    return port
+
+
+def _ansible_vars(raw: dict, path: str, notes: "_Notes", who: str = "") -> dict:
+    """Ansible's variables for one host or group -> ours. ``who`` names it in errors."""
+    where = f"{path}: {who}" if who else path
+    out = {}
+    for key, value in (raw or {}).items():
+        key = str(key)
+        if key in ANSIBLE_MAP:
+            ours = ANSIBLE_MAP[key]
+            out[ours] = _port(value, where) if ours == "port" else (str(value) if value is not None else value)
+        elif key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+            got = _ssh_args(value, where)
+            notes.ssh.update(got.pop("_unused"))
+            if "known_hosts" in got:
+                got["known_hosts"] = got["known_hosts"].split()[0] if got["known_hosts"].split() else ""
+            out.update(got)
+        elif key == "ansible_become":
+            out["sudo"] = _boolish(value, f"{where}: ansible_become")
+        elif key == "ansible_become_user":
+            if str(value) != "root":
+                raise ConfigError(f"{where}: ansible_become_user {value!r}: provision's remote steps run as root "
+                                  f"(sudo to another user is not supported)")
+        elif key == "ansible_become_method":
+            if str(value) != "sudo":
+                raise ConfigError(f"{where}: ansible_become_method {value!r}: provision becomes root with sudo only")
+        elif key in ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_password",
+                     "ansible_ssh_pass"):
+            notes.ansible.add(f"{key} (passwords are read from files only: ansible_become_password_file or "
+                              f"--sudo-password-file)")
+        elif key.startswith("ansible_"):
+            notes.ansible.add(key)
+        elif key in HOST_KEYS:
+            out[key] = value
+        else:
+            notes.plain.add(key)
+    return out
+
+
+def _finish(inv: Inventory, notes: "_Notes") -> Inventory:
+    inv.notes.extend(notes.lines())
+    return inv
+
+
 def parse_ansible(data: dict, path: str) -> Inventory:
-    notes: set[str] = set()
+    notes = _Notes()
     hosts: dict[str, dict] = {}
     groups_of: dict[str, list[str]] = {}
     order: list[str] = []
@@ -223,28 +335,188 @@ def parse_ansible(data: dict, path: str) -> Inventory:
         if not isinstance(group, dict):
             line = data.line_of(gname) if isinstance(data, LineDict) else None
             raise _err(path, line, f"group {gname}: expected a mapping with hosts/children/vars")
-        gvars = _merge(inherited, _ansible_vars(group.get("vars") or {}, path, notes))
-        for hname, hv in (group.get("hosts") or {}).items():
-            hname = str(hname)
-            if hname not in order:
-                order.append(hname)
-            hosts[hname] = _merge(hosts.get(hname, {}), gvars, _ansible_vars(hv or {}, path, notes))
-            if gname != "all":
-                groups_of.setdefault(hname, []).append(gname)
-        for cname, child in (group.get("children") or {}).items():
+        gvars = _merge(inherited, _ansible_vars(group.get("vars") or {}, path, notes, f"group {gname}"))
+        members = group.get("hosts") or {}
+        if not isinstance(members, dict):
+            raise _err(path, group.line_of("hosts") if isinstance(group, LineDict) else None,
+                       f"group {gname}: hosts: expected a mapping of host names")
+        for hpat, hv in members.items():
+            if hv is not None and not isinstance(hv, dict):
+                raise _err(path, members.line_of(hpat) if isinstance(members, LineDict) else None,
+                           f"host {hpat}: expected a mapping of variables")
+            for hname in expand_pattern(str(hpat), path):
+                if hname not in order:
+                    order.append(hname)
+                hosts[hname] = _merge(hosts.get(hname, {}), gvars,
+                                      _ansible_vars(hv or {}, path, notes, f"host {hname}"))
+                if gname != "all":
+                    groups_of.setdefault(hname, []).append(gname)
+        children = group.get("children") or {}
+        if not isinstance(children, dict):
+            raise _err(path, None, f"group {gname}: children: expected a mapping of group names")
+        for cname, child in children.items():
             walk(str(cname), child, gvars)
 
     for gname, group in data.items():
         walk(str(gname), group, {})
     inv = Inventory(hosts=[Host(n, hosts[n], tuple(groups_of.get(n, []))) for n in order], path=path)
-    if notes:
-        inv.notes.append("ignored Ansible variables (provision does not use them): " + ", ".join(sorted(notes)))
     if not inv.hosts:
         raise _err(path, None, "no hosts found in the Ansible inventory")
-    return inv
+    return _finish(inv, notes)
 
 
-def parse_inventory(text: str, path: str = "<inventory>") -> Inventory:
+# --------------------------------------------------------------------------- Ansible INI, ranges
+
+_RANGE = re.compile(r"\[([^\]:]+):([^\]:]+)(?::([^\]]+))?\]")
+
+
+def expand_pattern(pattern: str, path: str = "<inventory>") -> list[str]:
+    """Ansible host ranges: ``gpu[01:08]`` (zero padding kept), ``node-[a:c]``, ``[1:9:2]`` (a step). Pure."""
+    parts = _RANGE.split(pattern)
+    if len(parts) == 1:
+        return [pattern]
+    pieces: list[list[str]] = []
+    for i in range(0, len(parts), 4):
+        pieces.append([parts[i]])
+        if i + 1 >= len(parts):
+            break
+        start, end, step = parts[i + 1], parts[i + 2], parts[i + 3]
+        try:
+            inc = int(step) if step else 1
+        except ValueError:
+            raise ConfigError(f"{path}: host range {pattern!r}: the step {step!r} is not a number") from None
+        if inc < 1:
+            raise ConfigError(f"{path}: host range {pattern!r}: the step must be at least 1")
+        if start.isdigit() and end.isdigit():
+            width = len(start) if start.startswith("0") and len(start) > 1 else 0
+            lo, hi = int(start), int(end)
+            values = [str(n).zfill(width) for n in range(lo, hi + 1, inc)]
+        elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
+            letters = string.ascii_letters
+            lo, hi = letters.index(start), letters.index(end)
+            values = list(letters[lo:hi + 1:inc])
+        else:
+            raise ConfigError(f"{path}: host range {pattern!r}: expected [01:08] or [a:c], got [{start}:{end}]")
+        if not values:
+            raise ConfigError(f"{path}: host range {pattern!r}: the range is empty (start after end)")
+        pieces.append(values)
+    return ["".join(combo) for combo in itertools.product(*pieces)]
+
+
+def _ini_value(text: str) -> Any:
+    """A value in an INI inventory, as Ansible reads it: numbers and booleans, else the string."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    return text
+
+
+def parse_ini(text: str, path: str = "<inventory>") -> Inventory:
+    """Ansible's INI inventory format. Pure."""
+    notes = _Notes()
+    order: list[str] = []
+    host_raw: dict[str, dict] = {}
+    host_line: dict[str, int] = {}
+    direct: dict[str, list[str]] = {"all": [], "ungrouped": []}
+    children: dict[str, list[str]] = {}
+    gvars_raw: dict[str, dict] = {}
+    section, kind = "ungrouped", "hosts"
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise _err(path, n, f"section header {line!r}: expected [group], [group:vars] or [group:children]")
+            name = line[1:-1].strip()
+            section, _, kind = name.partition(":")
+            kind = kind or "hosts"
+            if kind not in ("hosts", "vars", "children") or not section:
+                raise _err(path, n, f"section [{name}]: expected [group], [group:vars] or [group:children]")
+            direct.setdefault(section, [])
+            continue
+        try:
+            toks = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise _err(path, n, f"cannot split {line!r} into words ({exc})") from None
+        if not toks:
+            continue
+        if kind == "vars":
+            key, sep, val = line.partition("=")
+            if not sep:
+                raise _err(path, n, f"[{section}:vars]: expected key=value, got {line!r}")
+            val = val.strip()
+            if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
+                val = val[1:-1]
+            gvars_raw.setdefault(section, {})[key.strip()] = val
+            continue
+        if kind == "children":
+            children.setdefault(section, []).append(toks[0])
+            direct.setdefault(toks[0], [])
+            continue
+        hpat, hv = toks[0], {}
+        for tok in toks[1:]:
+            key, sep, val = tok.partition("=")
+            if not sep:
+                raise _err(path, n, f"host {hpat}: expected key=value after the host name, got {tok!r}")
+            hv[key] = _ini_value(val)
+        m = re.fullmatch(r"(.+?):(\d+)", hpat)
+        if m and "[" not in hpat[m.end(1):]:
+            hpat, hv = m.group(1), {"ansible_port": int(m.group(2)), **hv}
+        for hname in expand_pattern(hpat, f"{path}:{n}"):
+            if hname not in order:
+                order.append(hname)
+                host_line[hname] = n
+            host_raw[hname] = {**host_raw.get(hname, {}), **hv}
+            direct.setdefault(section, [])
+            if hname not in direct[section]:
+                direct[section].append(hname)
+    # group depth (all 0, its children 1, ...) decides which group's vars win, as in Ansible
+    parent_of: dict[str, set] = {}
+    for parent, kids in children.items():
+        for k in kids:
+            parent_of.setdefault(k, set()).add(parent)
+
+    def depth(g: str, seen=()) -> int:
+        if g == "all":
+            return 0
+        if g in seen:
+            raise _err(path, None, f"[{g}:children]: groups contain each other ({' > '.join(seen + (g,))})")
+        return 1 + max((depth(p, seen + (g,)) for p in parent_of.get(g, ()) if p != "all"), default=0)
+
+    def members(g: str, seen=()) -> list[str]:
+        if g in seen:
+            raise _err(path, None, f"[{g}:children]: groups contain each other ({' > '.join(seen + (g,))})")
+        out = list(direct.get(g, []))
+        for k in children.get(g, []):
+            out += [h for h in members(k, seen + (g,)) if h not in out]
+        return out
+
+    groups_of: dict[str, list[str]] = {}
+    for g in sorted(direct, key=lambda x: (depth(x), x)):
+        if g in ("all",):
+            continue
+        for h in members(g):
+            groups_of.setdefault(h, []).append(g)
+    gvars = {g: _ansible_vars(v, path, notes, f"group {g}") for g, v in gvars_raw.items()}
+    hosts = []
+    for name in order:
+        layers = [gvars.get("all", {})] + [gvars.get(g, {}) for g in groups_of.get(name, [])]
+        layers.append(_ansible_vars(host_raw.get(name, {}), f"{path}:{host_line[name]}", notes, f"host {name}"))
+        groups = tuple(g for g in groups_of.get(name, []) if g != "ungrouped")
+        hosts.append(Host(name=name, vars=_merge(*layers), groups=groups))
+    if not hosts:
+        raise _err(path, None, "no hosts found in the INI inventory")
+    return _finish(Inventory(hosts=hosts, path=path), notes)
+
+
+def parse_inventory(text: str, path: str = "<inventory>", *, ini_fallback: bool = False) -> Inventory:
+    """Our YAML, Ansible's YAML, or (by name, or when ``ini_fallback`` and the text is not a
+    YAML mapping) Ansible's INI."""
+    if path.endswith(".ini"):
+        return parse_ini(text, path)
     try:
         loader = _Loader(text)
         loader.name = path
@@ -253,27 +525,197 @@ def parse_inventory(text: str, path: str = "<inventory>") -> Inventory:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
+        if ini_fallback:
+            return parse_ini(text, path)
         mark = getattr(exc, "problem_mark", None)
         raise _err(path, mark.line + 1 if mark else None,
                    f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if ini_fallback and not isinstance(data, dict):
+        return parse_ini(text, path)
     if not isinstance(data, dict) or not data:
         raise _err(path, None, "expected a mapping (defaults/groups/hosts, or an Ansible inventory with all:)")
     if set(data) <= OUR_TOP and ("hosts" in data or "groups" in data):
         return parse_ours(data, path)
     if "all" in data or any(isinstance(v, dict) and ({"hosts", "children"} & set(v)) for v in data.values()):
         return parse_ansible(data, path)
+    if ini_fallback:
+        return parse_ini(text, path)
     return parse_ours(data, path)  # raises with the unknown key and its line
 
 
-def load_inventory(path: str) -> Inventory:
+def is_ours(text: str) -> bool:
+    """Whether a file is in our own format (Ansible's tools would not read it)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and bool(data) and set(map(str, data)) <= OUR_TOP and (
+        "hosts" in data or "groups" in data or "defaults" in data)
+
+
+def host_list(src: str) -> Inventory:
+    """``-i gpu01,gpu02,``: the comma-separated host list of Ansible."""
+    names = [n.strip() for n in src.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"-i {src!r}: an empty host list")
+    hosts = []
+    for n in names:
+        for name in expand_pattern(n, "-i"):
+            hosts.append(Host(name=name))
+    return Inventory(hosts=hosts, path=f"-i {src}")
+
+
+def from_ansible_json(doc: dict, src: str) -> Inventory:
+    """``ansible-inventory --list`` output -> Inventory (host vars already merged by Ansible). Pure."""
+    notes = _Notes()
+    meta = (doc.get("_meta") or {}).get("hostvars") or {}
+    order: list[str] = []
+    groups_of: dict[str, list[str]] = {}
+
+    def walk(g: str, trail: tuple = ()) -> list[str]:
+        if g in trail:
+            return []
+        node = doc.get(g) or {}
+        out = []
+        for h in node.get("hosts") or []:
+            if h not in order:
+                order.append(h)
+            out.append(h)
+        for c in node.get("children") or []:
+            out += walk(c, trail + (g,))
+        if g not in ("all", "ungrouped"):
+            for h in dict.fromkeys(out):
+                if g not in groups_of.setdefault(h, []):
+                    groups_of[h].append(g)
+        return out
+
+    walk("all")
+    for h in meta:
+        if h not in order:
+            order.append(h)
+    hosts = [Host(h, _ansible_vars(meta.get(h) or {}, src, notes, f"host {h}"), tuple(groups_of.get(h, [])))
+             for h in order]
+    if not hosts:
+        raise ConfigError(f"{src}: ansible-inventory found no hosts in it")
+    return _finish(Inventory(hosts=hosts, path=src), notes)
+
+
+def ansible_inventory(src: str, exe: str) -> Inventory:
+    """Ask Ansible itself: ``ansible-inventory -i SRC --list``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="provision-ansible-") as tmp:
+        env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="1", ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
+                   ANSIBLE_LOCAL_TEMP=tmp, ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="0")
+        try:
+            proc = subprocess.run([exe, "-i", src, "--list"], capture_output=True, text=True, timeout=120, env=env,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigError(f"{src}: ansible-inventory did not run ({exc})") from None
+    if proc.returncode != 0:
+        why = " | ".join(ln.strip() for ln in proc.stderr.splitlines()
+                         if ln.strip() and "WARNING" not in ln[:12])[:600]
+        raise ConfigError(f"{src}: ansible-inventory cannot read it: {why or f'exit {proc.returncode}'}")
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        raise ConfigError(f"{src}: ansible-inventory printed no JSON") from None
+    return from_ansible_json(doc, src)
+
+
+def _read(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            return fh.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read inventory ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse_inventory(text, path)
+
+
+_SKIP = (".retry", ".pyc", ".swp", "~", ".orig", ".bak", ".md", ".cfg")
+
+
+def _directory(path: str) -> Inventory:
+    """An inventory directory without Ansible: every file in it, plus group_vars/ and host_vars/."""
+    parts = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if name.startswith(".") or name.endswith(_SKIP) or not os.path.isfile(full):
+            continue
+        parts.append(parse_inventory(_read(full), full, ini_fallback=True))
+    if not parts:
+        raise ConfigError(f"{path}: an inventory directory with no inventory files in it")
+    by_name: dict[str, Host] = {}
+    notes: list[str] = []
+    for inv in parts:
+        notes += [n for n in inv.notes if n not in notes]
+        for h in inv.hosts:
+            old = by_name.get(h.name)
+            by_name[h.name] = h if old is None else Host(h.name, _merge(old.vars, h.vars),
+                                                        tuple(dict.fromkeys(old.groups + h.groups)))
+    extra = _Notes()
+    hosts = []
+    for h in by_name.values():
+        layers = [h.vars]
+        for g in ("all",) + h.groups:
+            layers.insert(-1, _vars_file(os.path.join(path, "group_vars", g), extra, f"group {g}"))
+        layers.append(_vars_file(os.path.join(path, "host_vars", h.name), extra, f"host {h.name}"))
+        hosts.append(Host(h.name, _merge(*layers), h.groups))
+    return Inventory(hosts=hosts, path=path, notes=notes + [n for n in extra.lines() if n not in notes])
+
+
+def _vars_file(base: str, notes: "_Notes", who: str) -> dict:
+    for cand in (base, base + ".yml", base + ".yaml"):
+        if os.path.isfile(cand):
+            try:
+                data = yaml.safe_load(_read(cand)) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{cand}: not valid YAML ({exc})") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{cand}: expected a mapping of variables")
+            return _ansible_vars(data, cand, notes, who)
+    return {}
+
+
+def load_inventory(src: str, *, use_ansible: bool | None = None) -> Inventory:
+    """Read ``-i SRC``: a host list, our YAML, or anything Ansible reads (through
+    ansible-inventory when it is on PATH, else our YAML/INI/directory readers)."""
+    if "," in src and not os.path.exists(src):
+        return host_list(src)
+    if not os.path.exists(src):
+        raise ConfigError(f"-i {src}: no such inventory file or directory (a host list needs a comma: -i {src},)")
+    text = None
+    if os.path.isfile(src):
+        with open(src, "rb") as fh:
+            head = fh.read(4096)
+        if b"PRIVATE KEY-----" in head:
+            raise ConfigError(f"-i {src}: this is a private key, and -i means an inventory (as in Ansible); "
+                              f"use --private-key {src}")
+        text = _read(src)
+        if is_ours(text):
+            return parse_inventory(text, src)
+        if src.endswith((".yaml", ".yml", ".json")):
+            try:
+                yaml.safe_load(text)
+            except yaml.YAMLError:
+                return parse_inventory(text, src)  # raises, naming the line (as Ansible would fail too)
+    exe = shutil.which("ansible-inventory") if use_ansible is not False else None
+    if exe:
+        return ansible_inventory(src, exe)
+    if text is None:
+        return _directory(src)
+    return parse_inventory(text, src, ini_fallback=not src.endswith((".yaml", ".yml", ".json")))
+
+
+def existing_names(inv: Inventory, hosts: list | None = None, limit: int = 60) -> str:
+    """The inventory's host names (and groups), up to a screenful."""
+    names = [h.name for h in (inv.hosts if hosts is None else hosts)]
+    text = ", ".join(names[:limit]) + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+    groups = sorted({g for h in inv.hosts for g in h.groups})
+    if groups:
+        text += "; groups: " + ", ".join(groups[:20]) + (" ..." if len(groups) > 20 else "")
+    return text
 
 
 def select(inv: Inventory, limit: str | None) -> list[Host]:

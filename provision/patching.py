@@ -81,26 +81,49 @@ def result_from_answer(host: str, answer: dict, *, check: bool = False) -> HostR
                       notes=notes, diff=res.get("diff"), error_kind=(err or {}).get("kind"), data=data)
 
 
+STATUS_WANTED = {"patched", "native"}
+STATUS_DUE = {"missing", "stale", "hand-patch"}   # `provision patch` would change the file (exit 4)
+
+
+def patch_state(p: dict) -> tuple[str, str]:
+    """(verdict, detail) of one file from the engine's read-only view (engine.inspect). Pure.
+
+    patched: our block is there and matches the spec; native: the class has every method
+    itself; stale: our block is there but differs from the spec (or lacks a method);
+    hand-patch: a hand-appended def (``cat >>``) is there; missing: methods are absent;
+    error: the file could not be judged (the detail says why)."""
+    methods = p.get("methods") or {}
+    block = p.get("block") or {}
+    missing = [k for k, v in methods.items() if v == "missing"]
+    if p.get("error"):
+        return "error", str((p["error"] or {}).get("message") or p["error"])
+    if not methods:
+        return "error", "the engine reported no methods for the spec"
+    if all(v == "native" for v in methods.values()):
+        return "native", "every method is in the class itself"
+    if block.get("present") and (block.get("matches") is False or missing):
+        why = f"missing from it: {', '.join(missing)}" if missing else "it differs from the spec"
+        return "stale", f"provision's block is there but {why}; `provision patch` re-renders it"
+    if not missing:
+        return "patched", "provision's block is in the class and matches the spec"
+    if p.get("hand_patch"):
+        return "hand-patch", ("a hand patch (`cat >>`) is there and does not bind the methods; "
+                              "`provision patch` repairs it")
+    return "missing", "missing: " + ", ".join(missing)
+
+
 def status_from_answer(host: str, answer: dict) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
     err = answer.get("error")
     if err:
-        return HostResult(host, "failed", err.get("message", ""), error_kind=err.get("kind"),
+        return HostResult(host, "error", err.get("message", ""), error_kind=err.get("kind"),
                           data={"installs": facts.get("installs", [])}, notes=discovery_notes(facts))
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
-    if p.get("error"):
-        state = f"error: {p['error'].get('message')}"
-    elif methods and all(v == "native" for v in methods.values()):
-        state = "native"
-    elif methods and all(v in ("native", "ours") for v in methods.values()):
-        state = "patched" + ("" if (p.get("block") or {}).get("matches_spec", True) else " (stale block)")
-    elif p.get("hand_patch"):
-        state = "broken hand patch"
-    else:
-        missing = [k for k, v in methods.items() if v == "missing"]
-        state = "missing: " + ", ".join(missing) if missing else "unknown"
+    verdict, why = patch_state(p)
+    # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
+    state = verdict if verdict in STATUS_WANTED else why if verdict == "missing" else f"{verdict}: {why}"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
     ours = answer.get("server") or {}
@@ -114,7 +137,6 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
     elif rec and ours.get("exit") is not None:
         server = f"not running (last exit status {ours['exit']})"
-    short_patch = state if len(state) <= 20 else state.split(":")[0] + f" ({sum(1 for v in methods.values() if v == 'missing')})"
     short_server = "none"
     if ours.get("running"):
         short_server = "up" if ours.get("health") == 200 else "starting"
@@ -124,13 +146,33 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         short_server = "stopped"
     elif rec and ours.get("exit") is not None:
         short_server = f"exited {ours['exit']}"
-    data = {"patch_state": state, "patch": short_patch, "server_state": short_server, "install_kind": inst.get("kind"), "interpreters": inst.get("interpreters"),
-            "installs": facts.get("installs", []), "server": server, "methods": methods,
-            "chosen_reason": facts.get("chosen_reason")}
+    notes = []
+    stale_pids = answer.get("restart_needed") or []
+    if stale_pids:
+        notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
+                     "before the file last changed")
+    data = {"patch_state": state, "patch": verdict, "server_state": short_server, "install_kind": inst.get("kind"),
+            "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
+            "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids)}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
-    return HostResult(host, "ok", f"patch: {state}; server: {server}", version=inst.get("version"),
-                      install=inst.get("path"), file=p.get("file"), data=data, notes=discovery_notes(facts))
+    return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),
+                      install=inst.get("path"), file=p.get("file"), notes=discovery_notes(facts) + notes, data=data,
+                      error_kind="status" if verdict == "error" else None)
+
+
+def status_exit_code(results: list[HostResult]) -> int:
+    """0: every host patched or native; 4: some host would be changed by `provision patch`;
+    3: a host failed, was unreachable, or its file could not be judged (error)."""
+    from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK
+
+    if not results:
+        return EXIT_NOTHING
+    if any(r.failed for r in results):
+        return EXIT_FAILED
+    if any(r.verdict not in STATUS_WANTED for r in results):
+        return EXIT_CHANGES
+    return EXIT_OK
 
 
 def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=False, sglang_path=None, python=None,

@@ -133,8 +133,17 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
             raise ConfigError(f"{_where(path, where + '.params')}: expected a string like 'self, layer_ids=None'")
         _check_params(path, where + ".params", params)
         out.append(MethodSpec(mname, params.strip()))
-    return PatchSpec(name=name, file=file, cls=data["class"], delegate=data["delegate"],
+    spec = PatchSpec(name=name, file=file, cls=data["class"], delegate=data["delegate"],
                      methods=tuple(out), source=path)
+    # The host-side engine's own validation, run here too: a spec the host would reject is
+    # rejected at load (exit 2), once, not once per host.
+    from provision.remote.engine import EngineError, validate_spec
+
+    try:
+        validate_spec(spec.to_engine())
+    except EngineError as exc:
+        raise ConfigError(f"{path}: patch: {exc.message}") from None
+    return spec
 
 
 def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:

@@ -14,7 +14,9 @@ from provision.results import CHANGED_VERDICTS, HostResult
 
 STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",
          "absent": "dim", "failed": "bold red", "unknown": "bold yellow", "ready": "green", "running": "green",
-         "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow"}
+         "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow",
+         "missing": "yellow", "stale": "yellow", "hand-patch": "bold yellow", "error": "bold red",
+         "unreachable": "bold red"}
 
 
 WOULD = {"patched": "would-patch", "repaired": "would-repair", "unpatched": "would-unpatch",
@@ -63,28 +65,105 @@ def to_document(command: str, results: Iterable[HostResult], code: int, extra: d
     return json.dumps(doc, indent=2, sort_keys=False)
 
 
+def resolve_format(fmt: str, stream=None) -> str:
+    """--format auto: a table on a terminal, one line per row otherwise (pipes, CI logs)."""
+    import sys
+
+    if fmt != "auto":
+        return fmt
+    stream = stream or sys.stdout
+    try:
+        return "table" if stream.isatty() else "lines"
+    except (AttributeError, ValueError):
+        return "lines"
+
+
+# Columns that hold identifiers (names, classes, versions, verdicts): never wrapped or cut.
+# The last column of a table (a free-text detail) wraps at spaces.
+def host_columns(columns: list[str] | None) -> list[str]:
+    return columns or ["host", "verdict", "version", "detail", "elapsed"]
+
+
+def _cell(r: HostResult, c: str) -> str:
+    if c == "verdict":
+        return r.verdict
+    if c == "elapsed":
+        return f"{r.elapsed:.1f}s"
+    if c == "methods":
+        return f"+{len(r.added)}" if r.added else ""
+    if c in r.data:
+        return str(r.data[c])
+    v = getattr(r, c, None)
+    return "" if v is None else str(v)
+
+
+def host_rows(results: list[HostResult], columns: list[str] | None = None) -> list[list[str]]:
+    cols = host_columns(columns)
+    return [[_cell(r, c) for c in cols] for r in results]
+
+
+def lines(columns: list[str], rows: list[list[str]], header: bool = True) -> list[str]:
+    """One line per row, fields separated by two spaces, nothing truncated; an empty field is '-'. Pure."""
+    out = ["  ".join(columns)] if header else []
+    out += ["  ".join(str(v) if str(v) != "" else "-" for v in row) for row in rows]
+    return out
+
+
+def rich_table(columns: list[str], rows: list[list[str]], *, title: str | None = None, wrap: tuple = ()):
+    """A rich Table: identifier columns are never wrapped (they keep their full width); the
+    columns named in ``wrap`` (default: the last) wrap at spaces only when needed."""
+    from rich.table import Table
+    from rich.text import Text
+
+    wrap = wrap or (("detail",) if "detail" in columns else (columns[-1],))
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=title)
+    for c in columns:
+        if c in wrap:
+            t.add_column(c, overflow="fold", ratio=1, min_width=12)
+        else:
+            t.add_column(c, no_wrap=True, overflow="ignore")
+    for row in rows:
+        cells = []
+        for c, v in zip(columns, row):
+            style = STYLE.get(v, "") if c == "verdict" else ""
+            cells.append(Text(str(v), style=style))
+        t.add_row(*cells)
+    return t
+
+
+def table_fits(columns: list[str], rows: list[list[str]], width: int, wrap: tuple = ()) -> bool:
+    """Whether the identifier columns at full width, plus 12 for each wrapping column, fit. Pure."""
+    wrap = wrap or (("detail",) if "detail" in columns else (columns[-1],))
+    need = 0
+    for i, c in enumerate(columns):
+        if c in wrap:
+            need += min(12, max([len(c)] + [len(str(r[i])) for r in rows]))
+        else:
+            need += max([len(c)] + [len(str(r[i])) for r in rows])
+    return need + 2 * (len(columns) - 1) <= width
+
+
+def print_table(columns: list[str], rows: list[list[str]], *, fmt: str = "table", title: str | None = None,
+                wrap: tuple = (), echo=None) -> None:
+    """Rows as an aligned table (fmt table) or as lines (fmt lines). A table too wide for the
+    terminal falls back to lines rather than cut or break an identifier."""
+    import click
+
+    out = echo or click.echo
+    if fmt != "lines":
+        from rich.console import Console
+
+        console = Console(highlight=False)
+        if table_fits(columns, rows, console.width, wrap):
+            console.print(rich_table(columns, rows, title=title, wrap=wrap))
+            return
+    if title:
+        out(title)
+    for line in lines(columns, rows):
+        out(line)
+
+
 def table(results: list[HostResult], columns: list[str] | None = None):
     """A rich Table: one row per host."""
-    from rich.table import Table
-
-    cols = columns or ["host", "verdict", "version", "detail", "elapsed"]
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    for r in results:
-        row = []
-        for c in cols:
-            if c == "verdict":
-                style = STYLE.get(r.verdict, "")
-                row.append(f"[{style}]{r.verdict}[/]" if style else r.verdict)
-            elif c == "elapsed":
-                row.append(f"{r.elapsed:.1f}s")
-            elif c == "methods":
-                row.append(f"+{len(r.added)}" if r.added else "")
-            elif c in r.data:
-                row.append(str(r.data[c]))
-            else:
-                v = getattr(r, c, None)
-                row.append("" if v is None else str(v))
-        t.add_row(*row)
-    return t
+    cols = host_columns(columns)
+    return rich_table(cols, host_rows(results, cols))

@@ -48,8 +48,12 @@ def run_rolling(ctx, command: str, make_fn, serial, max_fail, plain: bool) -> in
     if ctx.as_json:
         click.echo(report.to_document(command, results, code, {"batches": [[h.name for h in b] for b in groups]}))
     else:
-        from rich.console import Console
-
-        Console(highlight=False).print(report.table(results, ["host", "verdict", "detail", "elapsed"]))
+        if getattr(ctx, "fmt", "table") == "table":
+            report.print_table(*_cols_rows(results))
         click.echo(report.summary_line(results))
     return code
+
+
+def _cols_rows(results):
+    cols = ["host", "verdict", "detail", "elapsed"]
+    return cols, report.host_rows(results, cols)

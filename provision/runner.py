@@ -31,7 +31,7 @@ class ConnOptions:
     ssh_config: str | None = None
     known_hosts: str | None = None
     accept_new_host_keys: bool = False
-    connect_timeout: float = 10.0
+    connect_timeout: float | None = None   # None: ConnectTimeout from ssh config, then 10 s
     command_timeout: float = 300.0
     forks: int = 16
     sudo: bool | None = None
@@ -45,8 +45,8 @@ def target_for(host: Host, opts: ConnOptions, config) -> sshconfig.Target:
     return sshconfig.resolve(
         host.name, config=config, hostname=host.get("address"), user=opts.user or host.get("user"),
         port=opts.port or host.get("port"), identity=opts.identity or host.get("identity"),
-        jump=host.get("jump"), known_hosts=[os.path.expanduser(kh)] if kh else None, strict=strict,
-        connect_timeout=opts.connect_timeout)
+        jump=host.get("jump"), proxy_command=host.get("proxy_command"),
+        known_hosts=[os.path.expanduser(kh)] if kh else None, strict=strict, connect_timeout=opts.connect_timeout)
 
 
 class Fleet:
@@ -55,13 +55,15 @@ class Fleet:
     def __init__(self, opts: ConnOptions):
         self.opts = opts
         self.config = sshconfig.load_ssh_config(opts.ssh_config)
-        self.gateways = GatewayPool()
+        self.gateways = GatewayPool(known_for=self.known_for)
         self._known: dict[tuple, KnownHosts] = {}
         self._lock = threading.Lock()
         self.warnings: list[str] = []
         self.live: set[Session] = set()
         self.interrupted = threading.Event()
         self.sudo_password = read_sudo_password(opts.sudo_password_file, self.warnings)
+        self._passwords: dict[str, bytes | None] = {}
+        self._targets: dict[str, sshconfig.Target] = {}
 
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
         key = target.known_hosts
@@ -72,13 +74,33 @@ class Fleet:
                 self.warnings.extend(kh.warnings)
             return self._known[key]
 
+    def target(self, host: Host) -> sshconfig.Target:
+        """The host's connection settings, resolved once per run (ssh config errors raise ConfigError)."""
+        with self._lock:
+            got = self._targets.get(host.name)
+        if got is None:
+            got = target_for(host, self.opts, self.config)
+            with self._lock:
+                self._targets[host.name] = got
+        return got
+
     def session(self, host: Host) -> Session:
-        target = target_for(host, self.opts, self.config)
+        target = self.target(host)
         known = self.known_for(target)
-        jump = sshconfig.resolve_jump(target.jump, config=self.config, base=target) if target.jump else None
         append = target.known_hosts[0] if target.known_hosts else None
-        return Session(target, known=known, accept_append=append, gateways=self.gateways, jump_target=jump,
-                       sudo_password=self.sudo_password)
+        return Session(target, known=known, accept_append=append, gateways=self.gateways,
+                       sudo_password=self.password_for(host))
+
+    def password_for(self, host: Host) -> bytes | None:
+        """--sudo-password-file wins; else the host's `sudo_password_file` (ansible_become_password_file),
+        each file read once per run."""
+        if self.sudo_password is not None or not host.get("sudo_password_file"):
+            return self.sudo_password
+        path = os.path.expanduser(str(host.get("sudo_password_file")))
+        with self._lock:
+            if path not in self._passwords:
+                self._passwords[path] = read_sudo_password(path, self.warnings)
+            return self._passwords[path]
 
     def track(self, session: Session, alive: bool) -> None:
         with self._lock:
@@ -103,6 +125,7 @@ class Fleet:
 
     def close(self) -> None:
         self.gateways.close()
+        self.config.close()
 
 
 def read_sudo_password(path: str | None, warnings: list[str]) -> bytes | None:
@@ -157,6 +180,13 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
     results: dict[str, HostResult] = {}
     forks = max(1, min(fleet.opts.forks, len(hosts) or 1))
     pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
+    try:
+        # every host's ssh settings first (one `ssh -G` per name, in parallel): a config error is
+        # a usage error (exit 2) before any host is touched, not one failed host after another
+        list(pool.map(fleet.target, hosts))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     futs = {pool.submit(run_one, fleet, h, fn): h for h in hosts}
     try:
         for fut in as_completed(futs):
@@ -170,7 +200,7 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
         fleet.cancel_all()
         pool.shutdown(wait=False, cancel_futures=True)
         pending = [f for f in futs if futs[f].name not in results]
-        done, _ = wait(pending, timeout=fleet.opts.connect_timeout + 5)
+        done, _ = wait(pending, timeout=(fleet.opts.connect_timeout or sshconfig.DEFAULT_CONNECT_TIMEOUT) + 5)
         for fut in pending:
             if fut in done and not fut.cancelled() and fut.exception() is None and on_result is not None:
                 on_result(fut.result())

@@ -86,26 +86,37 @@ def _transient(exc: BaseException) -> bool:
 
 @dataclass
 class GatewayPool:
-    """One connection per bastion, shared by every host behind it (sshd MaxStartups)."""
+    """One connection per gateway (ProxyJump hop), shared by every host behind it (sshd
+    MaxStartups). A chain a,b is two entries: b is opened through the shared a."""
 
     conns: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    opened: int = 0
+    known_for: Callable | None = None   # Target -> KnownHosts (each gateway's own known hosts)
 
     def get(self, target: Target, known: KnownHosts, accept_append: str | None):
         import fabric
 
-        key = (target.hostname, target.port, target.user)
+        if self.known_for is not None:
+            known = self.known_for(target)
+            accept_append = target.known_hosts[0] if target.known_hosts else None
+        parent = self.get(target.via, known, accept_append) if target.via is not None else None
         with self.lock:
-            conn = self.conns.get(key)
+            conn = self.conns.get(target.key)
+            if conn is not None and not conn.is_connected:
+                conn = None  # died (or a ProxyCommand exited): open it afresh
             if conn is None:
-                conn = _make_connection(fabric, target, known, accept_append, gateway=None)
-                self.conns[key] = conn
-            if not conn.is_connected:
+                conn = _make_connection(fabric, target, known, accept_append, gateway=parent)
                 _open(conn, target)
+                transport = conn.client.get_transport()
+                if transport is not None:
+                    transport.set_keepalive(target.keepalive)
+                self.opened += 1
+                self.conns[target.key] = conn
             return conn
 
     def close(self) -> None:
-        for conn in self.conns.values():
+        for conn in reversed(list(self.conns.values())):
             try:
                 conn.close()
             except Exception:  # noqa: BLE001
@@ -114,10 +125,17 @@ class GatewayPool:
 
 def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: str | None, gateway):
     cfg = fabric.Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
-    kwargs = {"allow_agent": True, "look_for_keys": not target.identities,
+    kwargs = {"allow_agent": not target.identities_only,
+              "look_for_keys": not target.identities and not target.identities_only,
               "banner_timeout": target.connect_timeout, "auth_timeout": target.connect_timeout}
     if target.identities:
         kwargs["key_filename"] = list(target.identities)
+    if target.proxy_command and gateway is None:
+        try:
+            kwargs["sock"] = paramiko.ProxyCommand(target.proxy_command)
+        except (OSError, ValueError) as exc:
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand "
+                               f"({getattr(exc, 'strerror', None) or exc}): {target.proxy_command}") from None
     conn = fabric.Connection(host=target.hostname, user=target.user, port=target.port, config=cfg,
                              connect_timeout=int(max(1, target.connect_timeout)), connect_kwargs=kwargs,
                              gateway=gateway, inline_ssh_env=False)
@@ -149,7 +167,10 @@ def _open(conn, target: Target) -> None:
                         f"refused ({exc}); check the key (-i/--identity, IdentityFile) and the user") from None
     except socket.timeout:
         raise ConnectError(f"{target.alias}: no answer from {target.hostname}:{target.port} within "
-                           f"{target.connect_timeout:g} s") from None
+                           f"{target.connect_timeout:g} s (ConnectTimeout)") from None
+    except paramiko.ProxyCommandFailure as exc:
+        raise ConnectError(f"{target.alias}: the ProxyCommand for {target.hostname}:{target.port} failed "
+                           f"({_short(exc)}): {target.proxy_command}") from None
     except (NoValidConnectionsError, OSError, EOFError, paramiko.SSHException) as exc:
         # A silent host: the greeting timed out (paramiko sometimes reports that as "No existing
         # session" once its own wait ran out). Never retried: the host already had its deadline.
@@ -157,7 +178,7 @@ def _open(conn, target: Target) -> None:
         if not isinstance(exc, NoValidConnectionsError) and (slow or any(
                 isinstance(e, (socket.timeout, TimeoutError)) for e in _chain(exc))):
             raise ConnectError(f"{target.alias}: {target.hostname}:{target.port} accepted the connection but "
-                               f"sent no SSH greeting within {target.connect_timeout:g} s") from None
+                               f"sent no SSH greeting within {target.connect_timeout:g} s (ConnectTimeout)") from None
         err = ConnectError(f"{target.alias}: cannot connect to {target.hostname}:{target.port}: "
                            f"{_short(exc)}")
         err.__cause__ = exc
@@ -211,14 +232,14 @@ class Session:
 
     def __init__(self, target: Target, *, known: KnownHosts, accept_append: str | None = None,
                  gateways: GatewayPool | None = None, jump_target: Target | None = None,
-                 retries: int = 4, keepalive: int = 15, sudo_password: bytes | None = None):
+                 retries: int = 4, keepalive: int | None = None, sudo_password: bytes | None = None):
         self.target = target
         self.known = known
         self.accept_append = accept_append
         self.gateways = gateways
-        self.jump_target = jump_target
+        self.jump_target = jump_target if jump_target is not None else target.via
         self.retries = retries
-        self.keepalive = keepalive
+        self.keepalive = keepalive if keepalive is not None else target.keepalive
         self.sudo_password = sudo_password
         self.conn = None
         self.attempts = 0

@@ -95,6 +95,7 @@ def op_status(req: dict) -> dict:
             info = engine.inspect(src, spec, resolve_module=module_resolver(inst["path"]))
             info["file"] = path
             out["patch"] = info
+            out["restart_needed"] = _stale_servers(facts, inst, path)
     if req.get("port"):
         from provision.remote import server_ops
 
@@ -105,6 +106,20 @@ def op_status(req: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - status must never crash on a bad state file
         out["state_error"] = repr(exc)
     return out
+
+
+def _stale_servers(facts: dict, inst: dict, path: str) -> list:
+    """Pids of servers on this install that started before the file last changed. A process's
+    start time comes from /proc/stat's btime, which is whole seconds: a server started less than
+    a second after the change is not called stale."""
+    from provision.remote.restore_ops import changed_at, proc_start_epoch, restart_needed
+
+    try:
+        changed = changed_at(os.stat(path)) - 1.0
+    except OSError:
+        return []
+    servers = [dict(s, started=proc_start_epoch(s["pid"])) for s in facts.get("servers", [])]
+    return [s["pid"] for s in restart_needed(servers, inst["path"], changed)]
 
 
 def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:

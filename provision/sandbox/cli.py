@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 
 import click
@@ -37,7 +38,8 @@ def sandbox() -> None:
               help="source: checkout at /root/sglang/python; venv: /opt/venv; none: no SGLang.")
 @click.option("--first-address", default="127.0.0.11", show_default=True,
               help="Loopback address of sbx1; the others follow.")
-@click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535),
+              help="The sshd port of every host (each host has its own address).")
 @base_dir_option
 def up(count: int, version: str, layout: str, first_address: str, port: int, base_dir: str) -> None:
     """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
@@ -63,14 +65,49 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, bas
     except SandboxError as exc:
         _fail(str(exc), EXIT_FAILED)
     inventory = box.write_inventory()
+    suffix = "" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"
     for h in hosts:
         where = {"source": "/root/sglang/python/sglang", "venv": "/opt/venv"}.get(h.layout, "no SGLang")
         sg = f"sglang {h.sglang_version} ({h.layout}: {where})" if h.sglang_version else "no SGLang"
         click.echo(f"{h.name}  {h.address}:{h.port}  {sg}")
     click.echo(f"inventory:  {inventory}")
     click.echo(f"ssh config: {box.ssh_config_path}")
-    click.echo(f"try:        ssh -F {box.ssh_config_path} {hosts[0].name}")
-    click.echo(f"stop with:  provision sandbox down" + ("" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"))
+    click.echo("reach the hosts by name (this shell; `provision sandbox env` prints it again):")
+    click.echo(f"  {env_line(box)}")
+    click.echo(f"try:        provision status --host {hosts[0].name}")
+    click.echo(f"            provision patch -i {inventory} --diff")
+    click.echo(f"            ssh -F {box.ssh_config_path} {hosts[0].name}")
+    for line in STAND_INS:
+        click.echo(line)
+    click.echo(f"            on this machine, {hosts[0].name}'s files are under {hosts[0].fs_dir}")
+    click.echo(f"stop with:  provision sandbox down{suffix}")
+
+
+STAND_INS = [
+    "real:       sshd, Debian's python3, the SGLang release from the package registry (the files provision "
+    "patches)",
+    "stand-ins:  the SGLang server (sglang.launch_server takes SGLang's flags and prints its log lines, but "
+    "loads no model),",
+    "            the GPUs (there are none: no nvidia-smi), the weights (empty shard files), and the smoke "
+    "test's tok/s",
+    "            and accept length (made up by the stand-in server)",
+    "host view:  paths and pids that provision prints are as seen on the host (its own mount and PID "
+    "namespaces);",
+]
+
+
+def env_line(box: Sandbox) -> str:
+    return f"export PROVISION_SSH_CONFIG={box.ssh_config_path}"
+
+
+@sandbox.command("env")
+@base_dir_option
+def env(base_dir: str) -> None:
+    """Print the shell line that makes the sandbox hosts reachable by name: eval "$(provision sandbox env)"."""
+    box = Sandbox(base_dir)
+    if not box.hosts:
+        _fail(f"no sandbox hosts in {base_dir}: `provision sandbox up` first", EXIT_FAILED)
+    click.echo(env_line(box))
 
 
 @sandbox.command("down")
@@ -84,6 +121,8 @@ def down(base_dir: str) -> None:
     except SandboxError as exc:
         _fail(str(exc), EXIT_FAILED)
     click.echo(f"stopped {len(names)} host(s)" + (f": {', '.join(names)}" if names else ""))
+    if os.environ.get("PROVISION_SSH_CONFIG") == str(box.ssh_config_path):
+        click.echo("unset PROVISION_SSH_CONFIG  # it still points at the removed sandbox's ssh config")
 
 
 @sandbox.command("status")

@@ -14,7 +14,7 @@ PROVISION = shutil.which("provision") or ""
 
 def run(*args, env=None, timeout=300, check_rc=None):
     argv = [PROVISION] if PROVISION else [sys.executable, "-m", "provision"]
-    full_env = dict(os.environ, COLUMNS="200", **(env or {}))
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     proc = subprocess.run(argv + [str(a) for a in args], capture_output=True, text=True, timeout=timeout,
                           env=full_env, stdin=subprocess.DEVNULL)
     if check_rc is not None:

@@ -111,13 +111,24 @@ def test_unreachable_host_is_one_line(three_hosts, ssh_env):
     assert lines and "unreachable" in lines[0] and "connection refused" in lines[0]
 
 
-def test_status_reports_version_install_and_state(three_hosts, ssh_env):
+def test_status_reports_version_install_and_state(three_hosts, ssh_env, tmp_path):
     src, venv, new = three_hosts
     run("patch", *ssh_env.cli_args, "--host", venv.name, check_rc=0)
     proc, doc = run_json("status", *ssh_env.cli_args, "--host", src.name, "--host", venv.name, "--host", new.name)
-    assert proc.returncode == 0
+    assert proc.returncode == 4  # a host is not as wanted: what a monitoring check needs
     by = {h["host"]: h for h in doc["hosts"]}
+    assert {n: h["verdict"] for n, h in by.items()} == {src.name: "missing", venv.name: "patched",
+                                                         new.name: "native"}
     assert by[src.name]["data"]["patch_state"].startswith("missing")
-    assert by[venv.name]["data"]["patch_state"] == "patched"
-    assert by[new.name]["data"]["patch_state"] == "native" and by[new.name]["version"] == "0.5.10"
+    assert by[new.name]["version"] == "0.5.10"
     assert by[venv.name]["install"].endswith("site-packages/sglang")
+    run("status", *ssh_env.cli_args, "--host", venv.name, "--host", new.name, check_rc=0)
+    # the same spec name with other parameters: our block is there but stale (it said "patched")
+    from provision.playbook import PACKAGE_PLAYBOOKS
+
+    changed = tmp_path / "changed.yaml"
+    changed.write_text((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text().replace(
+        "self, embed, head", "self, embed, head, extra=None"))
+    plain = run("status", *ssh_env.cli_args, "--host", venv.name, "--spec", changed, check_rc=4)
+    line = next(ln for ln in plain.stdout.splitlines() if ln.startswith(venv.name))
+    assert line.split("  ")[1] == "stale", plain.stdout

@@ -128,7 +128,8 @@ def host_records(stdout: str) -> dict:
 
 def status_state(ssh_env, host) -> str:
     proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name)
-    assert proc.returncode == 0, proc.stdout
+    verdict = doc["hosts"][0]["verdict"]
+    assert proc.returncode == (0 if verdict in ("patched", "native") else 4), proc.stdout  # 4: not as wanted
     return doc["hosts"][0]["data"]["patch_state"]
 
 
@@ -190,7 +191,7 @@ def test_engine_killed_at_each_point(quad, ssh_env):
     # `provision status` tells which, for every host at once
     names = [h.name for h in quad]
     proc, doc = run_json("status", *ssh_env.cli_args, *(a for n in names for a in ("--host", n)))
-    assert proc.returncode == 0, proc.stdout
+    assert proc.returncode == 4, proc.stdout  # some hosts are still unpatched: not as wanted
     states = {r["host"]: r["data"]["patch_state"] for r in doc["hosts"]}
     for point, h in by_point.items():
         want = "patched" if KILL_POINTS[point] else "missing"

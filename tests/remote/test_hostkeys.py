@@ -81,13 +81,13 @@ def test_unknown_refused_accept_new_appends_changed_refused(khost, ssh_env, env,
     assert kh.read_bytes() == prior, "a refused key is not recorded"
 
     ok = run("status", *base_args(ssh_env, kh), "--host", khost.name, "--accept-new-host-keys", env=env)
-    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.returncode in (0, 4), ok.stdout + ok.stderr
     after = kh.read_bytes()
     assert after.startswith(prior), "appended, never rewritten"
     assert after[len(prior):] == f"\n{name} {kind} {b64}\n".encode()
 
     again = run("status", *base_args(ssh_env, kh), "--host", khost.name, env=env)
-    assert again.returncode == 0 and kh.read_bytes() == after, "a known key is not recorded twice"
+    assert again.returncode in (0, 4) and kh.read_bytes() == after, "a known key is not recorded twice"
 
     # the host "was reinstalled" (or someone is in the middle): known_hosts holds another key
     changed = after.replace(b64.encode(), other_key(tmp_path).encode())
@@ -137,7 +137,7 @@ def test_ssh_config_user_known_hosts_file_and_strict_checking(khost, ssh_env, en
     kh_new = tmp_path / "sub" / "kh_new"
     cfg = _config(tmp_path, khost, ssh_env, str(kh_new), "accept-new")
     proc = run("status", "--ssh-config", cfg, "--host", "gpu-accept-new", env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # reached (4: the host is not patched)
     assert kh_new.read_text() == f"{name} {kind} {b64}\n"
     assert (os.stat(kh_new).st_mode & 0o777) == 0o600
 
@@ -156,5 +156,5 @@ def test_ssh_config_user_known_hosts_file_and_strict_checking(khost, ssh_env, en
     with open(system, "w") as fh:
         fh.write(f"{name} {kind} {b64}\n")
     proc = run("status", "--ssh-config", cfg, "--host", "gpu-yes", env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
     assert kh_strict.read_text() == ""

@@ -61,6 +61,8 @@ all:
   vars:
     ansible_user: ubuntu
     ansible_become: true
+    ansible_connection: ssh
+    rack: r12
   children:
     gpus:
       vars:
@@ -72,9 +74,10 @@ all:
     inv = parse_inventory(text, "hosts.yml")
     g1 = inv.hosts[0]
     assert g1.vars == {"user": "ubuntu", "jump": "admin@bastion:2200", "address": "10.1.0.1", "port": 2222,
-                       "identity": "~/.ssh/k"}
+                       "identity": "~/.ssh/k", "sudo": True}
     assert g1.groups == ("gpus",)
-    assert inv.notes == ["ignored Ansible variables (provision does not use them): ansible_become"]
+    assert inv.notes == ["ignored Ansible variables (provision does not use them): ansible_connection",
+                         "host variables provision does not use (not passed anywhere): rack"]
 
 
 def test_limit_by_name_group_glob_and_exclusion():

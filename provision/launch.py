@@ -134,19 +134,26 @@ def steady_call(session, request: dict, *, timeout: float, sudo: bool, opts: Lau
     of consecutive failures (or `budget`), then raised. `st` carries the outage across calls."""
     limit = max(0.0, min(opts.max_outage, budget if budget is not None else opts.max_outage))
 
-    def attempt():
-        if not session.connected:
-            session.reconnect()
-        return session.call(request, timeout=timeout, sudo=sudo)
-
-    def before_sleep(rs) -> None:
-        exc = rs.outcome.exception()
+    def lost(why) -> None:
         st["outage_failures"] = st.get("outage_failures", 0) + 1
-        st["outage_last"] = str(exc)
         if st.get("outage_since") is None:
             st["outage_since"] = time.monotonic()
-            display.message(host.name, f"connection lost ({exc}); reconnecting with backoff for up to "
-                                       f"{opts.max_outage:g} s (--max-outage)")
+            display.message(host.name, f"connection lost ({why}); reconnecting with backoff for up to "
+                                       f"{limit:g} s (--max-outage)")
+
+    def attempt():
+        try:
+            if not session.connected and not session.cancelled:
+                lost("the SSH session closed")
+                session.reconnect()
+            return session.call(request, timeout=timeout, sudo=sudo)
+        except Exception as exc:
+            if _blip(session, exc):
+                lost(exc)
+            raise
+
+    def before_sleep(rs) -> None:
+        pass
 
     out = Retrying(retry=retry_if_exception(lambda e: _blip(session, e)), reraise=True,
                    wait=wait_exponential(multiplier=0.5, max=10) + wait_random(0, 0.3),

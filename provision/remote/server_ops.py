@@ -644,7 +644,8 @@ def op_probe(req: dict, bundle: bytes) -> dict:
         confirm = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
                          req.get("health_url"))
     return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": chunk, "offset": offset,
-            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time()}
+            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time(),
+            "survivors": st.get("survivors") or []}
 
 
 def op_server_status(req: dict, bundle: bytes) -> dict:

@@ -152,12 +152,9 @@ def steady_call(session, request: dict, *, timeout: float, sudo: bool, opts: Lau
                 lost(exc)
             raise
 
-    def before_sleep(rs) -> None:
-        pass
-
     out = Retrying(retry=retry_if_exception(lambda e: _blip(session, e)), reraise=True,
                    wait=wait_exponential(multiplier=0.5, max=10) + wait_random(0, 0.3),
-                   stop=stop_after_delay(limit), before_sleep=before_sleep, sleep=session._sleep)(attempt)
+                   stop=stop_after_delay(limit), sleep=session.pause)(attempt)
     if st.get("outage_since") is not None:
         display.message(host.name, f"reconnected after {time.monotonic() - st['outage_since']:.1f} s "
                                    f"({st['outage_failures']} failed attempts); still following")

@@ -259,6 +259,10 @@ class Session:
     def _sleep(self, seconds: float) -> None:
         self._cancelled.wait(seconds)
 
+    def pause(self, seconds: float) -> None:
+        """Sleep between retries; ends at once on Ctrl-C (``cancel``)."""
+        self._sleep(seconds)
+
     @property
     def cancelled(self) -> bool:
         """Ctrl-C (``cancel``) was called: nothing more may be tried on this host."""

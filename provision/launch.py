@@ -156,8 +156,9 @@ def steady_call(session, request: dict, *, timeout: float, sudo: bool, opts: Lau
                    wait=wait_exponential(multiplier=0.5, max=10) + wait_random(0, 0.3),
                    stop=stop_after_delay(limit), sleep=session.pause)(attempt)
     if st.get("outage_since") is not None:
+        n = st["outage_failures"]
         display.message(host.name, f"reconnected after {time.monotonic() - st['outage_since']:.1f} s "
-                                   f"({st['outage_failures']} failed attempts); still following")
+                                   f"({n} failure{'s' if n != 1 else ''}); still following")
         st["outages"] = st.get("outages", 0) + 1
         st["outage_since"] = None
         st["outage_failures"] = 0

@@ -122,6 +122,7 @@ def test_killed_ssh_session_mid_load_still_reaches_ready(tmp_path, ssh_env, host
     assert proc.returncode == 0, (out, err)
     assert doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]
     assert "connection lost" in err and "reconnected after" in err, err
+    print("\n".join(line for line in err.splitlines() if "reconnect" in line or "lost" in line))
     assert ("launch", "started") in journal(env)
     run("stop", "-i", inv, env=env, check_rc=0)
 

@@ -370,12 +370,14 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         notes: list[str] = []
         opts.stages[host.name] = "preflight"
         if opts.patch and spec is not None:
+            opts.stages[host.name] = "patching"
             ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
                                timeout=300, sudo=sudo)
             pres = result_from_answer(host.name, ans)
             if pres.failed:
                 return pres
             display.message(host.name, f"patch: {pres.verdict}")
+            opts.stages[host.name] = "preflight"
         pre = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
                            timeout=120, sudo=sudo)
         if not pre.get("ok"):
@@ -470,6 +472,10 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         stage = opts.stages.get(h.name)
         if r is not None:
             out.append(r)
+        elif stage == "patching":
+            out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
+                                  f"or patched; `provision status --host {h.name}` says which; no server was started",
+                                  error_kind="interrupted"))
         elif stage == "starting":
             out.append(HostResult(h.name, "unknown", "interrupted while the start request ran: whether a server "
                                   f"was started is unknown until `provision status --host {h.name}` looks",

@@ -9,9 +9,9 @@ from provision.results import HostResult
 
 
 def test_interrupt_report_says_per_host_how_far_the_launch_got():
-    hosts = [Host("a"), Host("b"), Host("c"), Host("d")]
+    hosts = [Host("a"), Host("b"), Host("c"), Host("d"), Host("e")]
     opts = LaunchOptions()
-    opts.stages.update({"a": "started", "b": "starting", "c": "preflight"})
+    opts.stages.update({"a": "started", "b": "starting", "c": "preflight", "e": "patching"})
     opts.results["a"] = interrupted_result(hosts[0], {"pid": 42, "log": "/var/log/x.log"}, opts)
     by = {r.host: r for r in interrupt_report(hosts, opts)}
     assert by["a"].verdict == "interrupted" and "the server was started (pid 42, log /var/log/x.log)" in by["a"].detail
@@ -19,6 +19,7 @@ def test_interrupt_report_says_per_host_how_far_the_launch_got():
     assert by["b"].verdict == "unknown" and "provision status --host b" in by["b"].detail
     for name in ("c", "d"):
         assert by[name].verdict == "interrupted" and "nothing was started" in by[name].detail
+    assert by["e"].verdict == "unknown" and "provision status --host e" in by["e"].detail
     assert all("nothing was run there" not in r.detail for r in by.values())
 
 

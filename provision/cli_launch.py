@@ -150,7 +150,8 @@ def _interrupted(ctx, opts, stop_fn) -> None:
     hosts = selected_hosts(ctx)
     results = interrupt_report(hosts, opts)
     # a server was started there, or the start request was in flight
-    started = [h for h in hosts if opts.stages.get(h.name) in ("starting", "started")]
+    started = [h for h, r in zip(hosts, results) if opts.stages.get(h.name) in ("starting", "started")
+               and r.verdict in ("interrupted", "unknown")]
     stopped = []
     if opts.stop_on_interrupt and started:
         click.echo(f"interrupted: stopping the {len(started)} server(s) being followed (--stop-on-interrupt)",

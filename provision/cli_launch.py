@@ -73,6 +73,13 @@ def _options(profile, args, api_key_file, admin_api_key_file, **kw):
                          secrets=secrets_from_env(files={k: v for k, v in files.items() if v}), **kw)
 
 
+def _outage_option(fn):
+    return click.option("--max-outage", type=float, default=300.0, show_default=True, metavar="S",
+                        help="While following, reconnect with backoff after a dropped connection or a failed "
+                             "probe; give up (verdict unknown, the server keeps running) only after S seconds "
+                             "of consecutive failures.")(fn)
+
+
 def _plain(ctx) -> bool:
     return ctx.as_json or not sys.stdout.isatty()
 
@@ -119,8 +126,12 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--serial", metavar="N|P%", help="Rolling: start N hosts (or P%) at a time, each batch healthy first.")
 @click.option("--max-fail", type=int, default=None, metavar="N", help="Stop the roll after more than N failed hosts.")
 @click.option("--stop-on-interrupt", is_flag=True, help="On Ctrl-C, stop the servers being followed.")
+@_outage_option
+@click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
+              help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
+                   "that hold GPU memory) before it kills them; the watcher records that it did.")
 def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force, restart, deadline, poll, smoke,
-           persistent, health_url, serial, max_fail, stop_on_interrupt):
+           persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
     """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
 
     Preflight first (patch in place, port free, weights present, GPUs free,
@@ -138,7 +149,8 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
 
     multinode = MultiNode(selected_hosts(ctx))
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
-                    deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url)
+                    deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
+                    max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt)
     check_profiles(ctx, opts, multinode)
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together
@@ -153,14 +165,55 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
             code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode),
                                      ["host", "verdict", "detail", "elapsed"])
     except KeyboardInterrupt:
-        if stop_on_interrupt:
-            click.echo("interrupted: stopping the servers being followed (--stop-on-interrupt)", err=True)
-            run_fleet(ctx, "stop", stop_fn(opts))
-        else:
-            click.echo("interrupted: stopped following; the servers keep loading (`provision wait` re-attaches)",
-                       err=True)
-        sys.exit(130)
+        _interrupted(ctx, opts, stop_fn)
     sys.exit(code)
+
+
+def _interrupted(ctx, opts, stop_fn) -> None:
+    """Ctrl-C during launch: say, per host, whether a server was started and what became of it;
+    --stop-on-interrupt stops the started ones; journal the changes; --json still prints its document."""
+    from provision import report
+    from provision.cli import _journal, selected_hosts
+    from provision.errors import EXIT_INTERRUPTED
+    from provision.launch import interrupt_report
+    from provision.runner import Fleet, run_hosts
+
+    hosts = selected_hosts(ctx)
+    results = interrupt_report(hosts, opts)
+    # a server was started there, or the start request was in flight
+    started = [h for h, r in zip(hosts, results) if opts.stages.get(h.name) in ("starting", "started")
+               and r.verdict in ("interrupted", "unknown")]
+    stopped = []
+    if opts.stop_on_interrupt and started:
+        click.echo(f"interrupted: stopping the {len(started)} server(s) being followed (--stop-on-interrupt)",
+                   err=True)
+        fleet = Fleet(ctx.conn)
+        try:
+            stopped = run_hosts(fleet, started, stop_fn(opts))
+        finally:
+            fleet.close()
+        by = {r.host: r for r in results}
+        for s in stopped:
+            r = by[s.host]
+            r.detail = r.detail.split("; the server was started")[0] + (
+                f"; the server was started, then stopped (--stop-on-interrupt): {s.detail}" if s.verdict == "stopped"
+                else f"; stopping it after the interrupt: {s.verdict}: {s.detail}")
+            r.data["stop"] = {"verdict": s.verdict, "detail": s.detail}
+    elif started:
+        click.echo(f"interrupted: stopped following; {len(started)} server(s) were started and keep loading "
+                   "(`provision wait` re-attaches, `provision stop` stops them)", err=True)
+    else:
+        click.echo("interrupted: no server was started", err=True)
+    _journal("launch", results)
+    if stopped:
+        _journal("stop", stopped)
+    if ctx.as_json:
+        click.echo(report.to_document("launch", results, EXIT_INTERRUPTED, {"interrupted": True}))
+    else:
+        click.echo("after the interrupt:")
+        for r in results:
+            click.echo("  " + report.host_line(r))
+    sys.exit(EXIT_INTERRUPTED)
 
 
 @click.command()
@@ -169,11 +222,12 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="Give up following after S seconds since the server started; the server keeps running.")
 @click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")
-def wait(ctx, profile, server_port, deadline, poll):
+@_outage_option
+def wait(ctx, profile, server_port, deadline, poll, max_outage):
     """Re-attach to a start-up in progress and follow it until healthy."""
     from provision.launch import wait_fn
 
-    opts = _server_opts(profile, server_port, deadline=deadline, poll=poll)
+    opts = _server_opts(profile, server_port, deadline=deadline, poll=poll, max_outage=max_outage)
     check_profiles(ctx, opts)
     sys.exit(_run_with_display(ctx, "wait", lambda d: wait_fn(opts, d), ["host", "verdict", "detail", "elapsed"]))
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay
+from tenacity import (RetryError, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
+                      wait_random)
 
-from provision.errors import ConfigError
+from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.inventory import Host
 from provision.playbook import load_playbook
 from provision.profile import Profile, build_profile
 from provision.results import HostResult
+from provision.ssh import Interrupted
 
 
 @dataclass
@@ -37,6 +39,13 @@ class LaunchOptions:
     ready_checks: int = 2
     sglang_path: str | None = None
     python: str | None = None
+    max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
+    tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
+    stop_on_interrupt: bool = False
+    # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
+    # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
+    stages: dict = field(default_factory=dict)
+    results: dict = field(default_factory=dict)
 
 
 class MultiNode:
@@ -112,6 +121,59 @@ def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
     return req
 
 
+def _blip(session, exc: BaseException) -> bool:
+    """A dropped session or a probe that did not come back: worth a fresh connection. Never after
+    Ctrl-C, never an authentication or host-key refusal."""
+    return isinstance(exc, (ConnectError, UnknownOutcome)) and not session.cancelled
+
+
+def steady_call(session, request: dict, *, timeout: float, sudo: bool, opts: LaunchOptions, display,
+                host: Host, st: dict, budget: float | None = None) -> dict:
+    """One read-only remote step of a follow. A blip (the SSH session dropped, the probe did not
+    answer) is retried on a fresh connection with backoff (tenacity) until `opts.max_outage` seconds
+    of consecutive failures (or `budget`), then raised. `st` carries the outage across calls."""
+    limit = max(0.0, min(opts.max_outage, budget if budget is not None else opts.max_outage))
+
+    def lost(why) -> None:
+        st["outage_failures"] = st.get("outage_failures", 0) + 1
+        if st.get("outage_since") is None:
+            st["outage_since"] = time.monotonic()
+            display.message(host.name, f"connection lost ({why}); reconnecting with backoff for up to "
+                                       f"{limit:g} s (--max-outage)")
+
+    def attempt():
+        try:
+            if not session.connected and not session.cancelled:
+                lost("the SSH session closed")
+                session.reconnect()
+            return session.call(request, timeout=timeout, sudo=sudo)
+        except Exception as exc:
+            if _blip(session, exc):
+                lost(exc)
+            raise
+
+    out = Retrying(retry=retry_if_exception(lambda e: _blip(session, e)), reraise=True,
+                   wait=wait_exponential(multiplier=0.5, max=10) + wait_random(0, 0.3),
+                   stop=stop_after_delay(limit), sleep=session.pause)(attempt)
+    if st.get("outage_since") is not None:
+        n = st["outage_failures"]
+        display.message(host.name, f"reconnected after {time.monotonic() - st['outage_since']:.1f} s "
+                                   f"({n} failure{'s' if n != 1 else ''}); still following")
+        st["outages"] = st.get("outages", 0) + 1
+        st["outage_since"] = None
+        st["outage_failures"] = 0
+    return out
+
+
+def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -> HostResult:
+    since = st.get("outage_since")
+    took = time.monotonic() - since if since is not None else 0.0
+    return HostResult(host.name, "unknown", f"lost the connection while following and could not get it back for "
+                      f"{took:.0f} s (limit --max-outage {opts.max_outage:g} s; last error: {exc}); the server "
+                      f"is left running: `provision wait --host {host.name}` re-attaches, `provision status` "
+                      "shows it", error_kind="connect", data={"outage_seconds": round(took, 1)})
+
+
 def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
            sudo: bool = False, t_start: float | None = None) -> HostResult:
     """Poll until healthy, dead, or the deadline. Returns the host's verdict."""
@@ -127,10 +189,11 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
 
     def poll():
         t_probe = time.monotonic()
-        ans = session.call({"op": "probe", "port": prof.port, "offset": st["offset"],
-                            "health_timeout": prof.health_timeout, "health_url": opts.health_url,
-                            "confirm": 0.3 if opts.ready_checks > 1 else 0,
-                            "sglang_path": None}, timeout=2 * prof.health_timeout + 30, sudo=sudo)
+        ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
+                                    "health_timeout": prof.health_timeout, "health_url": opts.health_url,
+                                    "confirm": 0.3 if opts.ready_checks > 1 else 0, "sglang_path": None},
+                          timeout=2 * prof.health_timeout + 30, sudo=sudo, opts=opts, display=display, host=host,
+                          st=st, budget=opts.deadline - (time.monotonic() - t0))
         st["probe_time"] = time.monotonic() - t_probe
         if not ans.get("ok"):
             st["done"] = HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "probe failed"))
@@ -163,12 +226,13 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             why = crash.summary if crash is not None else "the server process exited"
             status = ans.get("exit")
             detail = f"{why} (exit status {status})" if status is not None else why
-            h = hint(crash, host.name) if crash is not None else None
+            h = hint(crash, host.name, shipped_classes()) if crash is not None else None
             if h:
                 detail += "; hint: " + h
             st["done"] = HostResult(host.name, "crashed", detail, data={
                 "log_tail": tail, "phase": state.phase, "log": (st["record"] or {}).get("log"),
                 "crash_kind": crash.kind if crash is not None else "exited", "exit_status": status,
+                "survivors": ans.get("survivors") or [],
                 "phases_seen": list(seen["phases"]), "progress_seen": dict(seen["progress"])})
             return st["done"]
         code = ans.get("health")
@@ -212,6 +276,10 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
                 out = poll()
             if not attempt.retry_state.outcome.failed:
                 attempt.retry_state.set_result(out)
+    except (ConnectError, UnknownOutcome) as exc:
+        if session.cancelled:
+            raise
+        return lost_result(host, exc, st, opts)
     except RetryError:
         state = st["last"]
         phase = state.phase if state is not None else "starting"
@@ -238,10 +306,18 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
 
 
 def parser_tail(parser) -> list[str]:
-    last = getattr(parser, "tail", None)
-    if callable(last):
-        return list(last(30))
-    return list(getattr(parser.state, "tail", []) or [])
+    """The last lines of the log, whatever they say (redacted by the parser)."""
+    return list(parser.tail(30))
+
+
+def shipped_classes() -> set[str] | None:
+    """Classes a shipped patch spec covers (for the crash hint); None when the playbooks cannot be read."""
+    try:
+        from provision.playbook import shipped_patch_classes
+
+        return shipped_patch_classes()
+    except Exception:  # noqa: BLE001 - a hint must never break a launch report
+        return None
 
 
 def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, opts: LaunchOptions, display,
@@ -249,9 +325,16 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
     """A rank > 0 of a multi-node server: watch its own process until rank 0 has a verdict."""
     name = host.get("server")
     t0 = time.monotonic()
+    st: dict = {}
     while not multinode.done[name].wait(timeout=opts.poll):
-        ans = session.call({"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0, "health_timeout": 1},
-                           timeout=60, sudo=sudo)
+        try:
+            ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
+                                        "health_timeout": 1}, timeout=60, sudo=sudo, opts=opts, display=display,
+                              host=host, st=st)
+        except (ConnectError, UnknownOutcome) as exc:
+            if session.cancelled:
+                raise
+            return lost_result(host, exc, st, opts)
         if not ans.get("running"):
             return HostResult(host.name, "crashed", f"rank {multinode.rank(host)} of server {name} exited "
                               f"(exit status {ans.get('exit')}); see `provision logs --host {host.name}`")
@@ -277,6 +360,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             raise
         if multinode is not None:
             multinode.finish(host, res.verdict)
+        opts.results[host.name] = res
         return res
 
     def _launch_one(host: Host, session, fleet) -> HostResult:
@@ -284,13 +368,16 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         prof, spec = resolve(host, opts, multinode)
         t0 = time.monotonic()
         notes: list[str] = []
+        opts.stages[host.name] = "preflight"
         if opts.patch and spec is not None:
+            opts.stages[host.name] = "patching"
             ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
                                timeout=300, sudo=sudo)
             pres = result_from_answer(host.name, ans)
             if pres.failed:
                 return pres
             display.message(host.name, f"patch: {pres.verdict}")
+            opts.stages[host.name] = "preflight"
         pre = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
                            timeout=120, sudo=sudo)
         if not pre.get("ok"):
@@ -299,6 +386,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         for c in pre["checks"]:
             if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
                 display.message(host.name, f"preflight {c['level']}: {c['message']}")
+        if pre.get("survivors") and not opts.restart:
+            msg = next((c["message"] for c in fails if c.get("check") == "survivors"),
+                       f"processes of the last server's tree are still alive: {pre['survivors']}")
+            return HostResult(host.name, "refused", msg + "; nothing was started (--force does not override this)",
+                              data={"survivors": pre["survivors"], "checks": pre["checks"]})
         if pre.get("running") and not opts.restart:
             rec = pre.get("record") or {}
             same = rec.get("profile_digest") == prof.digest()
@@ -313,20 +405,41 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                                   data={"pid": rec.get("pid")})
             display.message(host.name, "already starting with this profile: following it")
             return follow(session, host, prof, opts, display, offset=0, sudo=sudo)
+        fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
         if fails and not opts.force:
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
+        opts.stages[host.name] = "starting"
         start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                  persistent=opts.persistent),
+                                  persistent=opts.persistent, tree_grace=opts.tree_grace),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
         rec = start["record"]
+        opts.stages[host.name] = "started"
         display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}")
+        try:
+            res = _follow_started(host, session, prof, sudo, t0)
+        except (Interrupted, UnknownOutcome):
+            if not session.cancelled:
+                raise
+            res = interrupted_result(host, rec, opts)
+        res.notes = notes + res.notes
+        replaced = start.get("replaced")
+        change = "restarted" if replaced else "started"
+        res.data.setdefault("pid", rec["pid"])
+        res.data["server_change"] = change
+        res.data.setdefault("journal_extra", []).append({
+            "command": "launch", "verdict": change,
+            "detail": (f"{change} pid {rec['pid']} port {prof.port} profile {prof.name}"
+                       + (f" (stopped {len(replaced)} processes of the old one)" if replaced else "")
+                       + f"; then {res.verdict}")})
+        return res
+
+    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float) -> HostResult:
         if multinode is not None and (multinode.rank(host) or 0) > 0:
             return follow_secondary(session, host, prof, multinode, opts, display, sudo)
         res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
-        res.notes = notes + res.notes
         if res.verdict == "ready" and opts.smoke:
             sm = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
             if sm.get("ok"):
@@ -339,6 +452,43 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         return res
 
     return fn
+
+
+def interrupted_result(host: Host, rec: dict, opts: LaunchOptions) -> HostResult:
+    """Ctrl-C after this host's server was started: say so (it was, and where it stands)."""
+    how = ("stopping it (--stop-on-interrupt)" if opts.stop_on_interrupt else
+           f"it is left running: `provision wait --host {host.name}` re-attaches, `provision stop --host "
+           f"{host.name}` stops it")
+    return HostResult(host.name, "interrupted", f"interrupted while following; the server was started (pid "
+                      f"{rec.get('pid')}, log {rec.get('log')}) and {how}", error_kind="interrupted",
+                      data={"pid": rec.get("pid"), "log": rec.get("log"), "started": True})
+
+
+def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]:
+    """Every selected host's record after a Ctrl-C, from what launch_fn got to (pure)."""
+    out = []
+    for h in hosts:
+        r = opts.results.get(h.name)
+        stage = opts.stages.get(h.name)
+        if r is not None:
+            out.append(r)
+        elif stage == "patching":
+            out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
+                                  f"or patched; `provision status --host {h.name}` says which; no server was started",
+                                  error_kind="interrupted"))
+        elif stage == "starting":
+            out.append(HostResult(h.name, "unknown", "interrupted while the start request ran: whether a server "
+                                  f"was started is unknown until `provision status --host {h.name}` looks",
+                                  error_kind="interrupted"))
+        elif stage == "started":  # the worker did not come back in time to say more
+            out.append(HostResult(h.name, "interrupted", "interrupted while following; the server was started "
+                                  "and " + ("is being stopped (--stop-on-interrupt)" if opts.stop_on_interrupt
+                                            else "is left running (`provision wait` re-attaches)"),
+                                  error_kind="interrupted", data={"started": True}))
+        else:
+            out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
+                                  "was started", error_kind="interrupted"))
+    return out
 
 
 def wait_fn(opts: LaunchOptions, display):
@@ -392,6 +542,10 @@ def server_status_fn(opts: LaunchOptions):
         ans = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                            sudo=fleet.uses_sudo(host, session))
         rec = ans.get("record") or {}
+        if not ans.get("running") and ans.get("survivors"):
+            from provision.patching import server_survivors_text
+
+            return HostResult(host.name, "failed", server_survivors_text(ans), data={"survivors": ans["survivors"]})
         if not ans.get("running"):
             extra = f" (last exit status {ans['exit']})" if ans.get("exit") is not None else ""
             return HostResult(host.name, "not-running", f"no server running on port {prof.port}{extra}")

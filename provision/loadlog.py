@@ -23,6 +23,7 @@ Stored lines (``last_line``, crash lines, warnings) are passed through :func:`pr
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterable
 
@@ -78,6 +79,8 @@ class Crash:
     method: str | None = None  # missing-eagle3-method: the method SGLang called
     class_name: str | None = None  # missing-eagle3-method: the wrapper class
     rank: str | None = None  # "TP3" when a rank logged it
+    exit_code: int | None = None  # child-failed: the dead rank's exit code, when the log says it
+    oom_killer: bool = False  # child-failed: SIGKILL (-9), which SGLang names as a common OOM-killer sign
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ _LOAD_BEGIN = re.compile(r"Load weight begin\b")
 _LOAD_END = re.compile(r"Load weight end\b.*?type=(?P<type>[\w.]+)")
 _UVICORN = re.compile(r"Uvicorn running on (?P<url>\S+)")
 _READY = "The server is fired up and ready to roll"
+_UVICORN_LEVELS = ("INFO:", "ERROR:", "WARNING:")
 _TB_HEAD = "Traceback (most recent call last):"
 _EXC_LINE = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning))"
@@ -144,7 +148,16 @@ _TP_SIZE = re.compile(r"\btp_size=(\d+)")
 _DECODE = re.compile(r"Decode batch\b")
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory", re.I)
 _ARCH = re.compile(r"Model architectures (?P<archs>\[.*?\]) (?:are not supported|failed to be inspected)")
-_IMPORT_ERROR = re.compile(r"Ignore import error when loading (?P<mod>[\w.]+): (?P<err>.*)")
+# 0.5.9 writes "loading X: reason"; older releases (and 0.5.23's external-package loader) "loading X. reason"
+_IMPORT_ERROR = re.compile(r"Ignore import error when loading (?P<mod>[\w]+(?:\.[\w]+)*?)[:.] (?P<err>.*)")
+# 0.5.23: "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL),
+# a common cause is the OS OOM killer..."; 0.5.9: "Rank 0 scheduler is dead. Please check if there are relevant logs."
+_RANK_DEAD = re.compile(r"(?:RuntimeError: )?Rank (?P<rank>\d+) scheduler (?:is dead\b|died during initialization"
+                        r"(?: \(exit code: (?P<code>-?\d+)\))?)")
+_OOM_KILLER = re.compile(r"OOM killer", re.I)
+# 0.5.23 (model_runner_components/attention_backend_setup.py): a missing EAGLE-3 method is a ValueError
+_NOT_IMPLEMENTED = re.compile(r"Model (?P<cls>[\w.]+) does not implement (?P<attr>\w+)")
+MAX_TAIL = 200
 _WARNING_HINT = re.compile(r"Ignore import error|deprecated|[Ww]arning|is adjusted to|WARNING")
 _USAGE_ERROR = re.compile(r"^(?:usage: |[\w.-]+: error: )")
 
@@ -204,6 +217,8 @@ class LoadLog:
         self._bar_model_hint = "target"
         self._after_request_error = False
         self._crash_tb: _Traceback | None = None
+        self._tail: deque[str] = deque(maxlen=MAX_TAIL)
+        self._tail_bar = False
 
     # ----------------------------------------------------------------- public API
 
@@ -227,6 +242,15 @@ class LoadLog:
             self._segment(seg, events)
         self._end_traceback(events)
         return events
+
+    def tail(self, n: int = 30) -> list[str]:
+        """The last `n` lines of the log (redacted; a run of tqdm updates counts as its last one),
+        whatever they say: what to show when the parser recognised nothing (e.g. ``Killed``)."""
+        lines = list(self._tail)
+        pending = self._buf.strip()
+        if pending:
+            lines.append(self._red(_ANSI.sub("", pending)))
+        return lines[-n:] if n > 0 else []
 
     @property
     def state(self) -> LoadState:
@@ -275,7 +299,14 @@ class LoadLog:
         stripped = seg.strip()
         if not stripped:
             return
-        self._set(last_line=self._red(stripped))
+        red = self._red(stripped)
+        self._set(last_line=red)
+        is_bar = "%" in stripped and _BAR.match(stripped) is not None
+        if is_bar and self._tail_bar and self._tail:
+            self._tail[-1] = red
+        else:
+            self._tail.append(red)
+        self._tail_bar = is_bar
 
         # tqdm weight bar (no timestamp, rank 0 only)
         bar = _BAR.match(stripped) if "%" in stripped else None
@@ -295,17 +326,22 @@ class LoadLog:
         self._on_message(rank, msg, stripped, events)
 
     # plain (un-timestamped) lines: tracebacks, uvicorn, argparse
+    def _on_uvicorn(self, msg: str, line: str, events: list[Event]) -> None:
+        """A uvicorn line: bare (``INFO:     ...``) or, as 0.5.9 configures uvicorn's formatter
+        (``[%(asctime)s] %(levelprefix)s %(message)s``), with a ``[date]`` prefix."""
+        self._end_traceback(events)
+        self._after_request_error = msg.startswith("ERROR:") and "Exception in ASGI application" in msg
+        up = _UVICORN.search(msg)
+        if up:
+            self._set(uvicorn_up=True, url=up.group("url"))
+            events.append(Event("uvicorn", self._s.phase, self._red(line)))
+            self._advance("warmup", events, line)
+        elif msg.startswith("ERROR:") and ("error while attempting to bind" in msg or "address already in use" in msg):
+            self._crash("exception", f"HTTP server could not bind: {msg[6:].strip()}", [line], None, events)
+
     def _on_plain(self, seg: str, line: str, events: list[Event]) -> None:
-        if line.startswith("INFO:") or line.startswith("ERROR:") or line.startswith("WARNING:"):
-            self._end_traceback(events)
-            self._after_request_error = line.startswith("ERROR:") and "Exception in ASGI application" in line
-            up = _UVICORN.search(line)
-            if up:
-                self._set(uvicorn_up=True, url=up.group("url"))
-                events.append(Event("uvicorn", self._s.phase, self._red(line)))
-                self._advance("warmup", events, line)
-            elif line.startswith("ERROR:") and ("error while attempting to bind" in line or "address already in use" in line):
-                self._crash("exception", f"HTTP server could not bind: {line[6:].strip()}", [line], None, events)
+        if line.startswith(_UVICORN_LEVELS):
+            self._on_uvicorn(line, line, events)
             return
         if line == _TB_HEAD or line.endswith(_TB_HEAD):
             if self._tb is not None and self._tb.lines and (
@@ -341,6 +377,9 @@ class LoadLog:
                 self._classify_traceback(events, update_only=True)
 
     def _on_message(self, rank: str, msg: str, line: str, events: list[Event]) -> None:
+        if msg.startswith(_UVICORN_LEVELS):
+            self._on_uvicorn(msg, line, events)
+            return
         if msg.startswith("server_args="):
             tp = _TP_SIZE.search(msg)
             if tp:
@@ -387,9 +426,20 @@ class LoadLog:
             summary = "the warm-up request failed" + (f": {rest}" if rest and rest != _TB_HEAD else "")
             self._crash("warmup-failed", summary, [msg], rank, events, tb=self._tb)
             return
-        if msg.startswith("Received sigquit from a child process") or re.match(r"Rank \d+ scheduler is dead", msg):
+        if msg.startswith("Received sigquit from a child process"):
             self._crash("child-failed", "a scheduler process failed and the server killed itself: " + msg,
                         [line], rank, events)
+            return
+        dead = _RANK_DEAD.match(msg)
+        if dead:
+            self._rank_dead(dead, msg, [line], rank, events)
+            return
+        code = re.match(r"Exit code: (-?\d+)\s*$", msg)
+        cur = self._s.crashed
+        if code and cur is not None and cur.kind == "child-failed" and cur.exit_code is None:
+            # 0.5.9 logs the dead rank's exit code on the line after "Rank N scheduler is dead"
+            self._set(crashed=replace(cur, exit_code=int(code.group(1)), oom_killer=int(code.group(1)) == -9,
+                                      lines=self._tail_lines(list(cur.lines) + [self._red(line)])))
             return
         imp = _IMPORT_ERROR.search(msg)
         if imp:
@@ -471,14 +521,23 @@ class LoadLog:
             cur = self._s.crashed
             if cur is not None and tb is self._crash_tb:
                 extra = list(self._s.import_errors) if cur.kind == "architecture-not-supported" else []
-                self._set(crashed=replace(cur, lines=self._tail(extra + tb.lines)))
+                self._set(crashed=replace(cur, lines=self._tail_lines(extra + tb.lines)))
             return
         if tb.context == "request":
             return  # an HTTP request failed; the server is still up
         kind, method, cls, summary = "exception", None, None, full
         attr = _MISSING_ATTR.search(exc_msg)
+        absent = _NOT_IMPLEMENTED.search(exc_msg)
+        dead = _RANK_DEAD.search(full)
+        if dead and tb.context != "scheduler":
+            self._rank_dead(dead, full, tb.lines, tb.rank, events, tb=tb)
+            return
         if tb.context == "warmup":
             kind, summary = "warmup-failed", f"the warm-up request failed: {full}"
+        elif absent and absent.group("attr") in EAGLE3_METHODS:
+            # 0.5.23: ValueError("Model X does not implement set_eagle3_layers_to_capture ...")
+            kind, method, cls = "missing-eagle3-method", absent.group("attr"), absent.group("cls")
+            summary = f"{cls} has no {method}(): the EAGLE-3 delegation methods are missing"
         elif exc_type.endswith("AttributeError") and attr and attr.group("attr") in EAGLE3_METHODS:
             kind, method, cls = "missing-eagle3-method", attr.group("attr"), attr.group("cls")
             summary = f"{cls} has no {method}(): the EAGLE-3 delegation methods are missing"
@@ -500,12 +559,25 @@ class LoadLog:
             lines = list(self._s.import_errors) + lines
         self._crash(kind, summary, lines, tb.rank, events, method=method, cls=cls, tb=tb)
 
-    def _tail(self, lines) -> tuple[str, ...]:
+    def _rank_dead(self, m: re.Match, msg: str, lines, rank, events, tb=None) -> None:
+        code = int(m.group("code")) if m.group("code") is not None else None
+        summary = f"rank {m.group('rank')} scheduler died"
+        if "during initialization" in msg:
+            summary += " during initialization"
+        if code is not None:
+            summary += f" (exit code {code})"
+        self._crash("child-failed", summary, lines, rank, events, tb=tb, exit_code=code,
+                    oom_hint=bool(_OOM_KILLER.search(msg)))
+
+    def _tail_lines(self, lines) -> tuple[str, ...]:
         return tuple(self._red(x) for x in list(lines)[-MAX_CRASH_LINES:])
 
-    def _crash(self, kind, summary, lines, rank, events, method=None, cls=None, tb=None) -> None:
-        new = Crash(kind=kind, summary=self._red(summary), lines=self._tail(lines), method=method,
-                    class_name=cls, rank=rank)
+    def _crash(self, kind, summary, lines, rank, events, method=None, cls=None, tb=None, exit_code=None,
+               oom_hint=False) -> None:
+        new = Crash(kind=kind, summary=self._red(summary), lines=self._tail_lines(lines), method=method,
+                    class_name=cls, rank=rank, exit_code=exit_code)
+        if oom_hint or (kind == "child-failed" and exit_code == -9):
+            new = replace(new, oom_killer=True)
         cur = self._s.crashed
         if cur is not None:
             if tb is not None and tb is self._crash_tb:
@@ -538,13 +610,20 @@ def parse(text: str, secrets: Iterable[str] = ()) -> LoadState:
     return log.state
 
 
-def hint(crash: Crash | None, host: str | None = None) -> str | None:
-    """What the user should do about a crash, or None when there is no specific advice."""
+def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | None = None) -> str | None:
+    """What the user should do about a crash, or None when there is no specific advice.
+
+    ``shipped``: the classes a shipped patch spec covers (None: not known, assume covered)."""
     if crash is None:
         return None
     h = host or "HOST"
     if crash.kind == "missing-eagle3-method":
         what = f" ({crash.class_name}.{crash.method})" if crash.class_name and crash.method else ""
+        if shipped is not None and crash.class_name and crash.class_name.rsplit(".", 1)[-1] not in set(shipped):
+            cls = crash.class_name.rsplit(".", 1)[-1]
+            return (f"the wrapper lacks EAGLE-3 delegation methods{what} and no shipped spec covers {cls}: "
+                    f"run `provision audit --host {h}`, then `provision spec new {cls} --host {h} > "
+                    f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml --host {h}`")
         return (f"the wrapper lacks EAGLE-3 delegation methods{what}: "
                 f"run `provision patch --host {h}`")
     if crash.kind == "architecture-not-supported":
@@ -558,6 +637,10 @@ def hint(crash: Crash | None, host: str | None = None) -> str | None:
     if "Duplicated model implementation" in crash.summary:
         return ("two files in sglang/srt/models register the same model class (a backup .py copy left "
                 f"there?): remove the copy, or run `provision patch --host {h}`")
+    if crash.kind == "child-failed" and crash.oom_killer:
+        return ("a scheduler process was killed with SIGKILL (exit code -9); a common cause is the OS OOM killer "
+                f"(host memory, not GPU memory): check `dmesg -T | grep -i oom` on {h}, free host memory or "
+                "lower the loader's threads")
     if crash.kind == "child-failed":
-        return "a scheduler process died: the traceback above the sigquit line says why"
+        return "a scheduler process died: the log lines above its death say why"
     return None

@@ -9,9 +9,16 @@ import click
 from provision.errors import UsageError
 
 
+class _Notes:
+    """Where steady_call's reconnect messages go while logs stream on stdout: stderr."""
+
+    def message(self, host: str, text: str) -> None:
+        click.echo(f"{host}: {text}", err=True)
+
+
 def follow_logs(ctx, opts, lines: int) -> int:
     from provision.cli import selected_hosts
-    from provision.launch import resolve, secret_values
+    from provision.launch import resolve, secret_values, steady_call
     from provision.redact import redact
     from provision.runner import Fleet
 
@@ -32,10 +39,11 @@ def follow_logs(ctx, opts, lines: int) -> int:
         click.echo(redact(ans["text"], secrets))
         offset = ans["offset"]
         pending = ""
+        outage: dict = {}  # a dropped connection is reconnected (--max-outage of launch's default)
         while True:
             time.sleep(1.0)
-            p = session.call({"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1}, timeout=60,
-                             sudo=sudo)
+            p = steady_call(session, {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1},
+                            timeout=60, sudo=sudo, opts=opts, display=_Notes(), host=host, st=outage)
             offset = p.get("offset", offset)
             text = pending + (p.get("chunk") or "").replace("\r", "\n")
             *full, pending = text.split("\n")

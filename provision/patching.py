@@ -132,6 +132,8 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         h = ours.get("health")
         server = (f"pid {rec.get('pid')} port {rec.get('port')} health {h if h is not None else 'no answer'} "
                   f"up {ours.get('uptime')} s model {rec.get('model')}")
+    elif ours.get("survivors"):
+        server = server_survivors_text(ours)
     elif servers:
         s = servers[0]
         server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
@@ -140,18 +142,25 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
     short_server = "none"
     if ours.get("running"):
         short_server = "up" if ours.get("health") == 200 else "starting"
+    elif ours.get("survivors"):
+        short_server = f"dead, {len(ours['survivors'])} left"
     elif servers:
         short_server = "up (not ours)" if servers[0]["listening"] else "loading (not ours)"
     elif rec and rec.get("stopped_at"):
         short_server = "stopped"
     elif rec and ours.get("exit") is not None:
         short_server = f"exited {ours['exit']}"
+    if not ours.get("running") and not ours.get("survivors") and (ours.get("reaped") or {}).get("killed"):
+        rp = ours["reaped"]
+        server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
+                   f"{rp.get('grace'):g} s after the main process died")
     notes = []
     stale_pids = answer.get("restart_needed") or []
     if stale_pids:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
-    data = {"patch_state": state, "patch": verdict, "server_state": short_server, "install_kind": inst.get("kind"),
+    data = {"patch_state": state, "patch": verdict, "server_state": short_server,
+            "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids)}
     if inst.get("git"):
@@ -173,6 +182,16 @@ def status_exit_code(results: list[HostResult]) -> int:
     if any(r.verdict not in STATUS_WANTED for r in results):
         return EXIT_CHANGES
     return EXIT_OK
+
+
+def server_survivors_text(ours: dict) -> str:
+    """A dead server whose tree still has live processes (ranks hold GPU memory): count, pids, what to do."""
+    rec = ours.get("record") or {}
+    left = ours.get("survivors") or []
+    status = f" (exit status {ours['exit']})" if ours.get("exit") is not None else ""
+    return (f"dead{status}: main pid {rec.get('pid')} port {rec.get('port')} is gone but {len(left)} processes of "
+            f"its tree are alive: pids {ours.get('survivors_described') or ', '.join(map(str, left))}; "
+            "`provision stop` ends them")
 
 
 def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=False, sglang_path=None, python=None,

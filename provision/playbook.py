@@ -202,3 +202,16 @@ def load_patch_spec(spec: str | None) -> PatchSpec:
     if pb.patch is None:
         raise ConfigError(f"{pb.path}: has no `patch:` section, so it cannot be used with --spec")
     return pb.patch
+
+
+def shipped_patch_classes() -> set[str]:
+    """The classes the shipped playbooks' patch specs cover (unreadable ones are skipped)."""
+    out = set()
+    for path in sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")):
+        try:
+            pb = load_playbook(str(path))
+        except ConfigError:
+            continue
+        if pb.patch is not None:
+            out.add(pb.patch.cls)
+    return out

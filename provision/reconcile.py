@@ -16,10 +16,13 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from datetime import datetime, time as dtime
 
 from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
 from provision.results import HostResult
+
+_T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
 # Hosts in these states need a human: they make the run exit 3 like a failure.
 ATTENTION = {"foreign-edit", "blocked-git"}
@@ -239,6 +242,36 @@ def needs_restart(r: HostResult) -> bool:
 
 # --------------------------------------------------------------------------- restart planning (pure)
 
+def window_clock():
+    """The clock the window checks read: local time now, or, when ``PROVISION_NOW`` holds an ISO time
+    (``2026-01-01T04:59:57``; a testing aid), that time advancing in real time from this process's start."""
+    fake = os.environ.get("PROVISION_NOW")
+    if not fake:
+        return datetime.now
+    try:
+        base = datetime.fromisoformat(fake)
+    except ValueError:
+        raise UsageError(f"PROVISION_NOW={fake!r}: expected an ISO time such as 2026-01-01T04:59:57") from None
+    from datetime import timedelta
+
+    return lambda: base + timedelta(seconds=time.monotonic() - _T0)
+
+
+def window_closed(now, window) -> str | None:
+    """Why a restart batch may not start at `now` (None: it may). Pure."""
+    if window is None or in_window(now, window):
+        return None
+    return f"outside window {format_window(window)}"
+
+
+def restart_units(need: list, hosts: list) -> list:
+    """The hosts to restart: every host that needs it, and with it every selected host of its
+    multi-node server (inventory `server:`), so a server group restarts as one unit. Order kept. Pure."""
+    groups = {h.vars.get("server") for h in need if h.vars.get("server")}
+    names = {h.name for h in need}
+    return [h for h in hosts if h.name in names or (h.vars.get("server") and h.vars.get("server") in groups)]
+
+
 def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, window=None, now=None,
                   serial=None) -> tuple[list[list], dict]:
     """(batches of Hosts to restart, {host: note}) for hosts whose server predates its file."""
@@ -254,39 +287,70 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
             notes[h.name] = "restart needed: the running server started before the file changed " \
                             "(--restart restarts it)"
         return [], notes
-    if window is not None and not in_window(now or datetime.now(), window):
+    why = window_closed(now or window_clock()(), window)
+    if why is not None:
         for h in need:
-            notes[h.name] = f"restart deferred: outside window {format_window(window)}"
+            notes[h.name] = f"restart deferred: {why}"
         return [], notes
-    return plan.batches(need, serial), notes
+    units = restart_units(need, hosts)
+    for h in units:
+        if h not in need:
+            notes[h.name] = (f"restarted with the rest of server {h.vars.get('server')} (another of its hosts "
+                             "runs code that changed under it)")
+    return plan.batches(units, serial), notes
 
 
 def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profile=None, deadline=3600.0,
-                 stream=None) -> None:
-    """Restart batch after batch through provision.launch (restart=True, health-gated);
-    stop at the first batch with a host that did not come back ready."""
-    from provision.launch import LaunchOptions, launch_fn
+                 stream=None, window=None, clock=None) -> None:
+    """Restart batch after batch through the launch code path (launch_fn with restart=True and the
+    same multi-node flags as `launch`, health-gated). Before each batch the window is checked again
+    (`clock`, default window_clock()); a batch that may not start, and every batch after one that did
+    not come back ready, is reported as skipped with the reason."""
+    from provision.errors import ConfigError
+    from provision.launch import LaunchOptions, MultiNode, launch_fn
     from provision.progress import Display
     from provision.runner import run_hosts
 
     by_name = {r.host: r for r in results}
+    clock = clock or window_clock()
     opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0)
-    stopped_at = None
+    everyone = [h for b in batches for h in b]
+    try:
+        multinode = MultiNode(everyone)
+    except ConfigError as exc:
+        for h in everyone:
+            _restart_outcome(by_name[h.name], "failed", f"restart failed: {exc.message}")
+        return
+    biggest = max((len(v) for v in multinode.members.values()), default=1)
+    fleet.opts.forks = max(fleet.opts.forks, biggest)  # every rank of a server restarts together
     with Display(plain=True, stream=stream or sys.stderr) as display:
-        fn = launch_fn(opts, display)
-        for i, batch in enumerate(batches, 1):
-            if stopped_at is not None:
-                for h in batch:
-                    _restart_outcome(by_name[h.name], "skipped",
-                                     f"restart skipped: batch {stopped_at} did not come back healthy")
-                continue
-            got = run_hosts(fleet, batch, fn)
-            for rr in got:
-                ok = rr.verdict in ("ready", "running")
-                _restart_outcome(by_name[rr.host], "restarted" if ok else rr.verdict,
-                                 ("restarted: " if ok else "restart failed: ") + rr.detail)
-                if not ok:
-                    stopped_at = i
+        fn = launch_fn(opts, display, multinode)
+        for name, verdict, detail in roll(batches, window=window, clock=clock,
+                                          run_batch=lambda batch: run_hosts(fleet, batch, fn)):
+            _restart_outcome(by_name[name], verdict, detail)
+
+
+def roll(batches: list[list], *, window, clock, run_batch):
+    """The rolling restart's decisions, batch by batch: yields (host, verdict, detail). The window is
+    checked with `clock()` before each batch; once a batch may not start (window closed) or one did
+    not come back ready, every later batch is skipped with the reason. `run_batch(batch)` restarts a
+    batch and returns its HostResults (the launch results)."""
+    skip = None
+    for i, batch in enumerate(batches, 1):
+        if skip is None:
+            now = clock()
+            why = window_closed(now, window)
+            if why is not None:
+                skip = f"restart skipped: batch {i}/{len(batches)} not started, {why} (it was {now:%H:%M:%S})"
+        if skip is not None:
+            for h in batch:
+                yield h.name, "skipped", skip
+            continue
+        for rr in run_batch(batch):
+            ok = rr.verdict in ("ready", "running")
+            yield rr.host, ("restarted" if ok else rr.verdict), ("restarted: " if ok else "restart failed: ") + rr.detail
+            if not ok and skip is None:
+                skip = f"restart skipped: batch {i} did not come back healthy"
 
 
 def _restart_outcome(r: HostResult, verdict: str, detail: str) -> None:

@@ -280,6 +280,25 @@ class Session:
     def _sleep(self, seconds: float) -> None:
         self._cancelled.wait(seconds)
 
+    def pause(self, seconds: float) -> None:
+        """Sleep between retries; ends at once on Ctrl-C (``cancel``)."""
+        self._sleep(seconds)
+
+    @property
+    def cancelled(self) -> bool:
+        """Ctrl-C (``cancel``) was called: nothing more may be tried on this host."""
+        return self._cancelled.is_set()
+
+    @property
+    def connected(self) -> bool:
+        transport = self.conn.client.get_transport() if self.conn is not None else None
+        return transport is not None and transport.is_active()
+
+    def reconnect(self) -> "Session":
+        """A fresh connection after this one died (same target, host-key policy and retries)."""
+        self.close()
+        return self.open()
+
     def cancel(self) -> None:
         """From another thread (Ctrl-C): stop waiting on this host now. A step already sent
         ends as UnknownOutcome; the connection is closed."""

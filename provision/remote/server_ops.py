@@ -23,7 +23,39 @@ import urllib.request
 from provision.remote import discover
 
 WATCHER = r"""
-import json, os, subprocess, sys, signal
+import json, os, subprocess, sys, signal, time
+def end_rest_of_tree(pgid, grace, reapfile):
+    # The main server process is gone; ranks it did not take with it hold GPU memory. Give them
+    # `grace` seconds to follow, then SIGKILL what is left of the process group and the watcher's
+    # session, and record it (reapfile) so `status` can say so.
+    me, sid = os.getpid(), os.getsid(0)
+    def left():
+        out = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == me:
+                continue
+            try:
+                f = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if f[0] != "Z" and (int(f[2]) == pgid or int(f[3]) == sid):
+                out.append(int(d))
+        return sorted(out)
+    seen = left()
+    if not seen:
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end and left():
+        time.sleep(0.2)
+    killed = left()
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    with open(reapfile + ".tmp", "w") as fh:
+        json.dump({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}, fh)
+    os.replace(reapfile + ".tmp", reapfile)
 spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
 log = open(spec["log"], "ab", buffering=0)
 p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -41,6 +73,8 @@ rc = p.wait()
 with open(spec["exitfile"] + ".tmp", "w") as fh:
     fh.write(str(rc))
 os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+if spec.get("reapfile"):
+    end_rest_of_tree(p.pid, float(spec.get("tree_grace", 10)), spec["reapfile"])
 """
 
 
@@ -113,6 +147,38 @@ def tree_pids(rec: dict) -> list[int]:
     return sorted(out)
 
 
+def survivors(rec: dict | None) -> list[int]:
+    """Live processes of a server tree whose main process is dead (ranks it left behind), never the
+    watcher itself, never a process older than the server (a reused pid or process group)."""
+    if not rec:
+        return []
+    started = proc_starttime(rec["pid"]) if rec.get("pid") else None
+    if started is not None and (rec.get("starttime") is None or started == rec.get("starttime")) \
+            and not _is_zombie(rec["pid"]):
+        return []  # the main process lives: these are its tree, not survivors
+    floor = int(rec["starttime"]) if str(rec.get("starttime") or "").isdigit() else None
+    out = []
+    for pid in tree_pids(rec):
+        if pid == rec.get("watcher"):
+            continue
+        st = proc_starttime(pid)
+        if floor is not None and (st is None or int(st) < floor):
+            continue
+        out.append(pid)
+    return out
+
+
+def _describe_pids(pids: list[int]) -> str:
+    names = []
+    for pid in pids[:8]:
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                names.append(f"{pid} ({fh.read().strip()})")
+        except OSError:
+            names.append(str(pid))
+    return ", ".join(names) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+
+
 def _state_file(req: dict, port: int) -> str:
     return os.path.join(state_root(req), f"server-{port}.json")
 
@@ -157,7 +223,13 @@ def _server_state(req: dict, port: int) -> dict:
     if not rec:
         return out
     out["running"] = alive(rec.get("pid"), rec.get("starttime"))
+    out["survivors"] = [] if out["running"] else survivors(rec)
     out["exit"] = None
+    try:
+        with open(rec.get("reapfile") or "") as fh:
+            out["reaped"] = json.load(fh)
+    except (OSError, ValueError):
+        pass
     try:
         with open(rec["exitfile"]) as fh:
             out["exit"] = int(fh.read().strip())
@@ -263,6 +335,14 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         checks += _check_model(str(args["speculative-draft-model-path"]), "drafter", offline)
     # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
     mine = set(tree_pids(st["record"])) if ours_running and st["record"] else set()
+    left = st.get("survivors") or []
+    if left:
+        rec = st["record"] or {}
+        checks.append({"level": "fail", "check": "survivors",
+                       "message": f"the server provision started on port {port} (pid {rec.get('pid')}) is dead but "
+                                  f"{len(left)} processes of its tree are still alive: {_describe_pids(left)}; they "
+                                  "hold GPU memory: `provision stop` ends them (launch --restart stops them first)"})
+        mine |= set(left)
     strays = []
     for s in discover.running_servers():
         if s["pid"] not in mine:
@@ -288,13 +368,13 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         checks.append({"level": "fail", "check": "strays",
                        "message": "leftover SGLang processes from an earlier server: "
                                   + ", ".join(f"pid {s['pid']}" for s in strays[:8])
-                                  + " (they hold GPU memory; `provision stop --all` or kill them)"})
+                                  + " (they hold GPU memory; provision did not start them: kill them)"})
     target = str(args.get("model-path", "/"))
     probe = target if target.startswith("/") and os.path.exists(target) else "/"
     du = shutil.disk_usage(probe)
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
     return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
-            "record": st["record"], "install": inst}
+            "record": st["record"], "install": inst, "survivors": left}
 
 
 def _sglang_children_orphans(exclude: set) -> list[int]:
@@ -349,14 +429,29 @@ def op_start(req: dict, bundle: bytes) -> dict:
     owner, env_extra = discover.owner_python(inst)
     python = prof.get("python") or owner
     st = _server_state(req, port)
+    replaced = None
     if st["running"]:
         if req.get("restart"):
             stopped = _stop(req, st["record"], float(prof.get("grace", 30)))
             if not stopped["ok"]:
                 return stopped
+            replaced = stopped["pids"]
         else:
             return {"ok": True, "already": True, "record": st["record"],
                     "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
+    if st.get("survivors"):
+        # Never write over the record of a tree that still has live processes: `stop` could no
+        # longer find them, and they hold the GPU memory the new server needs.
+        if not req.get("restart"):
+            left = st["survivors"]
+            return {"ok": False, "error": {"kind": "survivors", "message": (
+                f"the server on port {port} (pid {st['record'].get('pid')}) is dead but {len(left)} processes "
+                f"of its tree are still alive ({_describe_pids(left)}); nothing was started: `provision stop` "
+                "ends them, or launch --restart stops them first")}}
+        stopped = _stop(req, st["record"], float(prof.get("grace", 30)))
+        if not stopped["ok"]:
+            return stopped
+        replaced = stopped["pids"]
     logdir = log_root(req)
     os.makedirs(logdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -389,12 +484,14 @@ def op_start(req: dict, bundle: bytes) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     pidfile = os.path.join(sroot, f"server-{port}.pid")
     exitfile = os.path.join(sroot, f"server-{port}.exit")
-    for f in (pidfile, exitfile):
+    reapfile = os.path.join(sroot, f"server-{port}.reaped.json")
+    for f in (pidfile, exitfile, reapfile):
         try:
             os.unlink(f)
         except OSError:
             pass
-    spec = {"argv": argv, "env": env, "cwd": "/", "log": log, "pidfile": pidfile, "exitfile": exitfile}
+    spec = {"argv": argv, "env": env, "cwd": "/", "log": log, "pidfile": pidfile, "exitfile": exitfile,
+            "reapfile": reapfile, "tree_grace": float(req.get("tree_grace", 10))}
     # SGLang logs server_args (api_key included) at start-up: the log is for its owner only.
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as fh:
@@ -430,12 +527,12 @@ def op_start(req: dict, bundle: bytes) -> dict:
            "watcher": watcher_pid, "watcher_starttime": proc_starttime(watcher_pid), "port": port,
            "host": str(args.get("host", "127.0.0.1")), "log": log, "log_offset": 0, "started_at": time.time(),
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
-           "exitfile": exitfile, "config": cfg, "python": python, "install": inst["path"],
+           "exitfile": exitfile, "reapfile": reapfile, "config": cfg, "python": python, "install": inst["path"],
            "version": inst.get("version"), "model": args.get("model-path"), "tp": args.get("tp-size", 1),
            "mechanism": "systemd unit " + unit if unit else "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
     write_record(req, port, rec)
     pruned = _prune_logs(logdir, port, int(prof.get("keep_logs", 5)))
-    return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned}
+    return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned, "replaced": replaced}
 
 
 def systemd_available() -> bool:
@@ -547,14 +644,18 @@ def op_probe(req: dict, bundle: bytes) -> dict:
         confirm = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
                          req.get("health_url"))
     return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": chunk, "offset": offset,
-            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time()}
+            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time(),
+            "survivors": st.get("survivors") or []}
 
 
 def op_server_status(req: dict, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
     rec = st["record"]
-    out = {"ok": True, "running": st["running"], "record": rec, "exit": st.get("exit")}
+    out = {"ok": True, "running": st["running"], "record": rec, "exit": st.get("exit"),
+           "survivors": st.get("survivors") or [], "reaped": st.get("reaped")}
+    if out["survivors"]:
+        out["survivors_described"] = _describe_pids(out["survivors"])
     if rec and st["running"]:
         host = rec.get("host", "127.0.0.1")
         out["port_open"] = port_open(host, port)

@@ -38,8 +38,10 @@ What it reproduces, and how
   barrier after the target and after the draft weights (as SGLang's collectives make them), so
   no rank reaches CUDA graph capture before rank 0's progress bar is done.
 * Logs go to stderr as ``[%Y-%m-%d %H:%M:%S TPn] message`` (`` TPn`` only when tp > 1), the
-  rank-0 tqdm bar without timestamp, ``\\r``-separated like tqdm.  uvicorn ``INFO:`` lines go to
-  stderr, HTTP access lines to stdout.
+  rank-0 tqdm bar without timestamp, ``\\r``-separated like tqdm.  uvicorn lines go to stderr, HTTP
+  access lines to stdout, both as 0.5.9 formats them: ``[%Y-%m-%d %H:%M:%S] INFO:     Uvicorn running
+  on ...``.  A rank that dies before it is ready is reported as the installed release does (0.5.9:
+  ``Rank 0 scheduler is dead. Please check if there are relevant logs.`` and ``Exit code: -9``).
 * HTTP (``http.server.ThreadingHTTPServer``) binds only after every rank reported ready:
   ``GET /health``, ``/health_generate`` (empty body; 503 while starting, shutting down, or when a
   scheduler child has died), ``/model_info`` (``/get_model_info``), ``/server_info``
@@ -83,6 +85,16 @@ Environment variables
                         allocation; the tree is SIGKILLed.
     ``warmup-fail``     ``Initialization failed. warmup error: ...`` after uvicorn starts, then
                         the tree (itself included) is SIGKILLed.
+    ``rank-killed``     rank 0 is SIGKILLed during the target shards (as the OOM killer does: no
+                        traceback); the main process reports the dead rank in the installed
+                        release's words and exits 1.
+``PROVISION_STANDIN_RANKS_OUTLIVE``  set to 1: the ranks and the detokenizer neither set PR_SET_PDEATHSIG
+                                     nor follow a dead main process; they live on (as when the OOM
+                                     killer SIGKILLs only the main process) until killed.
+``PROVISION_STANDIN_LOG_FORMS``      print the log lines of this release instead of the installed one's
+                                     (``0.5.23``: the RuntimeError for a dead rank, the ValueError for a
+                                     missing EAGLE-3 method; below ``0.5``: ``Ignore import error when
+                                     loading X. <reason>``).
 ``PROVISION_STANDIN_MODEL_FILE``     model file to execute (absolute, or relative to
                                      ``<sglang_dir>/srt/models``), overriding the lookup.
 ``PROVISION_STANDIN_MODEL_CLASS``    class name to look up in it (default from config.json, else
@@ -191,6 +203,48 @@ class _Log:
 
 
 log = _Log()
+
+
+def _uvicorn(level: str, msg: str, fd: int = 2) -> None:
+    """A uvicorn line as 0.5.9 formats it: ``set_uvicorn_logging_configs`` (srt/utils/common.py) sets
+    ``[%(asctime)s] %(levelprefix)s %(message)s`` with datefmt ``%Y-%m-%d %H:%M:%S``; the level prefix
+    is uvicorn's ``INFO:`` padded to 9 columns (``INFO:     Uvicorn running on ...``)."""
+    ts = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.raw(f"[{ts}] {(level + ':').ljust(9)} {msg}\n", fd)
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", text or "")[:3]) or (0,)
+
+
+def forms_version(sglang_dir) -> tuple:
+    """Which release's log lines to print: ``PROVISION_STANDIN_LOG_FORMS`` (e.g. ``0.5.23``), else the
+    installed version."""
+    return _version_tuple(os.environ.get("PROVISION_STANDIN_LOG_FORMS") or _sglang_version(Path(sglang_dir)))
+
+
+def import_error_line(version: tuple, name: str, err: BaseException | str) -> str:
+    """``models/registry.py``: 0.5.9 writes ``loading {name}: {e}``; older releases ``loading {name}. {e}``."""
+    return f"Ignore import error when loading {name}{'.' if version < (0, 5) else ':'} {err}"
+
+
+def rank_dead_lines(version: tuple, rank: int, code) -> tuple[list[str], str]:
+    """(logged messages, the main process's exception line) when rank `rank` died before it was ready.
+    0.5.9 (``entrypoints/engine.py`` ``_wait_for_scheduler_ready``) logs two errors and re-raises EOFError;
+    0.5.23 raises a RuntimeError that names the exit code and the OOM killer."""
+    if version >= (0, 5, 23):
+        return [], (f"RuntimeError: Rank {rank} scheduler died during initialization (exit code: {code}). "
+                    "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer.")
+    return [f"Rank {rank} scheduler is dead. Please check if there are relevant logs.", f"Exit code: {code}"], \
+        "EOFError"
+
+
+def missing_method_exception(version: tuple, cls: str, method: str) -> str | None:
+    """0.5.23 checks the method before calling it (``model_runner_components/attention_backend_setup.py``)
+    and raises a ValueError; earlier releases call it and Python raises the AttributeError (None here)."""
+    if version >= (0, 5, 23) and method == "set_eagle3_layers_to_capture":
+        return f"ValueError: Model {cls} does not implement {method}, which EAGLE3 requires."
+    return None
 
 
 # --------------------------------------------------------------------------- flags from server_args.py
@@ -1064,7 +1118,7 @@ def probe_model(sglang_dir: Path, arch: str | None) -> ModelProbe:
             except Exception as e:  # noqa: BLE001 - any import failure is what SGLang ignores
                 if path is not None and p == path:
                     probe.import_error = e
-                probe.warnings.append(f"Ignore import error when loading {modname}: {e}")
+                probe.warnings.append(import_error_line(forms_version(sglang_dir), modname, e))
                 continue
             for c in _entry_classes(mod):
                 name = getattr(c, "__name__", None)
@@ -1077,7 +1131,7 @@ def probe_model(sglang_dir: Path, arch: str | None) -> ModelProbe:
                 registry[name] = c
                 origin[name] = p
         if ext_pkg:
-            _load_external(ext_pkg, registry, probe)
+            _load_external(ext_pkg, registry, probe, forms_version(sglang_dir))
             if probe.fatal is not None:
                 return probe
         cls = registry.get(probe.arch)
@@ -1089,7 +1143,7 @@ def probe_model(sglang_dir: Path, arch: str | None) -> ModelProbe:
     return probe
 
 
-def _load_external(pkg: str, registry: dict, probe: ModelProbe) -> None:
+def _load_external(pkg: str, registry: dict, probe: ModelProbe, version: tuple = (0, 5, 9)) -> None:
     """``ModelRegistry.register(SGLANG_EXTERNAL_MODEL_PACKAGE, overwrite=True)``."""
     import importlib
     import pkgutil
@@ -1109,7 +1163,7 @@ def _load_external(pkg: str, registry: dict, probe: ModelProbe) -> None:
         try:
             module = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001
-            probe.warnings.append(f"Ignore import error when loading {name}: {e}")
+            probe.warnings.append(import_error_line(version, name, e))
             continue
         for c in _entry_classes(module):
             cname = getattr(c, "__name__", None)
@@ -1405,11 +1459,19 @@ class _Rank:
         self.gpu = rank
         self.ppid = os.getppid()
 
+    def orphaned(self) -> None:
+        """The main process is gone. Normally the rank follows it; with PROVISION_STANDIN_RANKS_OUTLIVE=1
+        it lives on holding its (pretend) GPU memory, as ranks do whose main process the OOM killer took."""
+        if not RANKS_OUTLIVE:
+            os._exit(1)
+        while True:
+            time.sleep(3600)
+
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + max(seconds, 0.0)
         while True:
             if os.getppid() != self.ppid:
-                os._exit(1)
+                self.orphaned()
             left = end - time.monotonic()
             if left <= 0:
                 return
@@ -1421,14 +1483,14 @@ class _Rank:
         os.write(self.ready_fd, f"{stage}\n".encode())
         while True:
             if os.getppid() != self.ppid:
-                os._exit(1)
+                self.orphaned()
             try:
                 readable, _, _ = select.select([self.go_fd], [], [], 0.2)
             except InterruptedError:
                 continue
             if readable:
                 if not os.read(self.go_fd, 1):
-                    os._exit(1)
+                    self.orphaned()
                 return
 
     def hang(self) -> None:
@@ -1451,7 +1513,7 @@ class _Rank:
         t0 = time.monotonic()
         self.sleep(random.uniform(0.0, 0.03))
         per = seconds / max(shards, 1)
-        crash_at = max(1, int(shards * 0.4)) if (L.fault == "crash-mid-load" and not draft) else None
+        crash_at = max(1, int(shards * 0.4)) if (L.fault in ("crash-mid-load", "rank-killed") and not draft) else None
         hang_at = None
         if L.fault == "hang" and not draft:
             hang_at = max(0, min(shards - 1, int(shards * _env_float("PROVISION_STANDIN_HANG_AT", 45) / 100)))
@@ -1462,6 +1524,8 @@ class _Rank:
                     self.hang()
                 self.sleep(per)
                 if crash_at is not None and i == crash_at:
+                    if L.fault == "rank-killed":  # the OOM killer's way: SIGKILL, no traceback
+                        os.kill(os.getpid(), signal.SIGKILL)
                     self.fail(_frames(L.sglang_dir, CHAIN_LOAD), CUDA_ERROR)
                 if i < shards:
                     bar.update(i)
@@ -1479,6 +1543,10 @@ class _Rank:
 
     def call_model(self, method: str, chain: list, *args) -> None:
         probe = self.L.probe
+        if probe is not None and probe.cls is not None and getattr(probe.cls, method, None) is None:
+            exc = missing_method_exception(forms_version(self.L.sglang_dir), probe.arch, method)
+            if exc is not None:
+                self.fail(_frames(self.L.sglang_dir, chain), exc + "\n")
         inst = probe.make_instance() if probe and probe.cls is not None else None
         try:
             if inst is not None:
@@ -1529,8 +1597,12 @@ class _Rank:
         self.hang()
 
 
+RANKS_OUTLIVE = os.environ.get("PROVISION_STANDIN_RANKS_OUTLIVE", "") == "1"
+
+
 def _child_setup(name: str, prefix: str) -> None:
-    _set_pdeathsig()
+    if not RANKS_OUTLIVE:
+        _set_pdeathsig()
     _set_comm(name)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -1571,8 +1643,8 @@ def _make_handler(L: Launch, state: _State):
         def _access(self, code: int) -> None:
             phrase = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable",
                       400: "Bad Request"}.get(code, "")
-            log.raw(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
-                    f'HTTP/1.1" {code} {phrase}\n', fd=1)
+            _uvicorn("INFO", f'{self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
+                             f'HTTP/1.1" {code} {phrase}', fd=1)
 
         def _send(self, code: int, body: bytes = b"", ctype: str = "application/json") -> None:
             self.send_response(code)
@@ -1816,6 +1888,7 @@ class Main:
         self.quitting = False
         self.state = _State()
         self.httpd = None
+        self.rank_dead_exc = "EOFError"
 
     def kill_children(self) -> None:
         pids = set(self.children) | set(_descendants(os.getpid()))
@@ -1877,7 +1950,7 @@ class Main:
                     os.close(b)
                 _child_setup("sglang::detokenizer", "")
                 ppid = os.getppid()
-                while os.getppid() == ppid:
+                while os.getppid() == ppid or RANKS_OUTLIVE:
                     time.sleep(0.5)
             finally:
                 os._exit(0)
@@ -1923,14 +1996,15 @@ class Main:
                 time.sleep(0.3)  # a SIGQUIT may be on its way
                 if self.stop_requested:  # the whole group got SIGTERM: not a failure
                     return -1
-                log.error(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
                 code = None
                 try:
                     _, status = os.waitpid(self.rank_pids[rank], 0)
                     code = os.waitstatus_to_exitcode(status)
                 except OSError:
                     pass
-                log.error(f"Exit code: {code}")
+                messages, self.rank_dead_exc = rank_dead_lines(forms_version(self.L.sglang_dir), rank, code)
+                for m in messages:
+                    log.error(m)
                 return 1
         for _, go in links:
             try:
@@ -1945,17 +2019,17 @@ class Main:
         try:
             httpd = cls((L.host, L.port), _make_handler(L, self.state))
         except OSError as e:
-            log.raw(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
-                    f"({L.host!r}, {L.port}): {e.strerror.lower() if e.strerror else e}\n")
+            _uvicorn("ERROR", f"[Errno {e.errno}] error while attempting to bind on address "
+                              f"({L.host!r}, {L.port}): {e.strerror.lower() if e.strerror else e}")
             self.kill_children()
             return 1
         httpd.daemon_threads = True
         self.httpd = httpd
-        log.raw(f"INFO:     Started server process [{os.getpid()}]\n")
-        log.raw("INFO:     Waiting for application startup.\n")
-        log.raw("INFO:     Application startup complete.\n")
+        _uvicorn("INFO", f"Started server process [{os.getpid()}]")
+        _uvicorn("INFO", "Waiting for application startup.")
+        _uvicorn("INFO", "Application startup complete.")
         shown = f"[{L.host}]" if ":" in L.host else L.host
-        log.raw(f"INFO:     Uvicorn running on http://{shown}:{L.port} (Press CTRL+C to quit)\n")
+        _uvicorn("INFO", f"Uvicorn running on http://{shown}:{L.port} (Press CTRL+C to quit)")
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         threading.Thread(target=self.warmup, daemon=True).start()
         while not self.stop_requested:
@@ -1995,12 +2069,12 @@ class Main:
                 f"{L.port}): Read timed out. (read timeout=600)"
             )
             self.kill_tree()
-        log.raw(f'INFO:     127.0.0.1:0 - "GET /model_info HTTP/1.1" 200 OK\n', fd=1)
+        _uvicorn("INFO", '127.0.0.1:0 - "GET /model_info HTTP/1.1" 200 OK', fd=1)
         prefix = " TP0" if L.tp > 1 else ""
         ts = time.strftime("%Y-%m-%d %H:%M:%S")
         log.raw(f"[{ts}{prefix}] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, token usage: 0.00, "
                 f"#running-req: 0, #queue-req: 0, \n")
-        log.raw(f'INFO:     127.0.0.1:0 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n', fd=1)
+        _uvicorn("INFO", '127.0.0.1:0 - "POST /v1/chat/completions HTTP/1.1" 200 OK', fd=1)
         with self.state.lock:
             if self.state.status == "starting":
                 self.state.status = "up"
@@ -2023,7 +2097,7 @@ class Main:
                     ("entrypoints/http_server.py", "launch_server("),
                     ("entrypoints/engine.py", "_wait_for_scheduler_ready("),
                     ("entrypoints/engine.py", "data = scheduler_pipe_readers[i].recv()"),
-                ], "EOFError\n")
+                ], self.rank_dead_exc + "\n")
                 self.kill_children()
                 return 1
             if self.stop_requested:

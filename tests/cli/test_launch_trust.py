@@ -1,0 +1,249 @@
+"""Launch over real sshd hosts when things go wrong: connection blips during the follow, ranks that
+outlive their server, Ctrl-C after the server started, and the journal of every server change."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.cli.helpers import PROVISION, run, run_json
+
+SECRET = "sk-trust-canary-7f3a"
+
+
+@pytest.fixture(scope="module")
+def thost_module(sandbox_factory):
+    host = sandbox_factory.host("trust1", sglang="0.5.9", layout="venv")
+    yield host
+    sandbox_factory.remove(host)
+
+
+@pytest.fixture
+def host(thost_module):
+    thost_module.reset()
+    yield thost_module
+    thost_module.run("pkill -9 -f sglang", check=False)  # whatever a failing test left behind
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"PROVISION_JOURNAL": str(tmp_path / "journal.jsonl"), "PROVISION_API_KEY": SECRET}
+
+
+def inventory(tmp_path, ssh_env, host, load="2", env=None):
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
+                        "args": {"model-path": "/data/models/Kimi-K2.5",
+                                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": load, **(env or {})}},
+           "hosts": {host.name: {"address": host.address, "port": host.port}}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+def start(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([PROVISION, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, COLUMNS="200", **(env or {})), stdin=subprocess.DEVNULL)
+
+
+def record(host) -> dict | None:
+    p = host.hostpath("/var/lib/provision/server/server-30000.json")
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def log_text(host) -> str:
+    rec = record(host)
+    try:
+        return host.hostpath(rec["log"]).read_text(errors="replace") if rec else ""
+    except OSError:
+        return ""
+
+
+def wait_for(pred, timeout=60.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sglang_pids(host) -> list[int]:
+    out = host.run("ps -eo pid=,args=", check=False).stdout
+    return sorted(int(l.split()[0]) for l in out.splitlines() if "sglang" in l and "ps -eo" not in l)
+
+
+def sessions(host) -> list[int]:
+    """sshd processes serving connections (not the host's listener: new connections still work)."""
+    return [p for p in host.processes() if _comm(p) in ("sshd", "sshd-session")]
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def journal(env) -> list[tuple]:
+    try:
+        with open(env["PROVISION_JOURNAL"]) as fh:
+            return [(x["command"], x["verdict"]) for x in map(json.loads, fh)]
+    except FileNotFoundError:
+        return []
+
+
+# --------------------------------------------------------------------------- a blip must not end the follow
+
+def test_killed_ssh_session_mid_load_still_reaches_ready(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host, load="10")
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc = start("launch", "-i", inv, "--poll", "0.5", "--json", env=env)
+    wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
+    killed = sessions(host)
+    assert killed, "the follow's sshd session"
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(1.5)
+    again = [p for p in sessions(host) if p not in killed]
+    for pid in again:  # and the reconnection, once more
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=240)
+    doc = json.loads(out)
+    assert proc.returncode == 0, (out, err)
+    assert doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]
+    assert "connection lost" in err and "reconnected after" in err, err
+    print("\n".join(line for line in err.splitlines() if "reconnect" in line or "lost" in line))
+    assert ("launch", "started") in journal(env)
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_sustained_outage_is_unknown_and_the_server_keeps_running(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host, load="8")
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc = start("launch", "-i", inv, "--poll", "0.5", "--json", "--max-outage", "3", "--connect-timeout", "2",
+                 env=env)
+    wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
+    pid = record(host)["pid"]
+    host.kill_sshd()  # listener too: every reconnection is refused
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        host.start_sshd()
+    doc = json.loads(out)
+    assert proc.returncode == 3, (out, err)
+    r = doc["hosts"][0]
+    assert r["verdict"] == "unknown", r
+    assert "--max-outage 3" in r["detail"] and f"provision wait --host {host.name}" in r["detail"]
+    assert "left running" in r["detail"]
+    assert pid in sglang_pids(host), "the server was not touched"
+    proc2, doc2 = run_json("wait", "-i", inv, "--poll", "0.5", env=env, timeout=120)
+    assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "ready", doc2
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+# --------------------------------------------------------------------------- ranks that outlive their server
+
+def _launch_and_kill_main(tmp_path, ssh_env, host, env, grace):
+    inv = inventory(tmp_path, ssh_env, host, load="20", env={"PROVISION_STANDIN_RANKS_OUTLIVE": "1"})
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc = start("launch", "-i", inv, "--poll", "0.5", "--json", "--rank-grace", grace, env=env)
+    wait_for(lambda: log_text(host).count("Load weight begin") >= 8, 60, "every rank loading")
+    rec = record(host)
+    before = sglang_pids(host)
+    assert rec["pid"] in before and len(before) >= 10  # main, 8 ranks, detokenizer
+    host.run(f"kill -KILL {rec['pid']}")  # only the main process, as the OOM killer does
+    out, err = proc.communicate(timeout=120)
+    return inv, rec, before, proc, json.loads(out), err
+
+
+def test_ranks_outliving_their_server_are_shown_kept_and_stopped(tmp_path, ssh_env, host, env):
+    inv, rec, before, proc, doc, err = _launch_and_kill_main(tmp_path, ssh_env, host, env, "600")
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "crashed", r
+    # nothing the parser recognises: the log's last lines are shown anyway, redacted
+    tail = r["data"]["log_tail"]
+    assert "Load weight begin" in tail and SECRET not in tail and SECRET not in json.dumps(doc)
+    survivors = sorted(set(before) - {rec["pid"]})
+    assert sorted(r["data"]["survivors"]) == survivors
+
+    proc, doc = run_json("status", "-i", inv, env=env)
+    st = doc["hosts"][0]
+    assert st["data"]["server_state"] == f"dead, {len(survivors)} left", st
+    assert sorted(st["data"]["server_survivors"]) == survivors
+    assert f"{len(survivors)} processes of its tree are alive" in st["data"]["server"]
+    assert "(sglang::schedul)" in st["data"]["server"] and "provision stop" in st["data"]["server"]
+
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--force", env=env)
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "refused", r
+    assert "provision stop" in r["detail"] and str(survivors[0]) in r["detail"]
+    assert record(host)["pid"] == rec["pid"], "the old tree's record is kept"
+    assert sglang_pids(host) == survivors
+
+    proc, doc = run_json("stop", "-i", inv, env=env)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", doc
+    assert set(survivors) <= set(doc["hosts"][0]["data"]["pids"])  # and the watcher that waited for them
+    assert sglang_pids(host) == []
+    assert ("stop", "stopped") in journal(env)
+
+
+def test_launch_restart_stops_the_survivors_first(tmp_path, ssh_env, host, env):
+    inv, rec, before, proc, doc, err = _launch_and_kill_main(tmp_path, ssh_env, host, env, "600")
+    survivors = sorted(set(before) - {rec["pid"]})
+    assert sglang_pids(host) == survivors
+    inv2 = inventory(tmp_path, ssh_env, host, load="1")
+    proc, doc = run_json("launch", "-i", inv2, "--poll", "0.5", "--restart", env=env, timeout=240)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    assert not set(survivors) & set(sglang_pids(host)), "the old ranks are gone"
+    assert ("launch", "restarted") in journal(env)
+    run("stop", "-i", inv2, env=env, check_rc=0)
+    assert sglang_pids(host) == []
+
+
+def test_the_watcher_ends_the_rest_of_the_tree_and_says_so(tmp_path, ssh_env, host, env):
+    inv, rec, before, proc, doc, err = _launch_and_kill_main(tmp_path, ssh_env, host, env, "1")
+    wait_for(lambda: sglang_pids(host) == [], 30, "the watcher to end the ranks")
+    reaped = json.loads(host.hostpath(record(host)["reapfile"]).read_text())
+    assert sorted(reaped["killed"]) == sorted(set(before) - {rec["pid"]}) and reaped["grace"] == 1
+    proc, doc = run_json("status", "-i", inv, env=env)
+    server = doc["hosts"][0]["data"]["server"]
+    assert f"its watcher killed {len(reaped['killed'])} leftover processes" in server, server
+
+
+# --------------------------------------------------------------------------- Ctrl-C after the start
+
+@pytest.mark.parametrize("stop_on_interrupt", [False, True])
+def test_ctrl_c_after_the_start_says_the_server_was_started(tmp_path, ssh_env, host, env, stop_on_interrupt):
+    inv = inventory(tmp_path, ssh_env, host, load="20")
+    run("patch", "-i", inv, env=env, check_rc=0)
+    extra = ["--stop-on-interrupt"] if stop_on_interrupt else []
+    proc = start("launch", "-i", inv, "--poll", "0.5", "--json", *extra, env=env)
+    wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
+    pid = record(host)["pid"]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    doc = json.loads(out)
+    assert proc.returncode == 130 and doc["exit_code"] == 130, (out, err)
+    r = doc["hosts"][0]
+    assert r["verdict"] == "interrupted", r
+    assert "nothing was run there" not in out + err
+    assert f"the server was started (pid {pid}" in r["detail"] or "the server was started, then stopped" in r["detail"]
+    if stop_on_interrupt:
+        assert "stopped (--stop-on-interrupt)" in r["detail"], r
+        assert sglang_pids(host) == []
+        assert ("stop", "stopped") in journal(env)
+    else:
+        assert "left running" in r["detail"] and f"provision wait --host {host.name}" in r["detail"]
+        assert pid in sglang_pids(host)
+        run("stop", "-i", inv, env=env, check_rc=0)
+    assert ("launch", "started") in journal(env)

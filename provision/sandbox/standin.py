@@ -234,7 +234,8 @@ def rank_dead_lines(version: tuple, rank: int, code) -> tuple[list[str], str]:
     0.5.23 raises a RuntimeError that names the exit code and the OOM killer."""
     if version >= (0, 5, 23):
         return [], (f"RuntimeError: Rank {rank} scheduler died during initialization (exit code: {code}). "
-                    "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer.")
+                    "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
+                    "Run `dmesg -T | grep -i oom` to check.")
     return [f"Rank {rank} scheduler is dead. Please check if there are relevant logs.", f"Exit code: {code}"], \
         "EOFError"
 
@@ -243,7 +244,8 @@ def missing_method_exception(version: tuple, cls: str, method: str) -> str | Non
     """0.5.23 checks the method before calling it (``model_runner_components/attention_backend_setup.py``)
     and raises a ValueError; earlier releases call it and Python raises the AttributeError (None here)."""
     if version >= (0, 5, 23) and method == "set_eagle3_layers_to_capture":
-        return f"ValueError: Model {cls} does not implement {method}, which EAGLE3 requires."
+        return (f"ValueError: Model {cls} does not implement {method}, "
+                "which EAGLE3 aux hidden-state capture requires.")
     return None
 
 

@@ -73,7 +73,8 @@ def test_rank_death_0523_runtime_error():
             "  File \"/usr/local/lib/python3.11/site-packages/sglang/srt/entrypoints/engine.py\", line 1, in x\n"
             "    raise RuntimeError(\n"
             "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
-            "(SIGKILL), a common cause is the OS OOM killer. Run dmesg to check.\n")
+            "(SIGKILL), a common cause is the OS OOM killer. "
+            "Run `dmesg -T | grep -i oom` to check.\n")
     c = parse(_load_to_graphs() + text).crashed
     assert c.kind == "child-failed" and c.exit_code == -9 and c.oom_killer
     assert c.summary == "rank 0 scheduler died during initialization (exit code -9)"
@@ -110,7 +111,8 @@ def test_import_error_both_forms():
 def test_valueerror_missing_method_0523():
     tb = ("{ts} Scheduler hit an exception: Traceback (most recent call last):\n"
           "  File \"/x/attention_backend_setup.py\", line 1, in configure\n    raise ValueError(\n"
-          "ValueError: Model {cls} does not implement set_eagle3_layers_to_capture, which EAGLE3 requires.\n")
+          "ValueError: Model {cls} does not implement set_eagle3_layers_to_capture, which EAGLE3 aux hidden-state "
+          "capture requires.\n")
     c = parse(tb.format(ts=TS, cls="KimiK25ForConditionalGeneration")).crashed
     assert c.kind == "missing-eagle3-method" and c.method == "set_eagle3_layers_to_capture"
     assert c.class_name == "KimiK25ForConditionalGeneration"

@@ -33,19 +33,20 @@ class WheelUnavailable(RuntimeError):
 def wheel_path(version: str) -> Path:
     """Return the cached wheel for ``sglang==version``, downloading it if needed."""
     cache = cache_dir()
-    name = f"sglang-{version}-py3-none-any.whl"
-    path = cache / name
-    if path.exists():
-        return path
+    # pure-Python wheels up to 0.5.22; 0.5.23 ships cp311 wheels with a Rust extension
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "-d", str(cache), f"sglang=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not path.exists():
-        raise WheelUnavailable(
-            f"could not fetch sglang=={version} ({' '.join(cmd)}): "
-            + (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        )
-    return path
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if found and proc.returncode == 0:
+        return found[0]
+    raise WheelUnavailable(
+        f"could not fetch sglang=={version} ({' '.join(cmd)}): "
+        + (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    )
 
 
 def extracted(version: str) -> Path:
@@ -60,7 +61,8 @@ def extracted(version: str) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     with zipfile.ZipFile(wheel_path(version)) as zf:
-        zf.extractall(tmp)
+        # the Python files and metadata only: a compiled extension is of no use to a host without a GPU
+        zf.extractall(tmp, [n for n in zf.namelist() if not n.endswith(".so")])
     (tmp / ".complete").write_text(version)
     os.replace(tmp, dest)
     return dest

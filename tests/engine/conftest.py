@@ -117,3 +117,9 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 def tree_resolver(root: Path):
     from provision.remote.fileops import make_resolver
     return make_resolver(os.fspath(root / "sglang"))
+
+
+@pytest.fixture(scope="session")
+def sglang_0523() -> Path:
+    """The latest release (cp311 wheels; only its .py files are unpacked)."""
+    return _sglang_dir("0.5.23")

@@ -200,3 +200,38 @@ def test_stand_in_helpers_name_the_forms():
     assert standin.import_error_line((0, 4, 10), "m", "e") == "Ignore import error when loading m. e"
     assert standin.rank_dead_lines((0, 5, 9), 2, -9)[1] == "EOFError"
     assert standin.rank_dead_lines((0, 5, 23), 2, -9)[0] == []
+
+
+def _fstring_template(path, exc: str, words: str) -> str:
+    """The message of the ``exc(f"...")`` holding ``words`` in a real file, its replacement fields
+    as ``{}``: what the real server prints, to hold the stand-in against."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == exc and node.args:
+            parts = node.args[0].values if isinstance(node.args[0], ast.JoinedStr) else [node.args[0]]
+            text = "".join(p.value if isinstance(p, ast.Constant) else "{}" for p in parts)
+            if words in text:
+                return text
+    raise AssertionError(f"no {exc}(...{words}...) in {path}")
+
+
+def test_standin_prints_0523s_crash_lines_as_the_release_does(sglang_0523):
+    """The 0.5.23 wording, read from the released wheel, not from memory."""
+    from provision.sandbox.standin import missing_method_exception, rank_dead_lines
+
+    real = _fstring_template(sglang_0523 / "srt/model_executor/model_runner_components/attention_backend_setup.py",
+                             "ValueError", "does not implement")
+    ours = missing_method_exception((0, 5, 23), "{}", "set_eagle3_layers_to_capture")
+    assert ours == "ValueError: " + real, (ours, real)
+
+    real = _fstring_template(sglang_0523 / "srt/entrypoints/engine.py", "RuntimeError", "died during")
+    _, line = rank_dead_lines((0, 5, 23), "{}", "{}")
+    assert line == "RuntimeError: " + real, (line, real)
+
+
+def test_uvicorn_format_is_the_releases(sglang_059, sglang_0523):
+    """Both releases give uvicorn the dated format the stand-in prints."""
+    for root in (sglang_059, sglang_0523):
+        assert '"[%(asctime)s] %(levelprefix)s %(message)s"' in (root / "srt/utils/common.py").read_text()

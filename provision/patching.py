@@ -99,6 +99,11 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
     elif rec and ours.get("exit") is not None:
         server = f"not running (last exit status {ours['exit']})"
+    unit = ours.get("persistent")
+    if unit:
+        n = unit.get("restarts") or 0
+        server += (f"; persistent: {unit['unit']} {unit.get('active')} ({unit.get('sub')}), "
+                   f"{unit.get('enabled')}, {n} restart{'' if n == 1 else 's'} by systemd")
     short_patch = state if len(state) <= 20 else state.split(":")[0] + f" ({sum(1 for v in methods.values() if v == 'missing')})"
     short_server = "none"
     if ours.get("running"):
@@ -109,7 +114,11 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         short_server = "stopped"
     elif rec and ours.get("exit") is not None:
         short_server = f"exited {ours['exit']}"
-    data = {"patch_state": state, "patch": short_patch, "server_state": short_server, "install_kind": inst.get("kind"), "interpreters": inst.get("interpreters"),
+    if unit and ours.get("running"):
+        short_server += f" (persistent, {unit.get('restarts') or 0} restarts)"
+    elif unit and unit.get("sub") == "auto-restart":
+        short_server = "restarting (persistent)"
+    data = {"persistent": unit, "patch_state": state, "patch": short_patch, "server_state": short_server, "install_kind": inst.get("kind"), "interpreters": inst.get("interpreters"),
             "installs": facts.get("installs", []), "server": server, "methods": methods,
             "chosen_reason": facts.get("chosen_reason")}
     if inst.get("git"):

@@ -387,14 +387,10 @@ def provision_argv() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "provision"]
 
 
-def _systemd_quote(arg: str) -> str:
-    if arg and not re.search(r"[\s\"'\\;$%]", arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%") + '"'
-
-
 def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
-    exec_start = " ".join(_systemd_quote(a) for a in argv)
+    from provision.remote.server_ops import systemd_quote  # one quoting for every unit provision writes
+
+    exec_start = " ".join(systemd_quote(a) for a in argv)
     service = f"""\
 # written by `provision schedule`
 [Unit]

@@ -1063,7 +1063,9 @@ class Sandbox:
                  f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}",
                  "hosts:"]
         for h in hosts:
-            lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}}}")
+            # A systemd host shares this machine's network: its server binds its own address.
+            extra = f", args: {{host: {h.address}}}" if h.spec is not None and h.spec.kind == "systemd" else ""
+            lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}{extra}}}")
         if not hosts:
             lines[-1] = "hosts: {}"
         return "\n".join(lines) + "\n"

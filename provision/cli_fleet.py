@@ -15,7 +15,7 @@ from provision.results import HostResult
 
 def _spec_opt(fn):
     return click.option("--spec", metavar="PLAYBOOK",
-                        help="Patch spec playbook (path or name in playbooks/). "
+                        help="Patch spec playbook (a path, or the name of a shipped one). "
                              "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
 
 

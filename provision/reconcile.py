@@ -421,5 +421,9 @@ Unit=provision-reconcile.service
 [Install]
 WantedBy=timers.target
 """
-    cron_line = f"{cron} {' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    command = f"{' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    logdir = os.path.dirname(log)
+    if logdir != "/var/log":  # a user's ~/.local/state/provision may not exist yet: `>>` would fail
+        command = f"mkdir -p {shlex.quote(logdir)} && {command}"
+    cron_line = f"{cron} " + command.replace("%", "\\%")  # cron turns a bare % into a newline
     return {"provision-reconcile.service": service, "provision-reconcile.timer": timer, "cron": cron_line}

@@ -62,18 +62,21 @@ def wheelhouse_dir() -> Path:
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory):
     deps = wheelhouse_dir()
-    if not any(deps.glob("paramiko-*.whl")):  # .ci/run fills it; try once here (needs the registry)
+    if not (any(deps.glob("paramiko-*.whl")) and any(deps.glob("setuptools-*.whl"))):
+        # .ci/run fills it; try once here (needs the registry). setuptools: to build our wheel offline.
         deps.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w",
-                               str(deps), str(REPO)], capture_output=True, text=True)
+                               str(deps), str(REPO), "setuptools>=68"], capture_output=True, text=True)
         if proc.returncode != 0:
             pytest.skip(f"no wheelhouse in {deps} and `pip wheel` failed: "
                         + (proc.stderr.strip().splitlines() or ["no output"])[-1])
     for stale in deps.glob("provision-*.whl"):  # this tree's wheel is built fresh below
         stale.unlink()
     own = tmp_path_factory.mktemp("provision-wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "-w", str(own), str(REPO)], check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+                           "--no-index", "--find-links", str(deps), "-w", str(own), str(REPO)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     return own, deps
 
 

@@ -1307,5 +1307,5 @@ class Sandbox:
         self._load()
         return [{"name": h.name, "address": h.address, "port": h.port, "running": h.alive(),
                  "sshd": h.alive() and h.listener_alive(), "layout": h.layout,
-                 "sglang": h.sglang_version}
+                 "sglang": h.sglang_version, "kind": h.spec.kind if h.spec else "namespaces"}
                 for h in sorted(self.hosts.values(), key=lambda h: h.name)]

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provision.sandbox import hosts as _hosts  # hosts.py imports this module lazily (no cycle)
+
 PODMAN = "/usr/bin/podman"
 DEBOOTSTRAP = "/usr/sbin/debootstrap"
 SUITE = "bookworm"
@@ -97,7 +99,7 @@ subprocess.run(podman + ["rm", "-f", "-t", "0", name], stdout=subprocess.DEVNULL
 '''
 
 
-class SystemdUnavailable(RuntimeError):
+class SystemdUnavailable(_hosts.SandboxError):
     """podman or debootstrap is missing, or the image cannot be built here."""
 
 
@@ -259,9 +261,6 @@ def container_running(name: str) -> bool:
 
 
 # --------------------------------------------------------------------------- the host
-
-from provision.sandbox import hosts as _hosts  # noqa: E402  (hosts.py imports this module lazily)
-
 
 class SystemdHost(_hosts.SandboxHost):
     """A sandbox host whose PID 1 is systemd (a podman container); see the module doc.

@@ -1,0 +1,41 @@
+"""`provision sandbox up --systemd` / `down`, the way a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from provision.sandbox import systemd
+from tests.cli.helpers import run
+
+pytestmark = pytest.mark.ssh
+
+
+def test_sandbox_up_systemd_boots_an_ssh_host_and_down_removes_it(tmp_path, sandbox_factory):
+    if systemd.problems():
+        pytest.skip("systemd hosts unavailable: " + "; ".join(systemd.problems()))
+    base = tmp_path / "box"
+    for _ in range(32):  # an address nobody on this machine uses, picked as the fixtures pick theirs
+        address = sandbox_factory._address()
+        up = run("sandbox", "up", "--systemd", "--base-dir", base, "--first-address", address,
+                 "--port", sandbox_factory.port, timeout=600)
+        if "cannot listen on" not in up.stderr:  # taken: try the next one
+            break
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"sbx1  {address}:{sandbox_factory.port}  sglang 0.5.9" in up.stdout and "systemd" in up.stdout
+        assert f"args: {{host: {address}}}" in (base / "inventory.yaml").read_text()
+        ssh = subprocess.run(["ssh", "-F", str(base / "ssh_config"), "-o", "BatchMode=yes", "sbx1",
+                              "systemctl is-system-running; readlink /proc/1/exe; ls /root/sglang/python/sglang"],
+                             capture_output=True, text=True, timeout=60)
+        assert ssh.returncode == 0, ssh.stderr
+        lines = ssh.stdout.split()
+        assert lines[0] == "running" and lines[1].endswith("/systemd") and "srt" in lines
+        status = run("sandbox", "status", "--base-dir", base, check_rc=0)
+        assert "up" in status.stdout and "systemd" in status.stdout
+    finally:
+        down = run("sandbox", "down", "--base-dir", base)
+    assert down.returncode == 0 and "sbx1" in down.stdout
+    name = systemd.container_name(base.absolute(), "sbx1")
+    assert systemd.podman("container", "exists", name, check=False).returncode != 0

@@ -582,8 +582,8 @@ def _refresh_persistent(req: dict, port: int, rec: dict) -> dict:
         mtime = os.stat(pidfile).st_mtime
     except (OSError, ValueError):
         return rec
-    if pid == rec.get("pid") or not alive(pid, None):
-        return rec
+    if not alive(pid, None) or (pid == rec.get("pid") and proc_starttime(pid) == rec.get("starttime")):
+        return rec  # the same process (a pid number can come back after a reboot: compare start times)
     watcher = (unit_state(rec["unit"]) or {}).get("MainPID") or rec.get("watcher")
     rec = dict(rec, pid=pid, starttime=proc_starttime(pid), pgid=pid, sid=watcher, watcher=watcher,
                watcher_starttime=proc_starttime(watcher) if watcher else None, started_at=mtime,

@@ -323,6 +323,17 @@ class SystemdHost(_hosts.SandboxHost):
 
     thaw = freeze
 
+    def reboot(self, timeout: float = 60) -> None:
+        """Restart the container: systemd shuts down and boots again, from the same disk."""
+        podman("restart", "-t", "10", self.container, timeout=timeout + 30)
+        self.merged = podman("mount", self.container).stdout.strip()
+        self.init_pid = int(podman("inspect", "-f", "{{.State.Pid}}", self.container).stdout.strip() or 0)
+        self.init_start = _hosts._proc_start(self.init_pid)
+        self.pid_ns = _hosts._ns(self.init_pid, "pid")
+        self.mnt_ns = _hosts._ns(self.init_pid, "mnt")
+        self._changed()
+        wait_running(self.container, self.address, self.port, timeout)
+
     def _kill_all(self) -> None:
         if self.container:
             remove_container(self.container)

@@ -113,3 +113,20 @@ def test_stop_disables_the_unit_and_it_stays_down(tmp_path, ssh_env, systemd_hos
     assert not host.hostpath("/var/lib/provision/server/server-30000.spec.json").exists()
     st = run_json("status", "-i", inv)[1]["hosts"][0]
     assert st["data"]["server_state"] == "stopped" and not st["data"]["persistent"]
+
+
+def test_persistent_server_starts_again_when_the_host_boots(tmp_path, ssh_env, systemd_host):
+    host = systemd_host
+    inv = inventory(tmp_path, ssh_env, host)
+    proc, doc = launch(inv)
+    assert doc["hosts"][0]["verdict"] == "ready", proc.stdout
+    before = record(host)
+    host.reboot()
+    assert host.run(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
+    proc, doc = run_json("wait", "-i", inv, "--poll", "0.5", "--deadline", "120", timeout=240)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
+    st = run_json("status", "-i", inv)[1]["hosts"][0]
+    assert st["data"]["server_state"].startswith("up") and st["data"]["persistent"]["active"] == "active"
+    after = record(host)
+    assert after["started_at"] > before["started_at"] and after["log_offset"] > before["log_offset"]
+    run("stop", "-i", inv, check_rc=0)

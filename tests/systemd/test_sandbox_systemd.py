@@ -39,3 +39,33 @@ def test_sandbox_up_systemd_boots_an_ssh_host_and_down_removes_it(tmp_path, sand
     assert down.returncode == 0 and "sbx1" in down.stdout
     name = systemd.container_name(base.absolute(), "sbx1")
     assert systemd.podman("container", "exists", name, check=False).returncode != 0
+
+
+def test_a_systemd_hosts_container_goes_when_its_owner_dies(tmp_path, sandbox_factory):
+    """A test session that dies without teardown leaves no container behind."""
+    if systemd.problems():
+        pytest.skip("systemd hosts unavailable: " + "; ".join(systemd.problems()))
+    import time
+
+    from provision.sandbox.hosts import AddressInUse, HostSpec, Sandbox
+
+    owner = subprocess.Popen(["sleep", "300"])
+    box = Sandbox(tmp_path / "box", owner_pid=owner.pid)
+    try:
+        for _ in range(32):
+            try:
+                host = box.up([HostSpec("orphan", sandbox_factory._address(), None, "none", sandbox_factory.port,
+                                        kind="systemd")])[0]
+                break
+            except AddressInUse:
+                continue
+        assert systemd.container_running(host.container)
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 30
+        while systemd.podman("container", "exists", host.container, check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the container outlived its owner"
+            time.sleep(0.2)
+    finally:
+        owner.kill()
+        box.down()

@@ -620,7 +620,8 @@ def _stop(req: dict, rec: dict, grace: float) -> dict:
             return {"ok": False, "error": err}
         left = tree_pids(rec)
         if not left:
-            return {"ok": True, "stopped": bool(before), "pids": before, "escalated": False,
+            # Stopped even with no process left (between a death and systemd's restart): the unit is gone.
+            return {"ok": True, "stopped": True, "pids": before, "escalated": False,
                     "elapsed": round(time.monotonic() - t0, 2),
                     "unit": rec["unit"], "unit_removed": True}
     pids = tree_pids(rec)

@@ -130,3 +130,22 @@ def test_persistent_server_starts_again_when_the_host_boots(tmp_path, ssh_env, s
     after = record(host)
     assert after["started_at"] > before["started_at"] and after["log_offset"] > before["log_offset"]
     run("stop", "-i", inv, check_rc=0)
+
+
+def test_stop_between_a_death_and_the_restart_keeps_it_down(tmp_path, ssh_env, systemd_host):
+    host = systemd_host
+    inv = inventory(tmp_path, ssh_env, host)
+    proc, doc = launch(inv)
+    assert doc["hosts"][0]["verdict"] == "ready", proc.stdout
+    host.run(f"kill -KILL {record(host)['pid']}")
+    deadline = time.monotonic() + 10
+    while unit_props(host, "SubState")["SubState"] != "auto-restart":
+        assert time.monotonic() < deadline, "systemd never scheduled the restart"
+        time.sleep(0.1)
+    st = run_json("status", "-i", inv)[1]["hosts"][0]
+    assert st["data"]["server_state"] == "restarting (persistent)"
+    proc, doc = run_json("stop", "-i", inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", proc.stdout
+    time.sleep(2 * RESTART_SEC + 1)
+    assert server_procs(host) == []
+    assert unit_props(host, "LoadState")["LoadState"] == "not-found"

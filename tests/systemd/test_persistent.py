@@ -137,13 +137,22 @@ def test_stop_between_a_death_and_the_restart_keeps_it_down(tmp_path, ssh_env, s
     inv = inventory(tmp_path, ssh_env, host)
     proc, doc = launch(inv)
     assert doc["hosts"][0]["verdict"] == "ready", proc.stdout
-    host.run(f"kill -KILL {record(host)['pid']}")
-    deadline = time.monotonic() + 10
-    while unit_props(host, "SubState")["SubState"] != "auto-restart":
-        assert time.monotonic() < deadline, "systemd never scheduled the restart"
-        time.sleep(0.1)
-    st = run_json("status", "-i", inv)[1]["hosts"][0]
-    assert st["data"]["server_state"] == "restarting (persistent)"
+    # The window is RestartSec long; on a loaded machine a few `podman exec` can miss it: try again.
+    for _ in range(3):
+        host.run("kill -KILL $(cat /var/lib/provision/server/server-30000.pid)")
+        deadline = time.monotonic() + RESTART_SEC
+        while unit_props(host, "SubState")["SubState"] != "auto-restart" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        st = run_json("status", "-i", inv)[1]["hosts"][0]
+        if st["data"]["server_state"] == "restarting (persistent)":
+            break
+        back = time.monotonic() + RESTART_SEC + 30
+        while unit_props(host, "SubState")["SubState"] != "running" and time.monotonic() < back:
+            time.sleep(0.2)  # systemd brought it back: kill it again
+        time.sleep(1)
+    else:
+        pytest.fail("never saw the unit between the server's death and its restart: "
+                    + host.run(f"systemctl show -p ActiveState,SubState,Result,NRestarts {UNIT}").stdout)
     proc, doc = run_json("stop", "-i", inv)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", proc.stdout
     time.sleep(2 * RESTART_SEC + 1)

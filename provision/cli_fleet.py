@@ -318,7 +318,7 @@ def forwarded_params() -> list[click.Parameter]:
     return [p for p in reconcile.params if isinstance(p, click.Option) and p.name not in NOT_FORWARDED]
 
 
-def _long(opt: click.Option, names: list[str]) -> str:
+def _long(names: list[str]) -> str:
     return next((n for n in names if n.startswith("--")), names[0])
 
 
@@ -335,11 +335,11 @@ def forwarded_argv(params: dict, given: set[str]) -> list[str]:
         val = params[opt.name]
         if opt.is_flag and opt.secondary_opts:  # --sudo/--no-sudo
             if val is not None:
-                argv.append(_long(opt, opt.opts if val else opt.secondary_opts))
+                argv.append(_long(opt.opts if val else opt.secondary_opts))
             continue
         if opt.is_flag:
             if val:
-                argv.append(_long(opt, opt.opts))
+                argv.append(_long(opt.opts))
             continue
         for v in (val if opt.multiple else [val]):
             if v is None:
@@ -348,7 +348,7 @@ def forwarded_argv(params: dict, given: set[str]) -> list[str]:
             if opt.name in LOCAL_PATHS or isinstance(opt.type, click.Path) or (
                     opt.name in LOCAL_PATHS_OR_NAMES and os.path.isfile(v)):
                 v = _abs(v)
-            argv += [_long(opt, opt.opts), v]
+            argv += [_long(opt.opts), v]
     return argv
 
 

@@ -64,12 +64,21 @@ def test_timer_repatches_a_wiped_host_and_the_cron_line_works_for_a_user(tmp_pat
     journal = host.run("journalctl -u provision-reconcile.service --no-pager -o cat").stdout
     assert "wiped" in journal or "patched" in journal, journal
 
-    # The cron line, for a user who is not root: logs under their home, not /var/log.
+    # The cron line, for a user who is not root, with their own `pip install --user` (another
+    # layout the shipped playbooks must be found in): logs under their home, not /var/log.
     host.run("id ops >/dev/null 2>&1 || useradd -m ops")
     args = _control_files(host, ssh_env, "/home/ops", owner="ops")
     as_ops = "runuser -u ops -- env -i HOME=/home/ops LOGNAME=ops SHELL=/bin/sh PATH=/usr/bin:/bin"
-    printed = host.run(f"cd /home/ops && {as_ops} /usr/local/bin/provision schedule {args} --every 15m").stdout
+    host.run("rm -rf /home/ops/wheelhouse && cp -r /root/wheelhouse /home/ops/ && chown -R ops: /home/ops/wheelhouse")
+    host.run(f"{as_ops} python3 -m pip install -q --disable-pip-version-check --user --break-system-packages "
+             "--ignore-installed --no-deps --no-index --find-links /home/ops/wheelhouse provision", timeout=300)
+    user_exe = "/home/ops/.local/bin/provision"
+    where = host.run(f"cd / && {as_ops} python3 -c 'import provision.playbook as p; p.load_patch_spec(None); "
+                     "print(p.PACKAGE_PLAYBOOKS)'").stdout.strip()
+    assert where.startswith("/home/ops/.local/lib/python3") and where.endswith("/provision/playbooks"), where
+    printed = host.run(f"cd /home/ops && {as_ops} {user_exe} schedule {args} --every 15m").stdout
     cron = next(line for line in printed.splitlines() if line.startswith("*/15 * * * * "))
+    assert f"*/15 * * * * mkdir -p /home/ops/.local/state/provision && {user_exe} reconcile " in cron
     assert "/var/log" not in cron and ">>/home/ops/.local/state/provision/reconcile.log" in cron
     host.reset_sglang()
     command = cron.split(" ", 5)[5].replace("\\%", "%")

@@ -137,8 +137,10 @@ def image_tag() -> str:
 
 
 def image_cache_dir() -> Path:
-    root = os.environ.get("PROVISION_IMAGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                    "provision-images")
+    import pwd
+
+    home = pwd.getpwuid(os.getuid()).pw_dir  # the machine's cache, whatever HOME a test session sets
+    root = os.environ.get("PROVISION_IMAGE_CACHE") or os.path.join(home, ".cache", "provision-images")
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -5,21 +5,15 @@ provision into it the way a user would (`pip install --no-index --find-links DIR
   systemd_host  module: one systemd host (SGLang 0.5.9 source checkout + the stand-in),
                 reset before each test (provision's units, state and logs removed, SGLang
                 pristine).
-  wheelhouse    session: (dir of this tree's provision wheel, dir of its dependencies' wheels).
-                The dependencies are built once per machine by .ci/run into
-                $PROVISION_WHEELHOUSE (default ~/.cache/provision-wheelhouse).
+  wheelhouse    session (tests/wheelhouse.py): (dir of this tree's provision wheel, dir of its
+                dependencies' wheels, built once per machine by .ci/run).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.wheelhouse import wheelhouse  # noqa: F401  (a fixture)
 
 
 def _systemd_problems() -> list[str]:
@@ -53,31 +47,6 @@ def systemd_host_module(sandbox_factory, request):
 def systemd_host(systemd_host_module):
     systemd_host_module.reset()
     return systemd_host_module
-
-
-def wheelhouse_dir() -> Path:
-    return Path(os.environ.get("PROVISION_WHEELHOUSE") or Path.home() / ".cache" / "provision-wheelhouse")
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory):
-    deps = wheelhouse_dir()
-    if not (any(deps.glob("paramiko-*.whl")) and any(deps.glob("setuptools-*.whl"))):
-        # .ci/run fills it; try once here (needs the registry). setuptools: to build our wheel offline.
-        deps.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w",
-                               str(deps), str(REPO), "setuptools>=68"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"no wheelhouse in {deps} and `pip wheel` failed: "
-                        + (proc.stderr.strip().splitlines() or ["no output"])[-1])
-    for stale in deps.glob("provision-*.whl"):  # this tree's wheel is built fresh below
-        stale.unlink()
-    own = tmp_path_factory.mktemp("provision-wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-                           "--no-index", "--find-links", str(deps), "-w", str(own), str(REPO)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return own, deps
 
 
 def install_provision(host, wheelhouse) -> str:

@@ -16,12 +16,13 @@ import pytest
 from tests.wheelhouse import wheelhouse  # noqa: F401  (a fixture)
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-UV = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+UV = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))        # test extras: uv, pipx
+PIPX = shutil.which("pipx") or str(Path(sys.executable).with_name("pipx"))
 
 
 def _install(layout: str, home: Path, own: Path, deps: Path) -> tuple[Path, Path]:
     """Install; return (the `provision` executable, the python it runs on)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     links = ["--find-links", str(own), "--find-links", str(deps)]
     if layout == "pip --user":
         if subprocess.run([SYSTEM_PYTHON, "-m", "pip", "--version"], capture_output=True).returncode != 0:
@@ -30,10 +31,10 @@ def _install(layout: str, home: Path, own: Path, deps: Path) -> tuple[Path, Path
                 "--break-system-packages", "--ignore-installed", "--no-index", *links, "provision"]
         exe, python = home / ".local/bin/provision", Path(SYSTEM_PYTHON)
     elif layout == "pipx":
-        if not shutil.which("pipx"):
-            pytest.skip("no pipx (apt-get install pipx)")
+        if not os.access(PIPX, os.X_OK):
+            pytest.skip("no pipx (pip install pipx)")
         env.update(PIPX_HOME=str(home / "pipx"), PIPX_BIN_DIR=str(home / "bin"))
-        argv = [shutil.which("pipx"), "install", "--pip-args", " ".join(["--no-index", *links]),
+        argv = [PIPX, "install", "--pip-args", " ".join(["--no-index", *links]),
                 str(next(own.glob("provision-*.whl")))]
         exe, python = home / "bin/provision", home / "pipx/venvs/provision/bin/python"
     else:

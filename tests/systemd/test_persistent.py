@@ -82,7 +82,9 @@ def test_persistent_server_comes_back_after_it_dies_and_wait_follows_it(tmp_path
             break
         time.sleep(0.5)
     else:
-        pytest.fail(f"systemd did not restart the server: {props}")
+        pytest.fail(f"systemd did not restart the server: {props}\n" + host.run(
+            f"systemctl list-jobs --no-pager; journalctl -u {UNIT} -o short-monotonic --no-pager | tail -15; "
+            "ps -eo pid,stat,args", check=False).stdout)
     proc, doc = run_json("wait", "-i", inv, "--poll", "0.5", "--deadline", "120", timeout=240)
     h = doc["hosts"][0]
     assert proc.returncode == 0 and h["verdict"] == "ready", proc.stdout + proc.stderr

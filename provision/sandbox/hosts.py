@@ -21,6 +21,9 @@ Control-side layout of ``base_dir``::
     hosts/<name>/fs/<dir>   what the host sees at /<dir> (etc-ssh is /etc/ssh)
     hosts/<name>/host.log   init, listener and sshd (-e) stderr
 
+A second kind of host, booted by a real systemd (a podman container), is in
+``systemd.py``: ``HostSpec(kind="systemd")``.
+
 ``hosts/<name>/fs`` is a symlink into ``data_dir``: by default a directory in
 ``/dev/shm`` (tmpfs), because copying SGLang (2,000 files) onto this machine's ext4
 costs seconds of kernel time and onto tmpfs 0.2 s. Hosts get a private /dev/shm.

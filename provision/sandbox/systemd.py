@@ -235,22 +235,35 @@ def start_container(*, name: str, hostname: str, address: str, port: int, image:
 
 
 def wait_running(name: str, address: str, port: int, timeout: float = 60) -> None:
-    import socket
+    """Until systemd runs and *this container's* sshd holds address:port.
 
+    The address was found free and let go just before the container started, so another
+    sandbox (another test session) may have taken it meanwhile: then something answers on
+    address:port but it is not us. ssh.service is Type=notify, so "active" means our sshd
+    has bound the address; a failed bind (exit 255, no restart) is AddressInUse, and the
+    caller picks another address."""
     deadline = time.monotonic() + timeout
-    state = ""
+    state = ssh = ""
     while time.monotonic() < deadline:
-        state = podman("exec", name, "systemctl", "is-system-running", check=False).stdout.strip()
-        if state in ("running", "degraded"):
-            try:
-                with socket.create_connection((address, port), timeout=1):
-                    return
-            except OSError:
-                pass
+        out = podman("exec", name, "systemctl", "is-system-running", check=False).stdout.strip()
+        state = out or state
+        ssh = podman("exec", name, "systemctl", "is-active", "ssh.service", check=False).stdout.strip()
+        if ssh == "active" and state in ("running", "degraded"):
+            return
+        if ssh == "failed":
+            for _ in range(25):  # journald may not have sshd's last words yet
+                log = podman("exec", name, "journalctl", "-u", "ssh.service", "-o", "cat", "--no-pager",
+                             check=False).stdout
+                if "Cannot bind any address" in log:
+                    raise _hosts.AddressInUse(f"cannot listen on {address}:{port}: taken while the container "
+                                              "booted")
+                time.sleep(0.2)
+            break
         time.sleep(0.2)
     failed = podman("exec", name, "systemctl", "--failed", "--no-legend", "--plain", check=False).stdout.strip()
     raise SystemdUnavailable(f"container {name} did not come up (systemd: {state or 'no answer'}; "
-                             f"sshd on {address}:{port}: not listening; failed units: {failed or 'none'})")
+                             f"ssh.service on {address}:{port}: {ssh or 'no answer'}; "
+                             f"failed units: {failed or 'none'})")
 
 
 def remove_container(name: str) -> None:

@@ -69,3 +69,36 @@ def test_a_systemd_hosts_container_goes_when_its_owner_dies(tmp_path, sandbox_fa
     finally:
         owner.kill()
         box.down()
+
+
+def test_an_address_taken_while_the_container_boots_is_address_in_use(tmp_path, sandbox_factory):
+    """The address is free when checked and let go before the container's sshd binds it; if
+    another sandbox takes it meanwhile, the host must not come up answering with their sshd."""
+    if systemd.problems():
+        pytest.skip("systemd hosts unavailable: " + "; ".join(systemd.problems()))
+    import socket
+
+    from provision.sandbox.hosts import AddressInUse
+
+    for _ in range(32):
+        address = sandbox_factory._address()
+        taken = socket.socket()
+        try:
+            taken.bind((address, sandbox_factory.port))
+            break
+        except OSError:
+            taken.close()
+    taken.listen(8)  # someone else's listener: it accepts connections
+    key = tmp_path / "client"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    name = systemd.container_name(tmp_path, "race")
+    tag, _ = systemd.ensure_image()
+    try:
+        with pytest.raises(AddressInUse):
+            systemd.start_container(name=name, hostname="race", address=address, port=sandbox_factory.port,
+                                    image=tag, client_pub=key.with_suffix(".pub"), state_dir=tmp_path,
+                                    owner_pid=0, bin_dir=tmp_path)
+        assert systemd.podman("container", "exists", name, check=False).returncode != 0
+    finally:
+        taken.close()
+        systemd.remove_container(name)

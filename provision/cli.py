@@ -247,7 +247,7 @@ def main():
 
 def _spec_option(fn):
     return click.option("--spec", metavar="PLAYBOOK",
-                        help="Patch spec playbook (a path, or a name in playbooks/). "
+                        help="Patch spec playbook (a path, or the name of a shipped one). "
                              "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
 
 

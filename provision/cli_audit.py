@@ -49,7 +49,7 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
 
 @click.command()
 @fleet_options
-@click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides playbooks/).")
+@click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides the shipped playbooks).")
 @click.option("--sglang-path", metavar="DIR", help="Pin the install (the `sglang` package directory).")
 @click.option("--python", "python_", metavar="PATH", help="Interpreter whose SGLang to audit.")
 def audit(ctx, spec, sglang_path, python_):

@@ -15,7 +15,7 @@ from provision.results import HostResult
 
 def _spec_opt(fn):
     return click.option("--spec", metavar="PLAYBOOK",
-                        help="Patch spec playbook (path or name in playbooks/). "
+                        help="Patch spec playbook (a path, or the name of a shipped one). "
                              "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
 
 
@@ -337,56 +337,78 @@ def history(host, last, fmt, as_json):
 
 # --------------------------------------------------------------------------- schedule
 
-@click.command()
-@click.option("-i", "--inventory", required=True, metavar="FILE", help="The inventory the timer reconciles.")
-@click.option("--every", default="15m", show_default=True, metavar="INTERVAL",
-              help="How often: minutes dividing 60 (5m, 15m, 30m) or hours dividing 24 (1h, 6h).")
-@click.option("--install", is_flag=True,
-              help="Write the units: /etc/systemd/system as root, else ~/.config/systemd/user.")
-@click.option("--restart", is_flag=True, help="Pass --restart (restart servers that run old code).")
-@click.option("--window", metavar="HH:MM-HH:MM", help="Pass --window (restarts only inside it).")
-@click.option("--serial", metavar="N|P%", help="Pass --serial (restart batch size).")
-@click.option("--ssh-config", metavar="FILE", help="Pass --ssh-config FILE (made absolute).")
-@click.option("--identity", metavar="KEY", help="Pass --identity KEY (made absolute).")
-@click.option("--known-hosts", metavar="FILE", help="Pass --known-hosts FILE (made absolute).")
-@click.option("--unit-dir", metavar="DIR", hidden=True, help="Write the units here instead (tests).")
-def schedule(inventory, every, install, restart, window, serial, ssh_config, identity, known_hosts, unit_dir):
-    """Print (or --install) a systemd timer and a cron line running `provision reconcile`.
+# Every option of `reconcile` is an option of `schedule` too, forwarded into the unit and the
+# cron line when given (on the command line or through its environment variable, which a timer
+# would not have). Except these, which make no sense unattended:
+NOT_FORWARDED = {"check", "full"}
+# Local files: made absolute, since the timer does not run in this directory.
+LOCAL_PATHS = {"inventory", "identity", "ssh_config", "known_hosts", "sudo_password_file"}
+LOCAL_PATHS_OR_NAMES = {"spec", "profile"}  # a path when such a file exists, else a shipped name
 
-    \b
-    Prints provision-reconcile.service (Type=oneshot; exit 7, "another
-    reconcile holds the lock", counts as success), provision-reconcile.timer
-    (every INTERVAL after the last run, first 5 min after boot) and the
-    equivalent crontab line, all with the absolute path of this provision
-    executable and of the inventory. Nothing is enabled for you:
-    \b
-      provision schedule -i inventories/prod.yaml --every 15m --install
-      systemctl daemon-reload && systemctl enable --now provision-reconcile.timer
-      (as a user: systemctl --user ...; keep it running without a login
-       session with `loginctl enable-linger`)
-    or put the cron line in `crontab -e`.
-    The runs are journaled (`provision history`) on this machine.
-    """
+
+def forwarded_params() -> list[click.Parameter]:
+    return [p for p in reconcile.params if isinstance(p, click.Option) and p.name not in NOT_FORWARDED]
+
+
+def _long(names: list[str]) -> str:
+    return next((n for n in names if n.startswith("--")), names[0])
+
+
+def _abs(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def forwarded_argv(params: dict, given: set[str]) -> list[str]:
+    """The `reconcile` arguments for the options in ``given`` (pure: values in, argv out)."""
+    argv: list[str] = []
+    for opt in forwarded_params():
+        if opt.name not in given:
+            continue
+        val = params[opt.name]
+        if opt.is_flag and opt.secondary_opts:  # --sudo/--no-sudo
+            if val is not None:
+                argv.append(_long(opt.opts if val else opt.secondary_opts))
+            continue
+        if opt.is_flag:
+            if val:
+                argv.append(_long(opt.opts))
+            continue
+        for v in (val if opt.multiple else [val]):
+            if v is None:
+                continue
+            v = str(v)
+            if opt.name in LOCAL_PATHS or isinstance(opt.type, click.Path) or (
+                    opt.name in LOCAL_PATHS_OR_NAMES and os.path.isfile(v)):
+                v = _abs(v)
+            argv += [_long(opt.opts), v]
+    return argv
+
+
+def _schedule(every, install, unit_dir, **params):
+    from click.core import ParameterSource
+
     from provision.inventory import load_inventory
+    from provision.plan import parse_serial
     from provision.reconcile import parse_every, parse_window, provision_argv, render_units
 
+    cctx = click.get_current_context()
+    given = {name for name in params
+             if cctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
     seconds, cron = parse_every(every)
-    inv = os.path.abspath(inventory)
-    load_inventory(inv)  # a bad inventory fails now (exit 2), not at 3 am
-    if window:
-        parse_window(window)
-        if not restart:
-            raise UsageError("--window only applies with --restart")
-    argv = provision_argv() + ["reconcile", "-i", inv]
-    if restart:
-        argv.append("--restart")
-    if window:
-        argv += ["--window", window]
-    if serial:
-        argv += ["--serial", serial]
-    for flag, val in (("--ssh-config", ssh_config), ("--identity", identity), ("--known-hosts", known_hosts)):
-        if val:
-            argv += [flag, os.path.abspath(os.path.expanduser(val))]
+    inventory = params.get("inventory")
+    if not inventory and not params.get("hosts"):
+        raise UsageError("say which hosts the timer reconciles: -i INVENTORY.yaml or --host HOST")
+    if inventory:
+        load_inventory(_abs(inventory))  # a bad inventory fails now (exit 2), not at 3 am
+    if params.get("window"):
+        parse_window(params["window"])
+    if (params.get("window") or params.get("serial")) and not params.get("restart"):
+        raise UsageError("--serial and --window only apply with --restart")
+    if params.get("serial"):
+        parse_serial(params["serial"], 1)
+    if params.get("spec"):
+        _load_spec(params["spec"])
+    argv = provision_argv() + ["reconcile"] + forwarded_argv(params, given)
     root = os.geteuid() == 0
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     log = "/var/log/provision-reconcile.log" if root else os.path.join(state, "provision", "reconcile.log")
@@ -414,6 +436,38 @@ def schedule(inventory, every, install, restart, window, serial, ssh_config, ide
     user = "" if root else " --user"
     click.echo(f"next: systemctl{user} daemon-reload && systemctl{user} enable --now provision-reconcile.timer")
     sys.exit(EXIT_OK)
+
+
+schedule = click.Command(
+    "schedule", callback=_schedule,
+    params=[
+        click.Option(["--every"], default="15m", show_default=True, metavar="INTERVAL",
+                     help="How often: minutes dividing 60 (5m, 15m, 30m) or hours dividing 24 (1h, 6h)."),
+        click.Option(["--install"], is_flag=True,
+                     help="Write the units: /etc/systemd/system as root, else ~/.config/systemd/user."),
+        click.Option(["--unit-dir"], metavar="DIR", hidden=True, help="Write the units here instead (tests)."),
+    ] + forwarded_params(),
+    short_help="Print (or --install) a systemd timer and a cron line running `provision reconcile`.",
+    help="""Print (or --install) a systemd timer and a cron line running `provision reconcile`.
+
+    \b
+    Prints provision-reconcile.service (Type=oneshot; exit 7, "another
+    reconcile holds the lock", counts as success), provision-reconcile.timer
+    (every INTERVAL after the last run, first 5 min after boot) and the
+    equivalent crontab line, all with the absolute path of this provision
+    executable. Every other option is one of `provision reconcile`'s and is
+    passed on to it when given (files made absolute), so the timer reaches
+    the same hosts the same way. Nothing is enabled for you:
+    \b
+      provision schedule -i inventories/prod.yaml --every 15m --install
+      systemctl daemon-reload && systemctl enable --now provision-reconcile.timer
+      (as a user: systemctl --user ...; keep it running without a login
+       session with `loginctl enable-linger`)
+    or put the cron line in `crontab -e`. As root the runs log to
+    /var/log/provision-reconcile.log, otherwise to
+    ~/.local/state/provision/reconcile.log. The runs are journaled
+    (`provision history`) on this machine.
+    """)
 
 
 COMMANDS = [reconcile, restore, history, schedule]

@@ -121,7 +121,8 @@ def _run_with_display(ctx, command, make_fn, columns):
               help="Give up following after S seconds (a 550 GB load takes long); the server keeps running.")
 @click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")
 @click.option("--smoke", is_flag=True, help="Once healthy, send one short /generate and report tok/s and accept rate.")
-@click.option("--persistent", is_flag=True, help="Run as a systemd service that survives reboots (systemd hosts).")
+@click.option("--persistent", is_flag=True, help="Run as a systemd service (systemd hosts): enabled for boot, restarted "
+                   "10 s after the server dies; `provision stop` disables and removes it.")
 @click.option("--health-url", metavar="URL", help="Poll this URL (as seen from the host) instead of /health.")
 @click.option("--serial", metavar="N|P%", help="Rolling: start N hosts (or P%) at a time, each batch healthy first.")
 @click.option("--max-fail", type=int, default=None, metavar="N", help="Stop the roll after more than N failed hosts.")

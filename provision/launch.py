@@ -499,7 +499,10 @@ def wait_fn(opts: LaunchOptions, display):
         if not st.get("record"):
             return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
         t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
-        return follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t_start)
+        # From the current start-up on: a persistent server systemd restarted has the earlier
+        # ones (and their crash) above it in the same log.
+        return follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
+                      sudo=sudo, t_start=t_start)
 
     return fn
 
@@ -515,6 +518,8 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
         if not ans.get("stopped"):
             return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
         how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
+        if ans.get("unit_removed"):
+            how = f"systemd unit {ans['unit']} stopped, disabled and removed"
         return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
                           f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
 

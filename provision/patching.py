@@ -139,6 +139,11 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
     elif rec and ours.get("exit") is not None:
         server = f"not running (last exit status {ours['exit']})"
+    unit = ours.get("persistent")
+    if unit:
+        n = unit.get("restarts") or 0
+        server += (f"; persistent: {unit['unit']} {unit.get('active')} ({unit.get('sub')}), "
+                   f"{unit.get('enabled')}, {n} restart{'' if n == 1 else 's'} by systemd")
     short_server = "none"
     if ours.get("running"):
         short_server = "up" if ours.get("health") == 200 else "starting"
@@ -150,6 +155,10 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
         short_server = "stopped"
     elif rec and ours.get("exit") is not None:
         short_server = f"exited {ours['exit']}"
+    if unit and ours.get("running"):
+        short_server += f" (persistent, {unit.get('restarts') or 0} restarts)"
+    elif unit and unit.get("sub") == "auto-restart":
+        short_server = "restarting (persistent)"
     if not ours.get("running") and not ours.get("survivors") and (ours.get("reaped") or {}).get("killed"):
         rp = ours["reaped"]
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
@@ -159,7 +168,7 @@ def status_from_answer(host: str, answer: dict) -> HostResult:
     if stale_pids:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
-    data = {"patch_state": state, "patch": verdict, "server_state": short_server,
+    data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids)}

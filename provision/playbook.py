@@ -18,13 +18,12 @@ import yaml
 
 from provision.errors import ConfigError
 
-import sys
+from importlib.resources import files
 
-_REPO_PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
-# A checkout (or editable install) reads the repo's playbooks/; `pip install .`
-# puts the same files under <prefix>/share/provision/playbooks.
-PACKAGE_PLAYBOOKS = (_REPO_PLAYBOOKS if _REPO_PLAYBOOKS.is_dir()
-                     else Path(sys.prefix) / "share" / "provision" / "playbooks")
+# The shipped playbooks are package data (provision/playbooks/*.yaml): found the same way from
+# a checkout, an editable install and a system-wide `pip install .` (where data files would
+# land under /usr/local/share, a prefix nothing can predict).
+PACKAGE_PLAYBOOKS = Path(str(files("provision") / "playbooks"))
 DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -175,7 +174,7 @@ def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
 
 
 def resolve_path(spec: str | None) -> Path:
-    """A playbook path as given, or a name looked up in the shipped playbooks/."""
+    """A playbook path as given, or the name of a shipped playbook (provision/playbooks/)."""
     if not spec:
         return PACKAGE_PLAYBOOKS / DEFAULT_PLAYBOOK
     p = Path(spec)

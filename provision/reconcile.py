@@ -452,14 +452,10 @@ def provision_argv() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "provision"]
 
 
-def _systemd_quote(arg: str) -> str:
-    if arg and not re.search(r"[\s\"'\\;$%]", arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%") + '"'
-
-
 def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
-    exec_start = " ".join(_systemd_quote(a) for a in argv)
+    from provision.remote.server_ops import systemd_quote  # one quoting for every unit provision writes
+
+    exec_start = " ".join(systemd_quote(a) for a in argv)
     service = f"""\
 # written by `provision schedule`
 [Unit]
@@ -490,5 +486,9 @@ Unit=provision-reconcile.service
 [Install]
 WantedBy=timers.target
 """
-    cron_line = f"{cron} {' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    command = f"{' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    logdir = os.path.dirname(log)
+    if logdir != "/var/log":  # a user's ~/.local/state/provision may not exist yet: `>>` would fail
+        command = f"mkdir -p {shlex.quote(logdir)} && {command}"
+    cron_line = f"{cron} " + command.replace("%", "\\%")  # cron turns a bare % into a newline
     return {"provision-reconcile.service": service, "provision-reconcile.timer": timer, "cron": cron_line}

@@ -67,14 +67,20 @@ def fwd(sig, frame):
         os.killpg(p.pid, sig)
     except OSError:
         pass
-signal.signal(signal.SIGTERM, fwd)
-signal.signal(signal.SIGINT, fwd)
+stopping = []  # signals we forwarded: a stop asked for, not a failure
+signal.signal(signal.SIGTERM, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
+signal.signal(signal.SIGINT, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
 rc = p.wait()
 with open(spec["exitfile"] + ".tmp", "w") as fh:
     fh.write(str(rc))
 os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
 if spec.get("reapfile"):
     end_rest_of_tree(p.pid, float(spec.get("tree_grace", 10)), spec["reapfile"])
+# The exit status carries the server's failure (a signal n as 128+n, like a shell), so that
+# systemd's Restart=on-failure restarts a server that died; one stopped on purpose (we
+# forwarded SIGTERM/SIGINT) ends in success.
+if rc != 0 and not stopping:
+    sys.exit(rc if rc > 0 else 128 - rc)
 """
 
 
@@ -222,6 +228,11 @@ def _server_state(req: dict, port: int) -> dict:
     out = {"record": rec, "running": False}
     if not rec:
         return out
+    if rec.get("unit") and not rec.get("stopped_at"):
+        rec = out["record"] = _refresh_persistent(req, port, rec)
+        out["unit"] = unit_state(rec["unit"])
+        # Between the server's death and systemd's restart (RestartSec) it is coming back.
+        out["restarting"] = (out["unit"] or {}).get("SubState") == "auto-restart"
     out["running"] = alive(rec.get("pid"), rec.get("starttime"))
     out["survivors"] = [] if out["running"] else survivors(rec)
     out["exit"] = None
@@ -539,40 +550,177 @@ def systemd_available() -> bool:
     return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
 
 
+# -- persistent servers: a systemd service -------------------------------------
+UNIT_DIR = "/etc/systemd/system"
+RESTART_SEC = 10  # systemd restarts a server that died after this many seconds
+START_MARK = "[provision] started by systemd"  # ExecStartPre appends it: where each start-up begins
+
+
+def unit_name(port: int) -> str:
+    return f"provision-sglang-{port}.service"
+
+
+def systemd_quote(arg: str) -> str:
+    """One argument of ExecStart=: plain when it can be, else double-quoted, with systemd's
+    specifier (%) and variable ($) characters escaped."""
+    arg = str(arg)
+    if arg and not any(c in arg for c in " \t\n\"'\\;$%"):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("$", "$$") \
+        .replace("%", "%%") + '"'
+
+
+def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float) -> str:
+    """The service unit of a persistent server (pure). The watcher is a file, the spec (argv,
+    environment, secrets) a 0600 file it reads: nothing secret is in the unit, whose
+    Environment= and ExecStart= anyone can read with `systemctl show`."""
+    mark = (f"import sys; open(sys.argv[1], 'ab').write(b'{START_MARK}\\n')")
+    q = systemd_quote
+    return (f"# written by provision launch --persistent; `provision stop` removes it\n"
+            f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\n"
+            f"Wants=network-online.target\nAfter=network-online.target\n"
+            f"StartLimitIntervalSec=600\nStartLimitBurst=5\n\n"
+            f"[Service]\nType=simple\n"
+            f"ExecStartPre={q(python)} -c {q(mark)} {q(log)}\n"
+            f"ExecStart={q(python)} {q(watcher)} {q(spec_path)}\n"
+            f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n"
+            f"Restart=on-failure\nRestartSec={RESTART_SEC}\n\n"
+            f"[Install]\nWantedBy=multi-user.target\n")
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _systemctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def unit_state(unit: str) -> dict | None:
+    """ActiveState, SubState, UnitFileState (enabled?), NRestarts, MainPID, Result of a unit."""
+    if not systemd_available():
+        return None
+    keys = ("ActiveState", "SubState", "UnitFileState", "NRestarts", "MainPID", "Result", "LoadState")
+    p = _systemctl("show", "-p", ",".join(keys), unit, timeout=30)
+    if p.returncode != 0:
+        return None
+    out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+    for k in ("NRestarts", "MainPID"):
+        try:
+            out[k] = int(out.get(k) or 0)
+        except ValueError:
+            out[k] = 0
+    return out
+
+
 def _start_systemd(req: dict, sroot: str, port: int, spec: dict, grace: float) -> dict:
-    """A real service unit that comes back after a reboot. Secrets stay in a 0600 spec file
-    (StandardInput), never in Environment= (readable by anyone through `systemctl show`)."""
+    """A real service unit that comes back after a reboot and after the server dies."""
     if not systemd_available():
         return {"ok": False, "error": {"kind": "no-systemd",
                                        "message": "--persistent needs systemd as init (/run/systemd/system is "
                                                   "missing here); start without it"}}
-    unit = f"provision-sglang-{port}.service"
+    unit = unit_name(port)
     spec_path = os.path.join(sroot, f"server-{port}.spec.json")
-    fd = os.open(spec_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(spec, fh)
-    os.replace(spec_path + ".tmp", spec_path)
-    import shlex
-
-    text = (f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\nAfter=network-online.target\n\n"
-            f"[Service]\nType=simple\nExecStart={shlex.quote(sys.executable)} -c {shlex.quote(WATCHER)} "
-            f"{shlex.quote(spec_path)}\nKillMode=mixed\nTimeoutStopSec={int(grace)}\nRestart=on-failure\n"
-            f"RestartSec=30\n\n[Install]\nWantedBy=multi-user.target\n")
-    path = f"/etc/systemd/system/{unit}"
+    watcher = os.path.join(sroot, f"server-{port}.watcher.py")
+    _write_private(spec_path, json.dumps(spec))
+    _write_private(watcher, WATCHER)
+    path = os.path.join(UNIT_DIR, unit)
     with open(path + ".tmp", "w") as fh:
-        fh.write(text.replace("%", "%%"))
+        fh.write(render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace))
     os.replace(path + ".tmp", path)
-    for cmd in (["systemctl", "daemon-reload"], ["systemctl", "enable", unit], ["systemctl", "restart", unit]):
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            return {"ok": False, "error": {"kind": "systemd", "message": f"{' '.join(cmd)}: {p.stderr.strip()}"}}
-    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True)
-    return {"ok": True, "unit": unit, "pid": int(out.stdout.strip() or 0)}
+    for cmd in (["daemon-reload"], ["reset-failed", unit], ["enable", unit], ["restart", unit]):
+        p = _systemctl(*cmd)
+        if p.returncode != 0 and cmd[0] != "reset-failed":
+            return {"ok": False, "error": {"kind": "systemd",
+                                           "message": f"systemctl {' '.join(cmd)}: {p.stderr.strip()}"}}
+    pid = 0
+    for _ in range(250):  # MainPID is the watcher once ExecStartPre is done
+        st = unit_state(unit) or {}
+        pid = st.get("MainPID") or 0
+        if pid or st.get("ActiveState") in ("failed", "inactive"):
+            break
+        time.sleep(0.02)
+    return {"ok": True, "unit": unit, "pid": pid}
+
+
+def _last_start_offset(log: str) -> int:
+    """Where the last start-up by systemd begins in the log (the offset of its mark line)."""
+    mark = START_MARK.encode()
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            pos = size
+            while pos > 0:
+                start = max(0, pos - (1 << 20))
+                fh.seek(start)
+                data = fh.read(pos - start + len(mark))
+                i = data.rfind(mark)
+                if i >= 0:
+                    return start + i
+                pos = start
+    except OSError:
+        pass
+    return 0
+
+
+def _refresh_persistent(req: dict, port: int, rec: dict) -> dict:
+    """systemd may have restarted a persistent server since we last looked: follow it to the
+    new process (pid file), the new start-up in the log, and count the restart."""
+    if not rec.get("unit") or rec.get("stopped_at"):
+        return rec
+    pidfile = os.path.join(state_root(req), f"server-{port}.pid")
+    try:
+        with open(pidfile) as fh:
+            pid = int(fh.read().strip())
+        mtime = os.stat(pidfile).st_mtime
+    except (OSError, ValueError):
+        return rec
+    if not alive(pid, None) or (pid == rec.get("pid") and proc_starttime(pid) == rec.get("starttime")):
+        return rec  # the same process (a pid number can come back after a reboot: compare start times)
+    watcher = (unit_state(rec["unit"]) or {}).get("MainPID") or rec.get("watcher")
+    rec = dict(rec, pid=pid, starttime=proc_starttime(pid), pgid=pid, sid=watcher, watcher=watcher,
+               watcher_starttime=proc_starttime(watcher) if watcher else None, started_at=mtime,
+               log_offset=_last_start_offset(rec["log"]), restarts=int(rec.get("restarts") or 0) + 1)
+    write_record(req, port, rec)
+    return rec
+
+
+def _remove_unit(req: dict, rec: dict, grace: float) -> dict | None:
+    """Stop and disable a persistent server's unit and remove what --persistent wrote, so
+    nothing brings it back (no restart, no boot). An error dict, or None."""
+    unit = rec["unit"]
+    p = _systemctl("disable", "--now", unit, timeout=grace + 60)
+    if p.returncode != 0 and (unit_state(unit) or {}).get("LoadState") not in ("not-found", None):
+        return {"kind": "systemd", "message": f"systemctl disable --now {unit}: {p.stderr.strip()}"}
+    port = rec.get("port")
+    for path in (os.path.join(UNIT_DIR, unit), os.path.join(state_root(req), f"server-{port}.spec.json"),
+                 os.path.join(state_root(req), f"server-{port}.watcher.py")):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    _systemctl("daemon-reload")
+    _systemctl("reset-failed", unit)
+    return None
 
 
 def _stop(req: dict, rec: dict, grace: float) -> dict:
     if rec.get("unit") and systemd_available():
-        subprocess.run(["systemctl", "disable", "--now", rec["unit"]], capture_output=True, timeout=grace + 60)
+        rec = _refresh_persistent(req, int(rec.get("port") or 30000), rec)
+        before, t0 = tree_pids(rec), time.monotonic()
+        err = _remove_unit(req, rec, grace)
+        if err:
+            return {"ok": False, "error": err}
+        left = tree_pids(rec)
+        if not left:
+            # Stopped even with no process left (between a death and systemd's restart): the unit is gone.
+            return {"ok": True, "stopped": True, "pids": before, "escalated": False,
+                    "elapsed": round(time.monotonic() - t0, 2),
+                    "unit": rec["unit"], "unit_removed": True}
     pids = tree_pids(rec)
     if rec.get("pid") and alive(rec["pid"], rec.get("starttime")) and rec["pid"] not in pids:
         pids.append(rec["pid"])
@@ -612,6 +760,7 @@ def op_stop(req: dict, bundle: bytes) -> dict:
         return {"ok": True, "stopped": False, "message": f"no server recorded on port {port}"}
     res = _stop(req, rec, float(req.get("grace", 30)))
     if res["ok"]:
+        rec = read_record(req, port) or rec  # a persistent server's record may have followed a restart
         rec["stopped_at"] = time.time()
         write_record(req, port, rec)
     return res
@@ -643,7 +792,9 @@ def op_probe(req: dict, bundle: bytes) -> dict:
         time.sleep(float(req["confirm"]))
         confirm = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
                          req.get("health_url"))
-    return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": chunk, "offset": offset,
+    # A persistent server that systemd is about to restart counts as starting, not as gone.
+    running = st["running"] or bool(st.get("restarting"))
+    return {"ok": True, "running": running, "exit": st.get("exit"), "chunk": chunk, "offset": offset,
             "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time(),
             "survivors": st.get("survivors") or []}
 
@@ -656,6 +807,11 @@ def op_server_status(req: dict, bundle: bytes) -> dict:
            "survivors": st.get("survivors") or [], "reaped": st.get("reaped")}
     if out["survivors"]:
         out["survivors_described"] = _describe_pids(out["survivors"])
+    if st.get("unit") is not None:
+        u = st["unit"]
+        out["persistent"] = {"unit": rec["unit"], "active": u.get("ActiveState"), "sub": u.get("SubState"),
+                             "enabled": u.get("UnitFileState"), "restarts": u.get("NRestarts", 0),
+                             "result": u.get("Result")}
     if rec and st["running"]:
         host = rec.get("host", "127.0.0.1")
         out["port_open"] = port_open(host, port)

@@ -40,8 +40,12 @@ def sandbox() -> None:
               help="Loopback address of sbx1; the others follow.")
 @click.option("--port", default=22, show_default=True, type=click.IntRange(1, 65535),
               help="The sshd port of every host (each host has its own address).")
+@click.option("--systemd", "systemd_", is_flag=True,
+              help="Hosts booted by a real systemd (podman containers running /sbin/init) instead of "
+                   "namespaces, for launch --persistent and schedule --install. Needs podman, runc and "
+                   "debootstrap; the image is built once (about a minute) and cached.")
 @base_dir_option
-def up(count: int, version: str, layout: str, first_address: str, port: int, base_dir: str) -> None:
+def up(count: int, version: str, layout: str, first_address: str, port: int, systemd_: bool, base_dir: str) -> None:
     """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
     problems = Sandbox.check_prereqs()
     if problems:
@@ -53,23 +57,27 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, bas
     if not first.is_loopback or not (first + count - 1).is_loopback:
         _fail(f"--first-address {first_address} (+{count - 1}) must stay inside 127.0.0.0/8", EXIT_USAGE)
     specs = [HostSpec(name=f"sbx{i + 1}", address=str(first + i), port=port,
-                      sglang=None if layout == "none" else version, layout=layout)
+                      sglang=None if layout == "none" else version, layout=layout,
+                      kind="systemd" if systemd_ else "namespaces")
              for i in range(count)]
     box = Sandbox(base_dir)
+    from provision.sandbox.systemd import SystemdUnavailable
+
     try:
         hosts = box.up(specs)
     except AddressInUse as exc:
         _fail(f"{exc} (another sandbox or sshd? try --first-address or --port)", EXIT_USAGE)
     except WheelUnavailable as exc:
         _fail(str(exc), EXIT_FAILED)
-    except SandboxError as exc:
+    except (SandboxError, SystemdUnavailable) as exc:
         _fail(str(exc), EXIT_FAILED)
     inventory = box.write_inventory()
     suffix = "" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"
     for h in hosts:
         where = {"source": "/root/sglang/python/sglang", "venv": "/opt/venv"}.get(h.layout, "no SGLang")
         sg = f"sglang {h.sglang_version} ({h.layout}: {where})" if h.sglang_version else "no SGLang"
-        click.echo(f"{h.name}  {h.address}:{h.port}  {sg}")
+        kind = "  systemd" if h.spec is not None and h.spec.kind == "systemd" else ""
+        click.echo(f"{h.name}  {h.address}:{h.port}  {sg}{kind}")
     click.echo(f"inventory:  {inventory}")
     click.echo(f"ssh config: {box.ssh_config_path}")
     click.echo("reach the hosts by name (this shell; `provision sandbox env` prints it again):")
@@ -136,7 +144,7 @@ def status(base_dir: str) -> None:
     for r in rows:
         state = "up" if r["sshd"] else ("sshd down" if r["running"] else "dead")
         sg = f"sglang {r['sglang']} ({r['layout']})" if r["sglang"] else "no SGLang"
-        click.echo(f"{r['name']}  {r['address']}:{r['port']}  {state}  {sg}")
+        click.echo(f"{r['name']}  {r['address']}:{r['port']}  {state}  {sg}" + ("  systemd" if r.get("kind") == "systemd" else ""))
     if not all(r["sshd"] for r in rows):
         sys.exit(EXIT_FAILED)
 

@@ -21,6 +21,9 @@ Control-side layout of ``base_dir``::
     hosts/<name>/fs/<dir>   what the host sees at /<dir> (etc-ssh is /etc/ssh)
     hosts/<name>/host.log   init, listener and sshd (-e) stderr
 
+A second kind of host, booted by a real systemd (a podman container), is in
+``systemd.py``: ``HostSpec(kind="systemd")``.
+
 ``hosts/<name>/fs`` is a symlink into ``data_dir``: by default a directory in
 ``/dev/shm`` (tmpfs), because copying SGLang (2,000 files) onto this machine's ext4
 costs seconds of kernel time and onto tmpfs 0.2 s. Hosts get a private /dev/shm.
@@ -52,6 +55,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 SSHD = "/usr/sbin/sshd"
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LAYOUTS = ("source", "venv", "none")
+KINDS = ("namespaces", "systemd")  # systemd: a podman container booted by systemd (sandbox/systemd.py)
 
 # In-host mount point -> per-host directory name under hosts/<name>/fs/.
 MOUNTS = {
@@ -347,8 +351,11 @@ class HostSpec:
     port: int = 22
     git: bool = False
     stub_deps: bool = True  # SGLang's missing imports get stubs (see DEPS_STUB_PY)
+    kind: str = "namespaces"  # or "systemd" (see KINDS)
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise SandboxError(f"host {self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if self.layout not in LAYOUTS:
             raise SandboxError(f"host {self.name}: layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
         if self.layout == "none":
@@ -543,6 +550,10 @@ class SandboxHost:
         if self.layout == "venv":
             return f"{self.site_packages}/sglang"
         return None
+
+    def host_key_pub(self) -> Path:
+        """The host's public ed25519 host key, as this machine sees it (for known_hosts)."""
+        return self.fs_dir / "etc-ssh" / "ssh_host_ed25519_key.pub"
 
     def hostpath(self, path: str) -> Path:
         """Control-side path of an absolute in-host path under one of the per-host dirs."""
@@ -889,6 +900,14 @@ def _git_init(root: Path, version: str) -> None:
         subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True)
 
 
+def _host_from_json(data: dict) -> SandboxHost:
+    if (data.get("spec") or {}).get("kind") == "systemd":
+        from provision.sandbox.systemd import SystemdHost
+
+        return SystemdHost.from_json(data)
+    return SandboxHost.from_json(data)
+
+
 # --------------------------------------------------------------------------- sandbox
 
 class Sandbox:
@@ -967,12 +986,12 @@ class Sandbox:
             self.data_dir = Path(data["data_dir"]) if data.get("data_dir") else _default_data_dir(self.base_dir)
         for name, rec in data.get("hosts", {}).items():
             with contextlib.suppress(Exception):
-                found[name] = SandboxHost.from_json(rec)
+                found[name] = _host_from_json(rec)
         # Each host's own host.json is the freshest record (kill_sshd/start_sshd write it
         # first), and it also finds a host that never reached sandbox.json (crash mid-`up`).
         for path in (self.base_dir / "hosts").glob("*/host.json"):
             with contextlib.suppress(Exception):
-                found[path.parent.name] = SandboxHost.from_json(json.loads(path.read_text()))
+                found[path.parent.name] = _host_from_json(json.loads(path.read_text()))
         hosts = {}
         for name, new in found.items():
             old = self.hosts.get(name)
@@ -1027,7 +1046,7 @@ class Sandbox:
         hosts = sorted(self.hosts.values(), key=lambda h: h.name)
         kh, cfg = [], ["# written by provision sandbox: `ssh -F this-file <host>`", ""]
         for h in hosts:
-            pub = (h.fs_dir / "etc-ssh" / "ssh_host_ed25519_key.pub")
+            pub = h.host_key_pub()
             if pub.exists():
                 key = " ".join(pub.read_text().split()[:2])
                 kh.append(f"{h.address if h.port == 22 else f'[{h.address}]:{h.port}'} {key}")
@@ -1047,7 +1066,9 @@ class Sandbox:
                  f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}",
                  "hosts:"]
         for h in hosts:
-            lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}}}")
+            # A systemd host shares this machine's network: its server binds its own address.
+            extra = f", args: {{host: {h.address}}}" if h.spec is not None and h.spec.kind == "systemd" else ""
+            lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}{extra}}}")
         if not hosts:
             lines[-1] = "hosts: {}"
         return "\n".join(lines) + "\n"
@@ -1096,6 +1117,10 @@ class Sandbox:
                 sandbox_dir.rmdir()
 
     def _build(self, spec: HostSpec, sock: socket.socket) -> SandboxHost:
+        if spec.kind == "systemd":
+            from provision.sandbox import systemd
+
+            return systemd.build(self, spec, sock)
         t0 = time.monotonic()
         state = self.base_dir / "hosts" / spec.name
         data = self.data_dir / spec.name
@@ -1185,6 +1210,10 @@ class Sandbox:
     def up(self, specs: list[HostSpec]) -> list[SandboxHost]:
         """Start these hosts (in parallel); a host already running with the same spec is kept."""
         problems = self.check_prereqs()
+        if any(s.kind == "systemd" for s in specs):
+            from provision.sandbox import systemd
+
+            problems += systemd.problems()
         if problems:
             raise SandboxError("the sandbox cannot run here: " + "; ".join(problems))
         names = [s.name for s in specs]
@@ -1281,5 +1310,5 @@ class Sandbox:
         self._load()
         return [{"name": h.name, "address": h.address, "port": h.port, "running": h.alive(),
                  "sshd": h.alive() and h.listener_alive(), "layout": h.layout,
-                 "sglang": h.sglang_version}
+                 "sglang": h.sglang_version, "kind": h.spec.kind if h.spec else "namespaces"}
                 for h in sorted(self.hosts.values(), key=lambda h: h.name)]

@@ -1,0 +1,98 @@
+"""`provision schedule`: every option of `reconcile` the user gives reaches the unit and the cron line."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import click
+from click.testing import CliRunner
+
+from provision.cli import main
+from provision.cli_fleet import LOCAL_PATHS, NOT_FORWARDED, reconcile, schedule
+
+INVENTORY = "hosts:\n  gpu01: {address: 10.0.0.1}\n"
+
+
+def _value(opt: click.Option):
+    """A value for an option, as the user would type it and as reconcile should parse it."""
+    special = {"inventory": "inv.yaml", "window": "02:00-05:00", "serial": "2",
+               "spec": "kimi-vl-eagle3", "profile": "kimi-k25-eagle3", "sglang_path": "/opt/x/sglang",
+               "python_": "/opt/venv/bin/python", "identity": "keys/id_ed25519", "ssh_config": "ssh/config",
+               "known_hosts": "ssh/known_hosts", "sudo_password_file": "secret/sudo.txt", "user": "ops"}
+    if opt.is_flag and opt.secondary_opts:
+        return ["--no-sudo"], False
+    if opt.is_flag:
+        return [opt.opts[-1]], True
+    if opt.multiple:
+        return [opt.opts[-1], "a", opt.opts[-1], "b"], ("a", "b")
+    if opt.name in special:
+        v = special[opt.name]
+        return [opt.opts[-1], v], v
+    if isinstance(opt.type, click.Choice):
+        return [opt.opts[-1], opt.type.choices[-1]], opt.type.choices[-1]
+    if isinstance(opt.type, (click.types.IntParamType, click.IntRange)):
+        return [opt.opts[-1], "7"], 7
+    if isinstance(opt.type, (click.types.FloatParamType, click.FloatRange)):
+        return [opt.opts[-1], "3.5"], 3.5
+    return [opt.opts[-1], f"value-{opt.name}"], f"value-{opt.name}"
+
+
+def _exec_start(output: str) -> list[str]:
+    line = next(x for x in output.splitlines() if x.startswith("ExecStart="))
+    return shlex.split(line[len("ExecStart="):])
+
+
+def test_every_reconcile_option_given_to_schedule_reaches_reconcile(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    options = [p for p in reconcile.params if isinstance(p, click.Option) and p.name not in NOT_FORWARDED]
+    schedule_names = {p.name for p in schedule.params}
+    assert {p.name for p in options} <= schedule_names  # every reconcile option is a schedule option
+    args, want = ["--every", "30m"], {}
+    for opt in options:
+        typed, parsed = _value(opt)
+        args += typed
+        want[opt.name] = os.path.abspath(parsed) if opt.name in LOCAL_PATHS else parsed
+    result = CliRunner().invoke(schedule, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    argv = _exec_start(result.output)
+    assert argv[1] == "reconcile" and os.path.isabs(argv[0])
+    got = reconcile.make_context("reconcile", argv[2:]).params
+    for name, value in want.items():
+        assert got[name] == value, (name, argv)
+    cron = next(x for x in result.output.splitlines() if x.startswith("*/30 * * * * "))
+    assert shlex.join(argv[2:]) in cron
+
+
+def test_schedule_forwards_only_what_was_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    monkeypatch.delenv("PROVISION_SSH_CONFIG", raising=False)
+    monkeypatch.setenv("PROVISION_KNOWN_HOSTS", "kh")  # from the environment: a timer would not have it
+    result = CliRunner().invoke(schedule, ["-i", "inv.yaml"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert _exec_start(result.output)[1:] == ["reconcile", "--inventory", str(tmp_path / "inv.yaml"),
+                                              "--known-hosts", str(tmp_path / "kh")]
+
+
+def test_schedule_needs_hosts_and_checks_options_now(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    for args in ([], ["-i", "inv.yaml", "--window", "02:00-05:00"], ["-i", "inv.yaml", "--every", "45m"],
+                 ["-i", "missing.yaml"], ["-i", "inv.yaml", "--spec", "no-such-playbook"]):
+        result = CliRunner().invoke(main, ["schedule", *args])
+        assert result.exit_code == 2 and "error: " in result.output, (args, result.output)
+        assert "[Service]" not in result.output
+
+
+def test_cron_line_for_a_user_makes_its_log_directory():
+    from provision.reconcile import render_units
+
+    home_log = "/home/ops/.local/state/provision/reconcile.log"
+    cron = render_units(["/usr/local/bin/provision", "reconcile", "-i", "/home/ops/inv.yaml"], 900,
+                        "*/15 * * * *", home_log)["cron"]
+    assert cron == ("*/15 * * * * mkdir -p /home/ops/.local/state/provision && /usr/local/bin/provision "
+                    f"reconcile -i /home/ops/inv.yaml >>{home_log} 2>&1")
+    root = render_units(["/p", "reconcile", "--window", "50%"], 900, "*/15 * * * *", "/var/log/r.log")["cron"]
+    assert root == "*/15 * * * * /p reconcile --window 50\\% >>/var/log/r.log 2>&1"

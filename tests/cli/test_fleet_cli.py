@@ -396,7 +396,7 @@ def test_schedule_prints_and_installs_units(ssh_env, tmp_path, env):
     proc = run("schedule", "-i", invf, "--every", "15m", env=env, check_rc=0)
     assert "[Timer]" in proc.stdout and "OnUnitActiveSec=900s" in proc.stdout
     exe = proc.stdout.split("ExecStart=", 1)[1].split()[0]
-    assert os.path.isabs(exe.strip('"')) and f"reconcile -i {invf}" in proc.stdout
+    assert os.path.isabs(exe.strip('"')) and f"reconcile --inventory {invf}" in proc.stdout
     cron = [line for line in proc.stdout.splitlines() if line.startswith("*/15 * * * * ")]
     assert len(cron) == 1 and str(invf) in cron[0]
     units = tmp_path / "units"

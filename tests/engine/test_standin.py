@@ -390,6 +390,8 @@ def test_pristine_059_eagle3_crashes_after_target_load(trees, running):
     port = free_port()
     s = running(trees("0.5.9"), base_flags(port, tp=2) + ["--api-key", "THEKEY"] + EAGLE3_FLAGS)
     s.wait_text("Load weight begin")
+    # rank 0 may log before the main process has forked the detokenizer (SGLang's order too)
+    s.wait_for(lambda s: len(s.children_seen) >= 3, what="two schedulers and a detokenizer")
     kids = s.record_children()
     assert len(kids) == 3  # two schedulers and a detokenizer
     assert not port_open(port)

@@ -1,40 +1,62 @@
-"""Build the payload shipped to a host: the stdlib-only modules of provision.remote.
+"""Build the payload shipped to a host: the stdlib-only modules of provision.host, read as files.
 
 Control side only. The bundle is built once per process and reused for every host.
+Modules are keyed by their real dotted names (``provision.host.ops.patch``); a package's
+``__init__`` travels only when it has code (the bootstrap makes every package on the way).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import zlib
 from pathlib import Path
 
-from provision.remote.bootstrap import BOOTSTRAP, frame
+from provision.host.bootstrap import BOOTSTRAP, bootstrap_code, frame
 
-REMOTE_DIR = Path(__file__).resolve().parent
-# Modules that never leave the control machine.
-CONTROL_ONLY = {"bundle"}
+HOST_DIR = Path(__file__).resolve().parents[2] / "host"
+# Switches the host-side failpoints on (provision/host/lib/failpoints.py): forwarded in every request.
+FAILPOINTS_ENV = "PROVISION_FAILPOINTS"
+
+
+def host_modules() -> dict[str, Path]:
+    """{name relative to provision.host (``ops.patch``, ``agent``): file} of every shipped module."""
+    out = {}
+    for path in sorted(HOST_DIR.rglob("*.py")):
+        rel = path.relative_to(HOST_DIR).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
 
 
 @functools.lru_cache(maxsize=None)
 def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
-    """The remote modules, less ``exclude`` (stems): a caller that never needs some ships less."""
+    """The host modules, less ``exclude`` (names relative to provision.host, e.g. ``ops.server``):
+    a caller that never needs some ships less."""
     modules = {}
-    for path in sorted(REMOTE_DIR.glob("*.py")):
-        stem = path.stem
-        if stem in CONTROL_ONLY or stem == "__init__" or stem in exclude:
+    for rel, path in host_modules().items():
+        if rel in exclude:
             continue
-        modules[f"provision.remote.{stem}"] = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
+        if path.name == "__init__.py" and not text.strip():
+            continue
+        modules["provision.host" + ("." + rel if rel else "")] = text
     return zlib.compress(json.dumps(modules).encode(), 9)
 
 
+def with_failpoints(request: dict) -> dict:
+    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set)."""
+    points = os.environ.get(FAILPOINTS_ENV)
+    return dict(request, failpoints=points) if points else request
+
+
 def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
-    return frame(bundle_bytes(exclude), json.dumps(request).encode())
+    return frame(bundle_bytes(exclude), json.dumps(with_failpoints(request)).encode())
 
 
 def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
-                      ready: str | None = None, entry: str = "provision.remote.agent") -> str:
+                      ready: str | None = None, entry: str = "provision.host.agent") -> str:
     """The remote command line: ``python -c BOOTSTRAP``, quoted for the remote shell.
 
     ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
@@ -45,8 +67,6 @@ def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_promp
     Nothing secret ever goes in here: the line is visible in the host's process list.
     """
     import shlex
-
-    from provision.remote.bootstrap import bootstrap_code
 
     code = bootstrap_code(entry)
     if ready is not None:

@@ -6,10 +6,12 @@ import os
 
 
 def op_audit(req: dict, bundle: bytes) -> dict:
-    from provision.remote import agent, audit, engine
+    from provision.host.engine import audit, core as engine
+    from provision.host.facts import installs
+    from provision.host.lib.modules import make_resolver
 
-    facts = agent._facts(req)
-    inst = agent._install(facts)
+    facts = installs.for_request(req)
+    inst = installs.chosen_install(facts)
     if inst is None:
         return {"ok": False, "facts": facts,
                 "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
@@ -20,7 +22,7 @@ def op_audit(req: dict, bundle: bytes) -> dict:
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:
-                info = engine.inspect(fh.read(), spec, resolve_module=agent.module_resolver(inst["path"]))
+                info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
         except OSError:
             states[spec["class"]] = {"spec": spec["name"], "state": "file-missing"}
             continue

@@ -33,6 +33,7 @@ import keyword
 import re
 import textwrap
 import tokenize
+from typing import Any, Mapping, cast
 
 from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in one namespace)
     BEGIN_MARK,
@@ -52,7 +53,8 @@ from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in o
     _parse_params,
     validate_spec,
 )
-from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, module_name  # noqa: F401
+from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, Resolver, module_name  # noqa: F401
+from provision.host.protocol import Core, ErrorInfo, Inspection
 
 # --------------------------------------------------------------------------- rendering
 
@@ -810,7 +812,7 @@ def _not_a_method(name: str, bound: list):
     return f"{what} at line {line}: `{text}`"
 
 
-def _core(source, spec, resolve_module) -> dict:
+def _core(source, spec, resolve_module) -> Core:
     """Everything plan_patch and inspect need. Raises EngineError."""
     s = validate_spec(spec)
     filename = s["file"]
@@ -914,7 +916,7 @@ def _delegate_check(c: dict) -> None:
                       + (f" (it assigns: {', '.join('self.' + a for a in seen[:8])})" if seen else ""))
 
 
-def _internal(exc: BaseException) -> dict:
+def _internal(exc: BaseException) -> ErrorInfo:
     import traceback
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" at {where[0].name}:{where[0].lineno}" if where else ""
@@ -1076,10 +1078,10 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
     return problems
 
 
-def inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
+def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | None = None) -> Inspection:
     """Read-only facts for `status`."""
     try:
-        return _inspect(source, spec, resolve_module)
+        return cast(Inspection, _inspect(source, dict(spec), resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,
                 "expected_sha": None, "matches": None, "names": []}, "hand_patch": False, "hand_patch_form": None,

@@ -25,6 +25,7 @@ import socket
 import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
 
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
@@ -480,13 +481,13 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             "chosen_reason": reason, "warnings": warnings, "error": error, "skipped": skipped}
 
 
-def for_request(req: dict) -> dict:
+def for_request(req: Mapping[str, Any]) -> Any:
     """Discovery as a request asks for it (extra interpreters, a pinned path, a configured python)."""
     return discover(extra_interpreters=req.get("interpreters") or [],
                              pinned=req.get("sglang_path"), configured_python=req.get("python"))
 
 
-def chosen_install(facts: dict) -> dict | None:
+def chosen_install(facts: Mapping[str, Any]) -> Any:
     """The install record discovery chose, or None."""
     for rec in facts["installs"]:
         if rec["path"] == facts["chosen"]:

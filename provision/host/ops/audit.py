@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from provision.host.protocol import AuditAnswer, AuditRequest, ErrorInfo
 
-def op_audit(req: dict, bundle: bytes) -> dict:
+
+def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
     from provision.host.engine import audit, core as engine
     from provision.host.facts import installs
     from provision.host.lib.modules import make_resolver
@@ -14,10 +16,10 @@ def op_audit(req: dict, bundle: bytes) -> dict:
     inst = installs.chosen_install(facts)
     if inst is None:
         return {"ok": False, "facts": facts,
-                "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
+                "error": facts.get("error") or ErrorInfo(kind="not-found", message="no SGLang install")}
     models = os.path.join(inst["path"], "srt", "models")
     result = audit.audit_models(models, inst["path"])
-    states = {}
+    states: dict[str, dict] = {}
     for spec in req.get("specs") or []:
         path = os.path.join(inst["path"], spec["file"])
         try:
@@ -28,7 +30,7 @@ def op_audit(req: dict, bundle: bytes) -> dict:
             continue
         methods = info.get("methods") or {}
         if info.get("error"):
-            state = "error: " + info["error"].get("message", "")
+            state = "error: " + (info.get("error") or {}).get("message", "")
         elif methods and all(v == "native" for v in methods.values()):
             state = "native"
         elif methods and all(v in ("native", "ours") for v in methods.values()):

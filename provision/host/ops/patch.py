@@ -24,17 +24,19 @@ from provision.host.lib.modules import make_resolver, module_name
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.state import read_state
 from provision.host.ops import fileops
+from provision.host.protocol import (DiscoverAnswer, FileResult, DiscoverRequest, PatchAnswer, PatchRequest, StatusAnswer,
+                                     StatusRequest)
 
 
 def _spec_file(install: dict, spec: dict) -> str:
     return os.path.join(install["path"], spec["file"])
 
 
-def op_discover(req: dict, bundle: bytes) -> dict:
+def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
     return {"ok": True, "facts": installs.for_request(req)}
 
 
-def op_status(req: dict, bundle: bytes) -> dict:
+def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
     facts = installs.for_request(req)
     out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
     inst = installs.chosen_install(facts)
@@ -104,7 +106,7 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
                                               + proc.stderr.decode('utf-8', 'replace').strip()[-400:]}}
 
 
-def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
+def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAnswer:
     facts = installs.for_request(req)
     if facts["error"]:
         return {"ok": False, "facts": facts, "error": facts["error"]}
@@ -135,6 +137,7 @@ def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
                           "message": f"{path} does not exist (spec {spec['name']} expects "
                                      f"{spec['file']} in the sglang package)"}}
     t0 = time.monotonic()
+    res: FileResult
     if unpatch:
         res = fileops.unpatch_file(path, spec, actor=req.get("actor"), **common)
     else:
@@ -194,7 +197,7 @@ def verify_import(inst: dict, spec: dict) -> dict:
     return {"status": "ok", "why": "imported; every method is callable on the class"}
 
 
-def op_unpatch(req: dict, bundle: bytes) -> dict:
+def op_unpatch(req: PatchRequest, bundle: bytes) -> PatchAnswer:
     return op_patch(req, bundle, unpatch=True)
 
 

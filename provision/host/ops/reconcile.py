@@ -44,6 +44,7 @@ from provision.host.lib.pkgmeta import git, git_blob_sha, git_facts, git_root, p
 from provision.host.lib.state import read_bytes as _read
 from provision.host.lib.state import read_state
 from provision.host.lib.state import sha256 as _sha
+from provision.host.protocol import ReconcileAnswer, ReconcileRequest, Spec
 
 # --------------------------------------------------------------------------- light entry point
 
@@ -262,7 +263,7 @@ def _fast_native(req: dict, spec: dict, state_dir: str) -> dict | None:
             "servers": servers, "restart_needed": [], "notes": []}
 
 
-def op_reconcile(req: dict, bundle: bytes) -> dict:
+def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
     t0 = time.monotonic()
     spec = req["spec"]
     state_dir = req.get("state_dir") or default_state_dir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 from provision.host.facts import installs
 from provision.host.lib.hostlog import host_log
@@ -12,11 +13,12 @@ from provision.host.lib.state import read_bytes as _read
 from provision.host.lib.state import read_state
 from provision.host.lib.state import sha256 as _sha
 from provision.host.ops import fileops
+from provision.host.protocol import FileResult, BackupsAnswer, BackupsRequest, RestoreAnswer, RestoreRequest
 
 
 # --------------------------------------------------------------------------- backups / restore
 
-def _target(req: dict) -> tuple:
+def _target(req: Mapping[str, Any]) -> tuple:
     """(real file path, install record or None, facts or None, error or None)."""
     if req.get("file"):
         return os.path.realpath(req["file"]), None, None, None
@@ -35,7 +37,7 @@ def _backup_view(meta: dict) -> dict:
             "reason": meta.get("reason"), "original": bool(meta.get("original")), "backup": meta.get("backup")}
 
 
-def op_backups(req: dict, bundle: bytes) -> dict:
+def op_backups(req: BackupsRequest, bundle: bytes) -> BackupsAnswer:
     state_dir = req.get("state_dir") or default_state_dir()
     real, inst, facts, err = _target(req)
     if err:
@@ -110,7 +112,7 @@ def _last_left(state_dir: str, real: str, journal: dict | None) -> dict | None:
     return None
 
 
-def op_restore(req: dict, bundle: bytes) -> dict:
+def op_restore(req: RestoreRequest, bundle: bytes) -> RestoreAnswer:
     state_dir = req.get("state_dir") or default_state_dir()
     real, inst, facts, err = _target(req)
     if err:
@@ -134,7 +136,7 @@ def op_restore(req: dict, bundle: bytes) -> dict:
                 "backups": backups, "result": {"verdict": "failed", "chosen": chosen, "real_file": real,
                                                "error": {"kind": "restore-refused", "message": refusal}},
                 "error": {"kind": "restore-refused", "message": refusal}}
-    res = fileops.restore_file(real, chosen["backup"], state_dir=state_dir, check=bool(req.get("check")),
+    res: FileResult = fileops.restore_file(real, chosen["backup"], state_dir=state_dir, check=bool(req.get("check")),
                                want_diff=bool(req.get("diff")), sglang_version=installed)
     if refusal:
         res.setdefault("notes", []).append("--force: " + refusal[len("refusing to restore: "):].split(". Pick")[0])

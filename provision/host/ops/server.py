@@ -24,6 +24,7 @@ from provision.host.facts import installs
 from provision.host.lib import procfs
 from provision.host.lib.procfs import starttime as proc_starttime
 from provision.host.lib.paths import default_state_dir
+from provision.host.protocol import ServerRequest
 
 WATCHER = r"""
 import json, os, subprocess, sys, signal, time
@@ -277,7 +278,7 @@ def _check_model(path: str, what: str, offline: bool) -> list[dict]:
     return items
 
 
-def op_preflight(req: dict, bundle: bytes) -> dict:
+def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
     from provision.host.engine import core as engine
     from provision.host.lib.modules import make_resolver
 
@@ -404,7 +405,7 @@ def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
     return gone
 
 
-def op_start(req: dict, bundle: bytes) -> dict:
+def op_start(req: ServerRequest, bundle: bytes) -> dict:
 
     prof = req["profile"]
     args = dict(prof["args"])
@@ -729,7 +730,7 @@ def _stop(req: dict, rec: dict, grace: float) -> dict:
             "elapsed": round(time.monotonic() - t0, 2)}
 
 
-def op_stop(req: dict, bundle: bytes) -> dict:
+def op_stop(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -742,7 +743,7 @@ def op_stop(req: dict, bundle: bytes) -> dict:
     return res
 
 
-def op_probe(req: dict, bundle: bytes) -> dict:
+def op_probe(req: ServerRequest, bundle: bytes) -> dict:
     """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
@@ -775,7 +776,7 @@ def op_probe(req: dict, bundle: bytes) -> dict:
             "survivors": st.get("survivors") or []}
 
 
-def op_server_status(req: dict, bundle: bytes) -> dict:
+def op_server_status(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
     rec = st["record"]
@@ -796,7 +797,7 @@ def op_server_status(req: dict, bundle: bytes) -> dict:
     return out
 
 
-def op_logs(req: dict, bundle: bytes) -> dict:
+def op_logs(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -819,7 +820,7 @@ OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": o
        "server_status": op_server_status, "logs": op_logs}
 
 
-def op_smoke(req: dict, bundle: bytes) -> dict:
+def op_smoke(req: ServerRequest, bundle: bytes) -> dict:
     """One short native /generate request, timed; speculative stats from meta_info or /metrics."""
     port = int(req.get("port", 30000))
     rec = read_record(req, port) or {}

@@ -267,11 +267,10 @@ def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
     t0 = time.monotonic()
     spec = req["spec"]
     state_dir = req.get("state_dir") or default_state_dir()
-    if not req.get("full"):
-        ans = _fast(req, spec, state_dir) or _fast_native(req, spec, state_dir)
-        if ans is not None:
-            ans["elapsed"] = round(time.monotonic() - t0, 4)
-            return ans
+    ans = _fast(req, spec, state_dir) or _fast_native(req, spec, state_dir)
+    if ans is not None:
+        ans["elapsed"] = round(time.monotonic() - t0, 4)
+        return ans
     ans = _full(req, bundle, spec, state_dir)
     ans["elapsed"] = round(time.monotonic() - t0, 4)
     return ans

@@ -16,6 +16,9 @@ from pathlib import Path
 from provision.host.bootstrap import BOOTSTRAP, bootstrap_code, frame
 
 HOST_DIR = Path(__file__).resolve().parents[2] / "host"
+# Host modules that never run on a host: the protocol's types are imported there only under
+# TYPE_CHECKING (mypy reads them; the control side's tasks import them), so they stay here.
+CONTROL_ONLY = frozenset({"protocol"})
 # Switches the host-side failpoints on (provision/host/lib/failpoints.py): forwarded in every request.
 FAILPOINTS_ENV = "PROVISION_FAILPOINTS"
 
@@ -36,7 +39,7 @@ def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
     a caller that never needs some ships less."""
     modules = {}
     for rel, path in host_modules().items():
-        if rel in exclude:
+        if rel in exclude or rel in CONTROL_ONLY:
             continue
         text = path.read_text(encoding="utf-8")
         if path.name == "__init__.py" and not text.strip():

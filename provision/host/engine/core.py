@@ -33,7 +33,7 @@ import keyword
 import re
 import textwrap
 import tokenize
-from typing import Any, Mapping, cast
+from typing import Any, Mapping, TYPE_CHECKING, cast
 
 from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in one namespace)
     BEGIN_MARK,
@@ -54,7 +54,8 @@ from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in o
     validate_spec,
 )
 from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, Resolver, module_name  # noqa: F401
-from provision.host.protocol import Core, ErrorInfo, Inspection
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import Core, ErrorInfo, Inspection
 
 # --------------------------------------------------------------------------- rendering
 
@@ -1081,7 +1082,7 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
 def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | None = None) -> Inspection:
     """Read-only facts for `status`."""
     try:
-        return cast(Inspection, _inspect(source, dict(spec), resolve_module))
+        return cast("Inspection", _inspect(source, dict(spec), resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,
                 "expected_sha": None, "matches": None, "names": []}, "hand_patch": False, "hand_patch_form": None,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 
-from provision.host.protocol import AuditAnswer, AuditRequest, ErrorInfo
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import AuditAnswer, AuditRequest, ErrorInfo
 
 
 def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
@@ -15,8 +18,8 @@ def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
-        return {"ok": False, "facts": facts,
-                "error": facts.get("error") or ErrorInfo(kind="not-found", message="no SGLang install")}
+        missing: ErrorInfo = {"kind": "not-found", "message": "no SGLang install"}
+        return {"ok": False, "facts": facts, "error": facts.get("error") or missing}
     models = os.path.join(inst["path"], "srt", "models")
     result = audit.audit_models(models, inst["path"])
     states: dict[str, dict] = {}

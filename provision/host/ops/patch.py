@@ -8,6 +8,8 @@ round trip.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
 import subprocess
@@ -24,8 +26,8 @@ from provision.host.lib.modules import make_resolver, module_name
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.state import read_state
 from provision.host.ops import fileops
-from provision.host.protocol import (DiscoverAnswer, FileResult, DiscoverRequest, PatchAnswer, PatchRequest, StatusAnswer,
-                                     StatusRequest)
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import DiscoverAnswer, DiscoverRequest, FileResult, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
 
 
 def _spec_file(install: dict, spec: dict) -> str:

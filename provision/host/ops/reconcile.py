@@ -32,6 +32,8 @@ logged on the fast path.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import re
 import time
@@ -44,7 +46,8 @@ from provision.host.lib.pkgmeta import git, git_blob_sha, git_facts, git_root, p
 from provision.host.lib.state import read_bytes as _read
 from provision.host.lib.state import read_state
 from provision.host.lib.state import sha256 as _sha
-from provision.host.protocol import ReconcileAnswer, ReconcileRequest, Spec
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ReconcileAnswer, ReconcileRequest, Spec
 
 # --------------------------------------------------------------------------- light entry point
 

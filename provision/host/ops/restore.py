@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from provision.host.facts import installs
 from provision.host.lib.hostlog import host_log
@@ -13,7 +13,8 @@ from provision.host.lib.state import read_bytes as _read
 from provision.host.lib.state import read_state
 from provision.host.lib.state import sha256 as _sha
 from provision.host.ops import fileops
-from provision.host.protocol import FileResult, BackupsAnswer, BackupsRequest, RestoreAnswer, RestoreRequest
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import BackupsAnswer, BackupsRequest, FileResult, RestoreAnswer, RestoreRequest
 
 
 # --------------------------------------------------------------------------- backups / restore

@@ -9,6 +9,8 @@ the process environment: never the command line.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import glob
 import json
 import os
@@ -24,7 +26,8 @@ from provision.host.facts import installs
 from provision.host.lib import procfs
 from provision.host.lib.procfs import starttime as proc_starttime
 from provision.host.lib.paths import default_state_dir
-from provision.host.protocol import ServerRequest
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ServerRequest
 
 WATCHER = r"""
 import json, os, subprocess, sys, signal, time

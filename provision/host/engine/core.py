@@ -1082,7 +1082,7 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
 def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | None = None) -> Inspection:
     """Read-only facts for `status`."""
     try:
-        return cast("Inspection", _inspect(source, dict(spec), resolve_module))
+        return cast("Inspection", _inspect(source, spec, resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,
                 "expected_sha": None, "matches": None, "names": []}, "hand_patch": False, "hand_patch_form": None,

@@ -457,7 +457,7 @@ class Session:
              exclude: frozenset = frozenset()) -> dict:
         """Run a remote entry module (the agent by default) with one request; return its JSON answer.
 
-        ``exclude``: remote module stems this call never needs, left out of the bundle."""
+        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle."""
         from provision.control.transport.bundle import bootstrap_command, payload
 
         ready = READY_PREFIX + secrets.token_hex(8)

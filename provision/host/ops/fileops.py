@@ -1,6 +1,6 @@
 """The safe write transaction for one SGLang model file.
 
-STDLIB ONLY, Python 3.10 syntax (shipped to the GPU hosts with engine.py).
+STDLIB ONLY, Python 3.10 syntax (shipped to the GPU hosts with the engine).
 
 patch_file / unpatch_file / restore_file all go through the same path:
 lock -> resolve symlinks -> read + sha256 -> plan (engine, pure) -> [stop here

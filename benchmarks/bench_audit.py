@@ -1,4 +1,4 @@
-"""Time ``provision.remote.audit.audit_models`` on the real SGLang 0.5.9 models dir.
+"""Time ``provision.host.engine.audit.audit_models`` on the real SGLang 0.5.9 models dir.
 
     python3 benchmarks/bench_audit.py [--runs 5] [--version 0.5.9]
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from provision.remote.audit import audit_models  # noqa: E402
+from provision.host.engine.audit import audit_models  # noqa: E402
 from provision.sandbox.wheels import extracted  # noqa: E402
 
 TARGET_S = 2.0

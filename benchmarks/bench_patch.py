@@ -186,8 +186,8 @@ def breakdown(inv: Path, host, runs: int) -> dict:
     from provision.inventory import load_inventory
     from provision.patching import request_for
     from provision.playbook import load_patch_spec
-    from provision.remote.bootstrap import BOOTSTRAP
-    from provision.remote.bundle import payload
+    from provision.host.bootstrap import BOOTSTRAP
+    from provision.control.transport.bundle import payload
 
     opens, calls, totals = [], [], []
     orig_open, orig_call = ssh.Session.open, ssh.Session.call

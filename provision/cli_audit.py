@@ -125,7 +125,7 @@ def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     """
     from provision.cli import selected_hosts
     from provision.playbook import parse_playbook
-    from provision.remote import audit as audit_mod
+    from provision.tasks import spec_new as audit_mod
     from provision.runner import Fleet
 
     hosts = selected_hosts(ctx)

@@ -1,6 +1,6 @@
 """`patch`, `unpatch` and `status` for one host: build the request, read the answer.
 
-The deciding and writing happen on the host (provision/remote/); this module only
+The deciding and writing happen on the host (provision/host/); this module only
 turns the host's JSON answer into a HostResult.
 """
 

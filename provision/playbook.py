@@ -136,7 +136,7 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
                      methods=tuple(out), source=path)
     # The host-side engine's own validation, run here too: a spec the host would reject is
     # rejected at load (exit 2), once, not once per host.
-    from provision.remote.engine import EngineError, validate_spec
+    from provision.host.engine.spec import EngineError, validate_spec
 
     try:
         validate_spec(spec.to_engine())

@@ -1,7 +1,7 @@
 """`provision reconcile`, control side: requests, answers -> HostResults, restart planning, output.
 
 The per-host decision (unchanged / native / wiped / foreign-edit / blocked-git ...)
-is made on the host by ``provision.remote.restore_ops.classify`` (pure, stdlib),
+is made on the host by ``provision.host.ops.reconcile.classify`` (pure, stdlib),
 in the same single remote call that re-patches. This module only turns answers
 into verdicts, decides which servers to restart and when (``in_window``), runs
 the rolling restart through ``provision.launch``, and prints.
@@ -73,16 +73,16 @@ def format_window(window) -> str:
 # --------------------------------------------------------------------------- the remote call
 
 def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
-    """Session.call through restore_ops' lighter entry point: only the reconcile module is
+    """Session.call with reconcile's lighter bundle: only the reconcile op's modules are
     compiled on the host, and the audit and server modules are not even sent, so an unchanged
     host answers in a few ms of CPU instead of ~100."""
-    return session.call(request, timeout=timeout, sudo=sudo, entry="provision.remote.restore_ops",
+    return session.call(request, timeout=timeout, sudo=sudo, entry="provision.host.agent",
                         exclude=LIGHT_EXCLUDE)
 
 
 # Remote modules reconcile never needs (the audit and the server control): left out of
 # its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"audit", "audit_ops", "server_ops"})
+LIGHT_EXCLUDE = frozenset({"engine.audit", "ops.audit", "ops.server", "ops.restore"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,7 +98,7 @@ def block_shas(spec) -> tuple:
     some may be native): the host's fast path accepts a file whose marker carries one."""
     import itertools
 
-    from provision.remote import engine
+    from provision.host.engine import core as engine
 
     s = engine.validate_spec(spec.to_engine())
     names = [m["name"] for m in s["methods"]]
@@ -453,7 +453,7 @@ def provision_argv() -> list[str]:
 
 
 def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
-    from provision.remote.server_ops import systemd_quote  # one quoting for every unit provision writes
+    from provision.host.ops.server import systemd_quote  # one quoting for every unit provision writes
 
     exec_start = " ".join(systemd_quote(a) for a in argv)
     service = f"""\

@@ -37,7 +37,7 @@ from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt,
 
 from provision.errors import AuthError, ConnectError, HostError, HostKeyError, RemoteError, UnknownOutcome
 from provision.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
-from provision.remote.bootstrap import EVENT_PREFIX, RESULT_PREFIX
+from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 from provision.sshconfig import Target
 
 
@@ -453,12 +453,12 @@ class Session:
                 select.select([], [], [], 0.01)
 
     def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
-             on_event: Callable[[dict], None] | None = None, entry: str = "provision.remote.agent",
+             on_event: Callable[[dict], None] | None = None, entry: str = "provision.host.agent",
              exclude: frozenset = frozenset()) -> dict:
         """Run a remote entry module (the agent by default) with one request; return its JSON answer.
 
-        ``exclude``: remote module stems this call never needs, left out of the bundle."""
-        from provision.remote.bundle import bootstrap_command, payload
+        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle."""
+        from provision.control.transport.bundle import bootstrap_command, payload
 
         ready = READY_PREFIX + secrets.token_hex(8)
         password = self.sudo_password if sudo else None

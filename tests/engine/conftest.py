@@ -59,13 +59,13 @@ def src_0510(sglang_0510) -> bytes:
 
 @pytest.fixture(scope="session")
 def resolver_059(sglang_059):
-    from provision.remote.fileops import make_resolver
+    from provision.host.lib.modules import make_resolver
     return make_resolver(str(sglang_059))
 
 
 @pytest.fixture(scope="session")
 def resolver_0510(sglang_0510):
-    from provision.remote.fileops import make_resolver
+    from provision.host.lib.modules import make_resolver
     return make_resolver(str(sglang_0510))
 
 
@@ -115,7 +115,7 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 
 
 def tree_resolver(root: Path):
-    from provision.remote.fileops import make_resolver
+    from provision.host.lib.modules import make_resolver
     return make_resolver(os.fspath(root / "sglang"))
 
 

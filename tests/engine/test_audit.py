@@ -1,4 +1,4 @@
-"""provision.remote.audit against the real SGLang 0.5.9 / 0.5.10 wheels (no SSH).
+"""provision.host.engine.audit against the real SGLang 0.5.9 / 0.5.10 wheels (no SSH).
 
 Every expectation about a real class below was checked by reading the wheel's
 source (``sglang/srt/models/<file>.py``); the synthetic packages at the end
@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.remote import audit as audit_mod
-from provision.remote.audit import audit_models, spec_for, spec_yaml
+from provision.host.engine import audit as audit_mod
+from provision.host.engine.audit import audit_models
+from provision.tasks import spec_new
+from provision.tasks.spec_new import spec_for, spec_yaml
 from provision.sandbox.wheels import WheelUnavailable, extracted
 
 AUDIT_PY = Path(audit_mod.__file__)
@@ -237,13 +239,13 @@ def test_spec_yaml_round_trips(audit59, cls, delegate):
 
 
 def test_spec_names():
-    assert audit_mod._kebab("KimiK25ForConditionalGeneration") == "kimi-k25"
-    assert audit_mod._kebab("KimiVLForConditionalGeneration") == "kimi-vl"
-    assert audit_mod._kebab("DeepseekVL2ForCausalLM") == "deepseek-vl2"
-    assert audit_mod._kebab("NVILAForConditionalGeneration") == "nvila"
-    assert audit_mod._kebab("LlavaQwenForCausalLM") == "llava-qwen"
-    assert audit_mod._kebab("Qwen2AudioForConditionalGeneration") == "qwen2-audio"
-    assert audit_mod._kebab("NemotronH_Nano_VL_V2") == "nemotron-h-nano-vl-v2"
+    assert spec_new._kebab("KimiK25ForConditionalGeneration") == "kimi-k25"
+    assert spec_new._kebab("KimiVLForConditionalGeneration") == "kimi-vl"
+    assert spec_new._kebab("DeepseekVL2ForCausalLM") == "deepseek-vl2"
+    assert spec_new._kebab("NVILAForConditionalGeneration") == "nvila"
+    assert spec_new._kebab("LlavaQwenForCausalLM") == "llava-qwen"
+    assert spec_new._kebab("Qwen2AudioForConditionalGeneration") == "qwen2-audio"
+    assert spec_new._kebab("NemotronH_Nano_VL_V2") == "nemotron-h-nano-vl-v2"
 
 
 def test_spec_for_refuses_what_delegation_cannot_fix(audit59):

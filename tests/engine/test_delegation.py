@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from provision.remote import engine
+from provision.host.engine import core as engine
 from tests.engine.conftest import KIMI_SPEC, METHODS
 
 STUBBED = ("torch", "numpy", "transformers", "sglang", "einops", "triton", "PIL")

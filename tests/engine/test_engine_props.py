@@ -8,7 +8,7 @@ import copy
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from provision.remote import engine
+from provision.host.engine import core as engine
 from tests.engine.conftest import KIMI_SPEC, METHODS, inserted_chunk, method_names
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

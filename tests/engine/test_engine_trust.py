@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from provision.remote import engine
+from provision.host.engine import core as engine
 from tests.engine.conftest import KIMI_SPEC, METHODS, class_node, method_names, module_level_defs
 from tests.engine.test_engine import HAND_INDENTED, HAND_MODULE_LEVEL, assert_failed, with_spec
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from provision.remote import engine, fileops
+from provision.host.engine import core as engine
+from provision.host.lib import failpoints
+from provision.host.ops import fileops
 from tests.engine.conftest import KIMI_SPEC, METHODS, method_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -234,7 +236,8 @@ def test_changed_underfoot_is_refused(site):
     def meddle(real):
         Path(real).write_bytes(other)
 
-    r = patch(site, _before_replace=meddle)
+    with failpoints.enabled("before_replace", meddle):
+        r = patch(site)
     assert r["verdict"] == "failed" and r["error"]["kind"] == "changed-underfoot"
     assert "changed while provision was working on it" in r["error"]["message"]
     assert site.path.read_bytes() == other  # their bytes, not ours
@@ -373,7 +376,7 @@ needs_mounts = pytest.mark.skipif(not _can_unshare(), reason="needs root and `un
 RUNNER = """
 import json, os, sys
 sys.path.insert(0, {repo!r})
-from provision.remote import fileops
+from provision.host.ops import fileops
 spec = json.loads({spec!r})
 r = fileops.patch_file({path!r}, spec, state_dir={state!r}, sglang_version="0.5.9")
 r["listing"] = sorted(os.listdir(os.path.dirname({path!r})))
@@ -429,8 +432,10 @@ def test_disk_full(site):
 KILL_RUNNER = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from provision.remote import fileops
-fileops.patch_file({path!r}, json.loads({spec!r}), state_dir={state!r}, sglang_version="0.5.9", kill_at={point!r})
+from provision.host.lib import failpoints
+from provision.host.ops import fileops
+failpoints.configure({point!r})
+fileops.patch_file({path!r}, json.loads({spec!r}), state_dir={state!r}, sglang_version="0.5.9")
 print("not killed")
 """
 
@@ -475,7 +480,7 @@ def test_stale_temps_of_live_processes_are_kept(site):
 
 def test_invalid_kill_point_is_a_programming_error(site):
     with pytest.raises(ValueError):
-        patch(site, kill_at="sometime")
+        failpoints.configure("sometime")
 
 
 # ----------------------------------------------------------------------- backups / restore / state

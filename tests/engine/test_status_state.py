@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from provision.patching import patch_state
-from provision.remote import engine
+from provision.host.engine import core as engine
 from tests.engine.test_engine import HAND_MODULE_LEVEL
 
 

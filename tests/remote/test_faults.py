@@ -30,7 +30,7 @@ from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, PROVISION, class_method
 pytestmark = pytest.mark.ssh
 
 LOCK = "/var/lib/provision/lock"
-ENGINE_MARK = b"provision.remote.agent"
+ENGINE_MARK = b"provision.host.agent"
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +169,13 @@ def quad(sandbox_factory):
 
 
 def test_engine_killed_at_each_point(quad, ssh_env):
-    """`--kill-at P` SIGKILLs the engine at P; one host per point, all at once."""
+    """PROVISION_FAILPOINTS=P SIGKILLs the engine at P; one host per point, all at once."""
     for h in quad:
         h.reset()
     by_point = dict(zip(KILL_POINTS, quad))
     before = {p: kimi(h).read_bytes() for p, h in by_point.items()}
     listing = {p: models(h) for p, h in by_point.items()}
-    procs = {p: start("patch", *ssh_env.cli_args, "--host", h.name, "--kill-at", p, "--json")
+    procs = {p: start("patch", *ssh_env.cli_args, "--host", h.name, "--json", env={"PROVISION_FAILPOINTS": p})
              for p, h in by_point.items()}
     outs = {p: proc.communicate(timeout=120) for p, proc in procs.items()}
     killed = {}

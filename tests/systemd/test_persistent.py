@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from provision.remote.server_ops import RESTART_SEC
+from provision.host.ops.server import RESTART_SEC
 from tests.cli.helpers import run, run_json
 
 pytestmark = pytest.mark.ssh

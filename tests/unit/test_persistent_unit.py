@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from provision.remote.server_ops import RESTART_SEC, WATCHER, render_server_unit, systemd_quote
+from provision.host.ops.server import RESTART_SEC, WATCHER, render_server_unit, systemd_quote
 
 
 def _watch(tmp_path, argv, stop=False):
@@ -68,7 +68,7 @@ def test_systemd_quote():
 
 def test_a_restart_is_followed_even_when_the_pid_number_comes_back(tmp_path):
     """After a reboot the server can get its old pid number: the start time tells them apart."""
-    from provision.remote import server_ops
+    from provision.host.ops import server as server_ops
 
     req = {"state_dir": str(tmp_path)}
     root = server_ops.state_root(req)

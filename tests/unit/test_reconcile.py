@@ -17,8 +17,11 @@ from provision import journal
 from provision import reconcile as rc
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHING, EXIT_OK, LockedError, UsageError
 from provision.inventory import Host
-from provision.remote import restore_ops as ro
-from provision.remote.restore_ops import ACTIONS, STATES, classify
+from provision.host.facts import servers as server_facts
+from provision.host.lib import pkgmeta, procfs
+from provision.host.ops import reconcile
+from provision.host.ops import restore
+from provision.host.ops.reconcile import ACTIONS, STATES, classify
 from provision.results import HostResult
 
 M3 = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
@@ -428,43 +431,43 @@ def test_record_sha_and_git_blob(tmp_path):
     di.mkdir()
     (di / "RECORD").write_text(f"sglang/__init__.py,sha256=abc,1\nsglang/srt/models/x.py,sha256={digest},{len(data)}\n"
                                "sglang-1.dist-info/RECORD,,\n")
-    assert ro.record_sha(str(di), "sglang/srt/models/x.py") == hashlib.sha256(data).hexdigest()
-    assert ro.record_sha(str(di), "sglang/srt/models/y.py") is None
-    assert ro.record_sha(None, "x") is None and ro.record_sha(str(tmp_path), "x") is None
+    assert pkgmeta.record_sha(str(di), "sglang/srt/models/x.py") == hashlib.sha256(data).hexdigest()
+    assert pkgmeta.record_sha(str(di), "sglang/srt/models/y.py") is None
+    assert pkgmeta.record_sha(None, "x") is None and pkgmeta.record_sha(str(tmp_path), "x") is None
     f = tmp_path / "blob"
     f.write_bytes(data)
     out = subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True)
     if out.returncode == 0:
-        assert ro.git_blob_sha(data) == out.stdout.strip()
+        assert pkgmeta.git_blob_sha(data) == out.stdout.strip()
 
 
 def test_choose_backup():
     bs = [{"id": "aaaa11112222", "sha256": "aaaa11112222ff", "backup": "/s/x.aaaa.1.bak", "original": True},
           {"id": "aaab33334444", "sha256": "aaab33334444ff", "backup": "/s/x.aaab.2.bak", "original": False},
           {"id": "cccc55556666", "sha256": "cccc55556666ff", "backup": "/s/x.cccc.3.bak", "original": False}]
-    assert ro.choose_backup(bs, None, False)[0]["id"] == "aaaa11112222"
-    assert ro.choose_backup(bs, "cccc", False)[0]["id"] == "cccc55556666"
-    assert ro.choose_backup(bs, "cccc", True)[0]["original"]
-    b, err = ro.choose_backup(bs, "aaa", False)
+    assert restore.choose_backup(bs, None, False)[0]["id"] == "aaaa11112222"
+    assert restore.choose_backup(bs, "cccc", False)[0]["id"] == "cccc55556666"
+    assert restore.choose_backup(bs, "cccc", True)[0]["original"]
+    b, err = restore.choose_backup(bs, "aaa", False)
     assert b is None and "ambiguous" in err
-    b, err = ro.choose_backup(bs, "dddd", False)
+    b, err = restore.choose_backup(bs, "dddd", False)
     assert b is None and "no backup with id" in err
-    assert ro.choose_backup([], None, False) == (None, "no backups")
+    assert restore.choose_backup([], None, False) == (None, "no backups")
 
 
 def test_restart_needed_compares_start_with_change_time():
     servers = [{"pid": 1, "install": "/a", "started": 100.0}, {"pid": 2, "install": "/a", "started": 300.0},
                {"pid": 3, "install": "/b", "started": 100.0}, {"pid": 4, "install": "/a", "started": None}]
-    assert [s["pid"] for s in ro.restart_needed(servers, "/a", 200.0)] == [1]
-    me = ro.proc_start_epoch(os.getpid())
+    assert [s["pid"] for s in server_facts.restart_needed(servers, "/a", 200.0)] == [1]
+    me = procfs.start_epoch(os.getpid())
     assert me is not None and abs(me - __import__("time").time()) < 3600 * 24 * 365
-    assert ro.proc_start_epoch(2 ** 22 + 12345) is None
+    assert procfs.start_epoch(2 ** 22 + 12345) is None
 
 
 def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     """The host side on its own (no SSH): patch a pristine 0.5.9 file, then the light
     entry point answers `unchanged` from state.json without touching file or state."""
-    from provision.remote import fileops
+    from provision.host.ops import fileops
     from provision.sandbox import wheels
 
     try:
@@ -485,36 +488,36 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     res = fileops.patch_file(str(target), spec, state_dir=str(state), sglang_version="0.5.9")
     assert res["verdict"] == "patched"
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in [target, state / "state.json"]}
-    monkeypatch.setattr(ro, "_server_candidates", lambda: [])
-    ans = ro.op_reconcile({"op": "reconcile", "spec": spec, "state_dir": str(state), "block_shas": shas}, b"")
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    ans = reconcile.op_reconcile({"op": "reconcile", "spec": spec, "state_dir": str(state), "block_shas": shas}, b"")
     assert (ans["path"], ans["state"], ans["action"], ans["version"]) == ("fast", "unchanged", "none", "0.5.9")
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     assert not (state / "lock").exists() or True  # the fast path takes no lock (an old one may exist)
     # the same through the light entry point, as the control side runs it (`python3 -S -c ...`)
     req = {"op": "reconcile", "spec": spec, "state_dir": str(state), "sglang_path": str(pkg), "block_shas": shas}
-    from provision.remote.bootstrap import RESULT_PREFIX, bootstrap_code
-    from provision.remote.bundle import payload
+    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code
+    from provision.control.transport.bundle import payload
 
-    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.remote.restore_ops")],
+    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.host.agent")],
                           input=payload(req, rc.LIGHT_EXCLUDE), capture_output=True)
     line = [x for x in proc.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
     out = json.loads(line[len(RESULT_PREFIX):])
     assert out["state"] == "unchanged", out
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     # a changed spec, a changed version or changed bytes leave the fast path
-    assert ro._fast(dict(req, block_shas=["0123456789ab"]), spec, str(state)) is None
-    assert ro._fast(dict(req, block_shas=None), spec, str(state)) is None
-    assert ro._fast(dict(req, block_shas=shas[-1:]), spec, str(state))["state"] == "unchanged"
+    assert reconcile._fast(dict(req, block_shas=["0123456789ab"]), spec, str(state)) is None
+    assert reconcile._fast(dict(req, block_shas=None), spec, str(state)) is None
+    assert reconcile._fast(dict(req, block_shas=shas[-1:]), spec, str(state))["state"] == "unchanged"
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9.post1'\n")
-    assert ro._fast(req, spec, str(state)) is None
+    assert reconcile._fast(req, spec, str(state)) is None
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
     target.write_bytes(src)
-    assert ro._fast(req, spec, str(state)) is None
+    assert reconcile._fast(req, spec, str(state)) is None
 
 
 def test_block_shas_cover_every_subset():
     from provision.playbook import load_patch_spec
-    from provision.remote import engine
+    from provision.host.engine import core as engine
 
     pspec = load_patch_spec(None)
     shas = rc.block_shas(pspec)
@@ -526,7 +529,7 @@ def test_block_shas_cover_every_subset():
 
 
 def test_fast_native_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(ro, "_server_candidates", lambda: [])
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
     spec = {"name": "s", "file": "srt/models/k.py"}
     pkg = tmp_path / "sglang"
     f = pkg / "srt" / "models" / "k.py"
@@ -535,14 +538,14 @@ def test_fast_native_path(tmp_path, monkeypatch):
     (pkg / "_version.py").write_text("__version__ = '0.5.10'\n")
     state = tmp_path / "state"
     kn = {"file": str(f), "sha": sha256(b"class K: pass\n"), "version": "0.5.10"}
-    ans = ro._fast_native({"known_native": kn}, spec, str(state))
+    ans = reconcile._fast_native({"known_native": kn}, spec, str(state))
     assert (ans["state"], ans["path"], ans["version"]) == ("native", "fast", "0.5.10")
-    assert ro._fast_native({"known_native": dict(kn, sha="x")}, spec, str(state)) is None
-    assert ro._fast_native({"known_native": dict(kn, version="0.5.11")}, spec, str(state)) is None
-    assert ro._fast_native({}, spec, str(state)) is None
+    assert reconcile._fast_native({"known_native": dict(kn, sha="x")}, spec, str(state)) is None
+    assert reconcile._fast_native({"known_native": dict(kn, version="0.5.11")}, spec, str(state)) is None
+    assert reconcile._fast_native({}, spec, str(state)) is None
     state.mkdir()
     (state / "state.json").write_text(json.dumps({str(f): {"op": "patch"}}))
-    assert ro._fast_native({"known_native": kn}, spec, str(state)) is None  # stale state: full path cleans it
+    assert reconcile._fast_native({"known_native": kn}, spec, str(state)) is None  # stale state: full path cleans it
 
 
 def sha256(b: bytes) -> str:
@@ -578,38 +581,38 @@ def test_native_cache_roundtrip(tmp_path, monkeypatch):
 
 def test_fast_servers_reuse_known_installs(monkeypatch):
     me = os.getpid()
-    started = ro.proc_start_epoch(me)
-    monkeypatch.setattr(ro, "_server_candidates", lambda: [me])
+    started = procfs.start_epoch(me)
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [me])
     calls = []
-    monkeypatch.setattr(ro, "_servers", lambda: calls.append(1) or [{"pid": me, "install": "/probed",
+    monkeypatch.setattr(server_facts, "_servers", lambda: calls.append(1) or [{"pid": me, "install": "/probed",
                                                                      "port": 1, "listening": True}])
-    got = ro._fast_servers([{"pid": me, "started": started, "install": "/known", "port": 30000}])
+    got = server_facts._fast_servers([{"pid": me, "started": started, "install": "/known", "port": 30000}])
     assert [(s["pid"], s["install"]) for s in got] == [(me, "/known")] and calls == []
     # another process with that pid (start time differs): probe again
-    got = ro._fast_servers([{"pid": me, "started": started - 100, "install": "/known"}])
+    got = server_facts._fast_servers([{"pid": me, "started": started - 100, "install": "/known"}])
     assert got[0]["install"] == "/probed" and calls == [1]
-    assert ro._fast_servers(None)[0]["install"] == "/probed"
-    monkeypatch.setattr(ro, "_server_candidates", lambda: [])
-    assert ro._fast_servers(None) == []
+    assert server_facts._fast_servers(None)[0]["install"] == "/probed"
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    assert server_facts._fast_servers(None) == []
 
 
 def test_light_bundle_has_what_reconcile_imports():
     import zlib
 
-    from provision.remote.bundle import bundle_bytes
+    from provision.control.transport.bundle import bundle_bytes
 
     mods = json.loads(zlib.decompress(bundle_bytes(rc.LIGHT_EXCLUDE)))
-    names = {m.rsplit(".", 1)[1] for m in mods}
-    assert {"restore_ops", "agent", "bootstrap", "discover", "engine", "fileops"} <= names
-    assert not names & {"audit", "server_ops", "bundle"}
+    names = {m[len("provision.host."):] for m in mods if m.startswith("provision.host.")}
+    assert {"ops.reconcile", "agent", "bootstrap", "facts.installs", "engine.core", "ops.fileops"} <= names
+    assert not names & {"engine.audit", "ops.audit", "ops.server"} and all(m.startswith("provision.host") for m in mods)
 
 
 def test_light_entry_point_reports_bad_ops():
-    from provision.remote.bundle import payload
+    from provision.control.transport.bundle import payload
 
-    from provision.remote.bootstrap import RESULT_PREFIX, bootstrap_code
+    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code
 
-    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.remote.restore_ops")],
+    proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.host.agent")],
                           input=payload({"op": "nope"}), capture_output=True)
     line = [x for x in proc.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
     out = json.loads(line[len(RESULT_PREFIX):])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provision.remote.restore_ops import restore_refusal
+from provision.host.ops.restore import restore_refusal
 
 ORIGINAL = {"id": "abc123def456", "original": True, "time": "2026-11-30T10:00:00+0000", "sglang_version": "0.5.9"}
 LEFT = {"sha": "a" * 64, "what": "the last patch (2026-11-30T10:00:01+0000)"}

@@ -1,6 +1,6 @@
 """The safe write transaction for one SGLang model file.
 
-STDLIB ONLY, Python 3.10 syntax (shipped to the GPU hosts with engine.py).
+STDLIB ONLY, Python 3.10 syntax (shipped to the GPU hosts with the engine).
 
 patch_file / unpatch_file / restore_file all go through the same path:
 lock -> resolve symlinks -> read + sha256 -> plan (engine, pure) -> [stop here
@@ -29,12 +29,15 @@ import stat
 import sys
 import time
 
-from provision.remote import engine
+from provision.host.engine import core as engine
+from provision.host.lib import failpoints
+from provision.host.lib.modules import make_resolver
+from provision.host.lib.state import STATE_NAME, read_state
+from provision.host.lib.state import read_bytes as _read
+from provision.host.lib.state import sha256 as _sha
 
-KILL_POINTS = ("before_read", "after_temp_write", "after_replace", "before_verify")
 KEEP_BACKUPS = 10  # per file, besides the first (the original), which is kept forever
 LOCK_NAME = "lock"
-STATE_NAME = "state.json"
 BACKUP_DIR = "backups"
 _TEMP_RE = re.compile(r"^\..+\.provision-(\d+)\.tmp$")
 
@@ -48,22 +51,9 @@ class _Fail(Exception):
 
 # --------------------------------------------------------------------------- small helpers
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def _kill(kill_at, point: str) -> None:
-    if kill_at == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def _io_message(exc: OSError, action: str, fallback_path: str) -> str:
@@ -148,12 +138,13 @@ def clean_stale_temps(directory: str) -> list:
 
 
 def _atomic_write(real: str, data: bytes, st, *, notes: list, expect_sha: str | None = None,
-                  kill_at=None, before_replace=None) -> None:
+                  points: bool = True) -> None:
     """Write `data` to `real` via a same-directory temp file and os.replace.
 
     Copies mode and owner from `st`. If `expect_sha` is given, the target must
     still have that sha256 right before the replace (else _Fail changed-underfoot).
-    The temp file never survives a failure (only a SIGKILL)."""
+    The temp file never survives a failure (only a SIGKILL). ``points``: pass the
+    failpoints (lib/failpoints.py; not when putting the old bytes back)."""
     directory = os.path.dirname(real)
     tmp = temp_name(real)
     replaced = False
@@ -172,9 +163,9 @@ def _atomic_write(real: str, data: bytes, st, *, notes: list, expect_sha: str | 
             os.fsync(fd)
         finally:
             os.close(fd)
-        _kill(kill_at, "after_temp_write")
-        if before_replace is not None:
-            before_replace(real)
+        if points:
+            failpoints.hit("after_temp_write")
+            failpoints.hit("before_replace", real)
         if expect_sha is not None:
             try:
                 now = _sha(_read(real))
@@ -190,7 +181,8 @@ def _atomic_write(real: str, data: bytes, st, *, notes: list, expect_sha: str | 
                 os.unlink(tmp)
             except OSError:
                 pass
-    _kill(kill_at, "after_replace")
+    if points:
+        failpoints.hit("after_replace")
     _fsync_dir(directory)
 
 
@@ -253,15 +245,6 @@ class _Lock:
 
 
 # --------------------------------------------------------------------------- state + backups
-
-def read_state(state_dir: str) -> dict:
-    """`<state_dir>/state.json` keyed by real file path ({} when absent or unreadable)."""
-    try:
-        with open(os.path.join(state_dir, STATE_NAME), "rb") as fh:
-            data = json.loads(fh.read().decode("utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _write_json(path: str, data) -> None:
@@ -384,27 +367,6 @@ def _backup(state_dir: str, real: str, data: bytes, sha: str, *, sglang_version,
 
 # --------------------------------------------------------------------------- resolver
 
-def make_resolver(package_dir: str):
-    """resolve_module for the sglang package at `package_dir` (the directory that
-    holds srt/): `sglang.a.b` -> package_dir/a/b.py or package_dir/a/b/__init__.py."""
-    root = os.path.abspath(package_dir)
-
-    def resolve(name: str):
-        parts = name.split(".")
-        if parts[0] != engine.PACKAGE or not all(p.isidentifier() for p in parts):
-            return None
-        base = os.path.join(root, *parts[1:])
-        for cand in (base + ".py", os.path.join(base, "__init__.py")):
-            try:
-                if os.path.getsize(cand) > engine.MAX_SOURCE_BYTES:
-                    return None
-                return _read(cand)
-            except OSError:
-                continue
-        return None
-
-    return resolve
-
 
 def _default_resolver(path: str, spec: dict):
     """Derive the sglang package directory from `path` ending in spec["file"]."""
@@ -460,10 +422,7 @@ _STAGE = {"lock": "take the provision lock in", "read": "read", "plan": "read", 
 
 
 def _transaction(op: str, path: str, spec: dict, *, state_dir: str, check: bool, want_diff: bool,
-                 kill_at, lock_timeout: float, planner, verifier, state_entry, sglang_version,
-                 before_replace=None) -> dict:
-    if kill_at is not None and kill_at not in KILL_POINTS:
-        raise ValueError(f"kill_at must be one of {KILL_POINTS}, not {kill_at!r}")
+                 lock_timeout: float, planner, verifier, state_entry, sglang_version) -> dict:
     res = _result(path)
     res["check"] = bool(check)
     lock = None
@@ -479,7 +438,7 @@ def _transaction(op: str, path: str, spec: dict, *, state_dir: str, check: bool,
         stage = "read"
         if real != os.path.abspath(path):
             res["notes"].append(f"symlink: patched target {real}" if op != "unpatch" else f"symlink: changed target {real}")
-        _kill(kill_at, "before_read")
+        failpoints.hit("before_read")
         if not check:
             stale = clean_stale_temps(os.path.dirname(real))
             if stale:
@@ -511,18 +470,17 @@ def _transaction(op: str, path: str, spec: dict, *, state_dir: str, check: bool,
         except OSError as e:
             raise _Fail("io", _io_message(e, "back up the original of", real) + f"; nothing was written, {real} was left as it was")
         stage = "write"
-        _atomic_write(real, new, st, notes=res["notes"], expect_sha=res["sha_before"], kill_at=kill_at,
-                      before_replace=before_replace)
+        _atomic_write(real, new, st, notes=res["notes"], expect_sha=res["sha_before"])
         replaced = True
         res["sha_after"] = _sha(new)
         gone = drop_bytecode(real)
         if gone:
             res["notes"].append(f"removed stale bytecode: {', '.join(os.path.basename(p) for p in gone)}")
-        _kill(kill_at, "before_verify")
+        failpoints.hit("before_verify")
         stage = "verify"
         problems = verifier(real, new)
         if problems:
-            _atomic_write(real, old, st, notes=res["notes"])
+            _atomic_write(real, old, st, notes=res["notes"], points=False)
             replaced = False
             drop_bytecode(real)
             res["sha_after"] = _sha(_read(real))
@@ -571,8 +529,7 @@ def _transaction(op: str, path: str, spec: dict, *, state_dir: str, check: bool,
 
 
 def patch_file(path: str, spec: dict, *, state_dir: str, sglang_version: str | None, check: bool = False,
-               want_diff: bool = False, resolve_module=None, kill_at=None, lock_timeout: float = 30,
-               _before_replace=None) -> dict:
+               want_diff: bool = False, resolve_module=None, lock_timeout: float = 30) -> dict:
     """Patch one file safely. Returns the result dict (see the module docstring)."""
     if resolve_module is None:
         resolve_module = _default_resolver(path, spec)
@@ -591,14 +548,14 @@ def patch_file(path: str, spec: dict, *, state_dir: str, sglang_version: str | N
                 "repair_backup": res["backup"] if res["repaired"] else prev.get("repair_backup")}
 
     return _transaction("patch", path, spec, state_dir=state_dir, check=check, want_diff=want_diff,
-                        kill_at=kill_at, lock_timeout=lock_timeout,
+                        lock_timeout=lock_timeout,
                         planner=lambda old: engine.plan_patch(old, spec, resolve_module),
                         verifier=_verify_patch(spec, resolve_module), state_entry=state_entry,
-                        sglang_version=sglang_version, before_replace=_before_replace)
+                        sglang_version=sglang_version)
 
 
 def unpatch_file(path: str, spec: dict, *, state_dir: str, check: bool = False, want_diff: bool = False,
-                 kill_at=None, lock_timeout: float = 30, _before_replace=None, actor: str | None = None) -> dict:
+                 lock_timeout: float = 30, actor: str | None = None) -> dict:
     """Remove our block safely; verdict "unpatched", "absent" or "failed". The state
     records who (`actor`, user@control-host) unpatched: reconcile holds the host."""
     prev = read_state(state_dir).get(os.path.realpath(path), {})
@@ -615,17 +572,17 @@ def unpatch_file(path: str, spec: dict, *, state_dir: str, check: bool = False, 
                 "repaired": bool(prev.get("repaired")), "repair_backup": prev.get("repair_backup")}
 
     return _transaction("unpatch", path, spec, state_dir=state_dir, check=check, want_diff=want_diff,
-                        kill_at=kill_at, lock_timeout=lock_timeout, planner=planner,
+                        lock_timeout=lock_timeout, planner=planner,
                         verifier=_verify_unpatch(spec), state_entry=state_entry,
-                        sglang_version=prev.get("sglang_version"), before_replace=_before_replace)
+                        sglang_version=prev.get("sglang_version"))
 
 
 def restore_file(path: str, backup_path: str, *, state_dir: str, check: bool = False, want_diff: bool = False,
-                 kill_at=None, lock_timeout: float = 30, sglang_version: str | None = None) -> dict:
+                 lock_timeout: float = 30, sglang_version: str | None = None) -> dict:
     """Put a backup's bytes back through the same atomic path (the current bytes
     are backed up first, labelled with `sglang_version`, the release installed now,
     which the state records too). Verdict "restored", "unchanged" or "failed".
-    Whether this backup may be put back at all is restore_ops.restore_refusal's call."""
+    Whether this backup may be put back at all is ops.restore.restore_refusal's call."""
     meta = {}
     side = backup_path[: -len(".bak")] + ".json" if backup_path.endswith(".bak") else backup_path + ".json"
     try:
@@ -663,5 +620,5 @@ def restore_file(path: str, backup_path: str, *, state_dir: str, check: bool = F
                 "restored_from": backup_path, "repaired": False, "repair_backup": None}
 
     return _transaction("restore", path, {"name": meta.get("spec")}, state_dir=state_dir, check=check,
-                        want_diff=want_diff, kill_at=kill_at, lock_timeout=lock_timeout, planner=planner,
+                        want_diff=want_diff, lock_timeout=lock_timeout, planner=planner,
                         verifier=verify, state_entry=state_entry, sglang_version=version)

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import AuditAnswer, AuditRequest, ErrorInfo
 
-def op_audit(req: dict, bundle: bytes) -> dict:
-    from provision.remote import agent, audit, engine
 
-    facts = agent._facts(req)
-    inst = agent._install(facts)
+def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
+    from provision.host.engine import audit, core as engine
+    from provision.host.facts import installs
+    from provision.host.lib.modules import make_resolver
+
+    facts = installs.for_request(req)
+    inst = installs.chosen_install(facts)
     if inst is None:
-        return {"ok": False, "facts": facts,
-                "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
+        missing: ErrorInfo = {"kind": "not-found", "message": "no SGLang install"}
+        return {"ok": False, "facts": facts, "error": facts.get("error") or missing}
     models = os.path.join(inst["path"], "srt", "models")
     result = audit.audit_models(models, inst["path"])
-    states = {}
+    states: dict[str, dict] = {}
     for spec in req.get("specs") or []:
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:
-                info = engine.inspect(fh.read(), spec, resolve_module=agent.module_resolver(inst["path"]))
+                info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
         except OSError:
             states[spec["class"]] = {"spec": spec["name"], "state": "file-missing"}
             continue
         methods = info.get("methods") or {}
         if info.get("error"):
-            state = "error: " + info["error"].get("message", "")
+            state = "error: " + (info.get("error") or {}).get("message", "")
         elif methods and all(v == "native" for v in methods.values()):
             state = "native"
         elif methods and all(v in ("native", "ours") for v in methods.values()):

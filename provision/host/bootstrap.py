@@ -6,27 +6,28 @@ and never visible in the host's process list):
     <header json>\\n<zlib(json{module name: source})><request json>
 
 The bootstrap installs an import hook serving the bundled modules under their
-real names (``provision.remote.engine`` ...) and calls ``agent.main``.
+real names (``provision.host.engine.core`` ...) and calls ``agent.main``. Every
+package on the way (``provision``, ``provision.host``, ``provision.host.ops`` ...) gets a
+module with ``__path__``, from its ``__init__`` source when the bundle has one, else empty.
 """
 
-def bootstrap_code(entry: str = "provision.remote.agent") -> str:
+def bootstrap_code(entry: str = "provision.host.agent") -> str:
     """The bootstrap for an entry module (one that has ``main(request, bundle)``)."""
-    return BOOTSTRAP.replace("provision.remote.agent", entry)
+    return BOOTSTRAP.replace("provision.host.agent", entry)
 
 
 BOOTSTRAP = (
-    "import sys,json,zlib,types,importlib.util as u\n"
+    "import sys,json,zlib,importlib.util as u\n"
     "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h['b']);Q=r.read(h['q'])\n"
     "M=json.loads(zlib.decompress(B))\n"
-    "for n in ('provision','provision.remote'):\n"
-    " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
+    "P={n[:i] for n in M for i in range(len(n)) if n[i]=='.'}\n"
     "class F:\n"
     " def find_spec(s,n,p=None,t=None):\n"
-    "  return u.spec_from_loader(n,s) if n in M else None\n"
+    "  return u.spec_from_loader(n,s,is_package=n in P) if n in M or n in P else None\n"
     " def create_module(s,sp):return None\n"
-    " def exec_module(s,m):exec(compile(M[m.__name__],'<provision:'+m.__name__+'>','exec'),m.__dict__)\n"
+    " def exec_module(s,m):exec(compile(M.get(m.__name__,''),'<provision:'+m.__name__+'>','exec'),m.__dict__)\n"
     "sys.meta_path.insert(0,F())\n"
-    "import provision.remote.agent as a\n"
+    "import provision.host.agent as a\n"
     "sys.exit(a.main(Q,B))\n"
 )
 

@@ -9,6 +9,8 @@ the process environment: never the command line.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import glob
 import json
 import os
@@ -20,7 +22,12 @@ import time
 import urllib.error
 import urllib.request
 
-from provision.remote import discover
+from provision.host.facts import installs
+from provision.host.lib import procfs
+from provision.host.lib.procfs import starttime as proc_starttime
+from provision.host.lib.paths import default_state_dir
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ServerRequest
 
 WATCHER = r"""
 import json, os, subprocess, sys, signal, time
@@ -85,7 +92,6 @@ if rc != 0 and not stopping:
 
 
 def state_root(req: dict) -> str:
-    from provision.remote.agent import default_state_dir
 
     return os.path.join(req.get("state_dir") or default_state_dir(), "server")
 
@@ -98,36 +104,10 @@ def log_root(req: dict) -> str:
     return os.path.join(state_root(req), "logs")
 
 
-def proc_starttime(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def proc_sid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[4])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def proc_pgid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
+    """A zombie, or gone."""
+    st = procfs.state(pid)
+    return st is None or st == "Z"
 
 
 def alive(pid: int | None, starttime: str | None) -> bool:
@@ -147,7 +127,7 @@ def tree_pids(rec: dict) -> list[int]:
         pid = int(p)
         if pid == os.getpid():
             continue
-        if (pgid and proc_pgid(pid) == pgid) or (sid and proc_sid(pid) == sid):
+        if (pgid and procfs.pgid(pid) == pgid) or (sid and procfs.sid(pid) == sid):
             if not _is_zombie(pid):
                 out.append(pid)
     return sorted(out)
@@ -207,7 +187,7 @@ def write_record(req: dict, port: int, rec: dict) -> None:
 
 
 def port_open(host: str, port: int) -> bool:
-    return discover.port_open(host, port, timeout=0.3)
+    return installs.port_open(host, port, timeout=0.3)
 
 
 def health(host: str, port: int, timeout: float, url: str | None = None) -> int | None:
@@ -301,12 +281,13 @@ def _check_model(path: str, what: str, offline: bool) -> list[dict]:
     return items
 
 
-def op_preflight(req: dict, bundle: bytes) -> dict:
-    from provision.remote import agent, engine
+def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
+    from provision.host.engine import core as engine
+    from provision.host.lib.modules import make_resolver
 
     checks: list[dict] = []
-    facts = agent._facts(req)
-    inst = agent._install(facts)
+    facts = installs.for_request(req)
+    inst = installs.chosen_install(facts)
     if inst is None:
         err = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
         return {"ok": False, "facts": facts, "error": err, "checks": []}
@@ -319,7 +300,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:
-                info = engine.inspect(fh.read(), spec, resolve_module=agent.module_resolver(inst["path"]))
+                info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
             methods = info.get("methods") or {}
             missing = [m for m, v in methods.items() if v == "missing"]
             if info.get("error"):
@@ -355,11 +336,11 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                                   "hold GPU memory: `provision stop` ends them (launch --restart stops them first)"})
         mine |= set(left)
     strays = []
-    for s in discover.running_servers():
+    for s in installs.running_servers():
         if s["pid"] not in mine:
             strays.append(s)
     for pid in _sglang_children_orphans(mine):
-        strays.append({"pid": pid, "argv": discover._proc_cmdline(str(pid))})
+        strays.append({"pid": pid, "argv": procfs.cmdline(str(pid))})
     gpu = _nvidia()
     if gpu["available"]:
         tp = int(args.get("tp-size", 1))
@@ -394,7 +375,7 @@ def _sglang_children_orphans(exclude: set) -> list[int]:
     for p in os.listdir("/proc"):
         if not p.isdigit() or int(p) in exclude:
             continue
-        argv = discover._proc_cmdline(p)
+        argv = procfs.cmdline(p)
         joined = " ".join(argv)
         if "sglang" not in joined or "launch_server" in joined:
             continue
@@ -427,17 +408,16 @@ def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
     return gone
 
 
-def op_start(req: dict, bundle: bytes) -> dict:
-    from provision.remote import agent
+def op_start(req: ServerRequest, bundle: bytes) -> dict:
 
     prof = req["profile"]
     args = dict(prof["args"])
     port = int(args.get("port", 30000))
-    facts = agent._facts(req)
-    inst = agent._install(facts)
+    facts = installs.for_request(req)
+    inst = installs.chosen_install(facts)
     if inst is None:
         return {"ok": False, "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
-    owner, env_extra = discover.owner_python(inst)
+    owner, env_extra = installs.owner_python(inst)
     python = prof.get("python") or owner
     st = _server_state(req, port)
     replaced = None
@@ -753,7 +733,7 @@ def _stop(req: dict, rec: dict, grace: float) -> dict:
             "elapsed": round(time.monotonic() - t0, 2)}
 
 
-def op_stop(req: dict, bundle: bytes) -> dict:
+def op_stop(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -766,7 +746,7 @@ def op_stop(req: dict, bundle: bytes) -> dict:
     return res
 
 
-def op_probe(req: dict, bundle: bytes) -> dict:
+def op_probe(req: ServerRequest, bundle: bytes) -> dict:
     """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
@@ -799,7 +779,7 @@ def op_probe(req: dict, bundle: bytes) -> dict:
             "survivors": st.get("survivors") or []}
 
 
-def op_server_status(req: dict, bundle: bytes) -> dict:
+def op_server_status(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
     rec = st["record"]
@@ -820,7 +800,7 @@ def op_server_status(req: dict, bundle: bytes) -> dict:
     return out
 
 
-def op_logs(req: dict, bundle: bytes) -> dict:
+def op_logs(req: ServerRequest, bundle: bytes) -> dict:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -843,7 +823,7 @@ OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": o
        "server_status": op_server_status, "logs": op_logs}
 
 
-def op_smoke(req: dict, bundle: bytes) -> dict:
+def op_smoke(req: ServerRequest, bundle: bytes) -> dict:
     """One short native /generate request, timed; speculative stats from meta_info or /metrics."""
     port = int(req.get("port", 30000))
     rec = read_record(req, port) or {}

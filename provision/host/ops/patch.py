@@ -1,12 +1,14 @@
-"""The remote entry point: one request in (stdin), one JSON result out.  STDLIB ONLY.
+"""The patch ops: ``discover``, ``status``, ``patch`` and ``unpatch``.  STDLIB ONLY.
 
-Runs on the host under ``python3`` from PATH. When the SGLang install to edit is
-owned by another interpreter (a different Python binary), the agent re-runs the
-same bundle under that interpreter on the host itself, so the grammar that checks
-the edit is the one that will import the file. Still one SSH round trip.
+When the SGLang install to edit is owned by another interpreter (a different Python
+binary), the op re-runs the same bundle under that interpreter on the host itself, so
+the grammar that checks the edit is the one that will import the file. Still one SSH
+round trip.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import json
 import os
@@ -14,72 +16,32 @@ import subprocess
 import sys
 import time
 
-from provision.remote import discover
-from provision.remote.bootstrap import BOOTSTRAP, EVENT_PREFIX, RESULT_PREFIX, frame
-
-
-def default_state_dir() -> str:
-    if os.geteuid() == 0:
-        return "/var/lib/provision"
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "provision")
-
-
-def emit(obj: dict) -> None:
-    sys.stdout.write(RESULT_PREFIX + json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def event(obj: dict) -> None:
-    sys.stdout.write(EVENT_PREFIX + json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def module_resolver(pkg_dir: str):
-    """Map ``sglang.x.y`` to the file in this install, for base-class resolution."""
-    root = os.path.dirname(pkg_dir)
-
-    def resolve(modname: str):
-        if not (modname == "sglang" or modname.startswith("sglang.")):
-            return None
-        rel = modname.replace(".", "/")
-        for cand in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
-            try:
-                with open(cand, "rb") as fh:
-                    return fh.read()
-            except OSError:
-                continue
-        return None
-
-    return resolve
-
-
-def _facts(req: dict) -> dict:
-    return discover.discover(extra_interpreters=req.get("interpreters") or [],
-                             pinned=req.get("sglang_path"), configured_python=req.get("python"))
-
-
-def _install(facts: dict) -> dict | None:
-    for rec in facts["installs"]:
-        if rec["path"] == facts["chosen"]:
-            return rec
-    return None
+from provision.host.bootstrap import BOOTSTRAP, RESULT_PREFIX, frame
+from provision.host.engine import core
+from provision.host.facts import installs
+from provision.host.facts.servers import changed_at, restart_needed
+from provision.host.lib import procfs
+from provision.host.lib.hostlog import host_log
+from provision.host.lib.modules import make_resolver, module_name
+from provision.host.lib.paths import default_state_dir
+from provision.host.lib.state import read_state
+from provision.host.ops import fileops
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import DiscoverAnswer, DiscoverRequest, FileResult, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
 
 
 def _spec_file(install: dict, spec: dict) -> str:
     return os.path.join(install["path"], spec["file"])
 
 
-def op_discover(req: dict) -> dict:
-    return {"ok": True, "facts": _facts(req)}
+def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
+    return {"ok": True, "facts": installs.for_request(req)}
 
 
-def op_status(req: dict) -> dict:
-    from provision.remote import engine, fileops
-
-    facts = _facts(req)
+def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
+    facts = installs.for_request(req)
     out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
-    inst = _install(facts)
+    inst = installs.chosen_install(facts)
     if inst is None:
         return out
     spec = req.get("spec")
@@ -92,17 +54,17 @@ def op_status(req: dict) -> dict:
         except OSError as exc:
             out["patch"] = {"error": {"kind": "file-missing", "message": f"{path}: {exc.strerror}"}}
         else:
-            info = engine.inspect(src, spec, resolve_module=module_resolver(inst["path"]))
+            info = core.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
             info["file"] = path
             out["patch"] = info
             out["restart_needed"] = _stale_servers(facts, inst, path)
     if req.get("port"):
-        from provision.remote import server_ops
+        from provision.host.ops import server
 
-        out["server"] = server_ops.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
+        out["server"] = server.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
                                                      "health_timeout": req.get("health_timeout", 30)}, b"")
     try:
-        out["state"] = fileops.read_state(state_dir)
+        out["state"] = read_state(state_dir)
     except Exception as exc:  # noqa: BLE001 - status must never crash on a bad state file
         out["state_error"] = repr(exc)
     return out
@@ -112,19 +74,17 @@ def _stale_servers(facts: dict, inst: dict, path: str) -> list:
     """Pids of servers on this install that started before the file last changed. A process's
     start time comes from /proc/stat's btime, which is whole seconds: a server started less than
     a second after the change is not called stale."""
-    from provision.remote.restore_ops import changed_at, proc_start_epoch, restart_needed
-
     try:
         changed = changed_at(os.stat(path)) - 1.0
     except OSError:
         return []
-    servers = [dict(s, started=proc_start_epoch(s["pid"])) for s in facts.get("servers", [])]
+    servers = [dict(s, started=procfs.start_epoch(s["pid"])) for s in facts.get("servers", [])]
     return [s["pid"] for s in restart_needed(servers, inst["path"], changed)]
 
 
 def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
     """Re-run under the interpreter that owns the install, if it is a different binary."""
-    owner, _env = discover.owner_python(inst)
+    owner, _env = installs.owner_python(inst)
     if req.get("_stage") == "owner":
         return None
     if os.path.realpath(owner) == os.path.realpath(sys.executable):
@@ -148,13 +108,11 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
                                               + proc.stderr.decode('utf-8', 'replace').strip()[-400:]}}
 
 
-def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
-    from provision.remote import fileops
-
-    facts = _facts(req)
+def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAnswer:
+    facts = installs.for_request(req)
     if facts["error"]:
         return {"ok": False, "facts": facts, "error": facts["error"]}
-    inst = _install(facts)
+    inst = installs.chosen_install(facts)
     if inst is None:
         return {"ok": False, "facts": facts,
                 "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
@@ -174,23 +132,21 @@ def op_patch(req: dict, bundle: bytes, unpatch: bool = False) -> dict:
     spec = req["spec"]
     path = _spec_file(inst, spec)
     state_dir = req.get("state_dir") or default_state_dir()
-    common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")),
-                  kill_at=req.get("kill_at"))
+    common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")))
     if not os.path.lexists(path):
         return {"ok": False, "facts": facts,
                 "error": {"kind": "file-missing",
                           "message": f"{path} does not exist (spec {spec['name']} expects "
                                      f"{spec['file']} in the sglang package)"}}
     t0 = time.monotonic()
+    res: FileResult
     if unpatch:
         res = fileops.unpatch_file(path, spec, actor=req.get("actor"), **common)
     else:
         res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
-                                 resolve_module=module_resolver(inst["path"]), **common)
+                                 resolve_module=make_resolver(inst["path"]), **common)
     res["elapsed"] = round(time.monotonic() - t0, 4)
     if res.get("verdict") in ("patched", "repaired", "unpatched") and not req.get("check"):
-        from provision.remote.restore_ops import host_log
-
         host_log(f"{'unpatch' if unpatch else 'patch'} {res['verdict']}: {path} spec={spec['name']} "
                  f"sha256 {str(res.get('sha_before'))[:12]} -> {str(res.get('sha_after'))[:12]}")
     running = [s for s in servers if s.get("install") == inst["path"] and s["listening"]]
@@ -222,8 +178,8 @@ print(json.dumps({"importable": True, "class_found": c is not None,
 
 
 def verify_import(inst: dict, spec: dict) -> dict:
-    owner, env_extra = discover.owner_python(inst)
-    mod = "sglang." + spec["file"][:-3].replace("/", ".")
+    owner, env_extra = installs.owner_python(inst)
+    mod = module_name(spec["file"])
     names = ",".join(m["name"] for m in spec["methods"])
     try:
         proc = subprocess.run([owner, "-c", VERIFY_SNIPPET, mod, spec["class"], names], capture_output=True,
@@ -243,48 +199,8 @@ def verify_import(inst: dict, spec: dict) -> dict:
     return {"status": "ok", "why": "imported; every method is callable on the class"}
 
 
-def dispatch(req: dict, bundle: bytes) -> dict:
-    op = req.get("op")
-    if op == "discover":
-        return op_discover(req)
-    if op == "status":
-        return op_status(req)
-    if op == "patch":
-        return op_patch(req, bundle)
-    if op == "unpatch":
-        return op_patch(req, bundle, unpatch=True)
-    fn = extra_op(op)
-    if fn is not None:
-        return fn(req, bundle)
-    return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {op!r}"}}
+def op_unpatch(req: PatchRequest, bundle: bytes) -> PatchAnswer:
+    return op_patch(req, bundle, unpatch=True)
 
 
-# Ops that live in other remote modules (each exports OPS). Only the module an op needs is
-# imported: server_ops pulls in urllib/http, which a patch has no use for.
-OP_MODULES = {
-    "preflight": "server_ops", "start": "server_ops", "stop": "server_ops", "probe": "server_ops",
-    "server_status": "server_ops", "logs": "server_ops", "smoke": "server_ops",
-    "audit": "audit_ops",
-    "reconcile": "restore_ops", "backups": "restore_ops", "restore": "restore_ops",
-}
-
-
-def extra_op(op):
-    name = OP_MODULES.get(op)
-    if name is None:
-        return None
-    try:
-        mod = __import__(f"provision.remote.{name}", fromlist=["OPS"])
-    except ImportError:
-        return None
-    return getattr(mod, "OPS", {}).get(op)
-
-
-def _load_extra_ops() -> None:
-    """Kept for callers that want every op loaded (tests)."""
-
-
-def main(request: bytes, bundle: bytes) -> int:
-    from provision.remote.bootstrap import serve
-
-    return serve(dispatch, request, bundle)
+OPS = {"discover": op_discover, "status": op_status, "patch": op_patch, "unpatch": op_unpatch}

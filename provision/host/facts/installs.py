@@ -25,6 +25,11 @@ import socket
 import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
+
+from provision.host.lib.pkgmeta import git_root, package_version
+from provision.host.lib.procfs import cmdline as _proc_cmdline
+from provision.host.lib.procfs import environ as _proc_environ
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
@@ -147,41 +152,9 @@ CHECKOUT_GLOBS = [
     "/sgl-workspace/sglang/python/sglang",
 ]
 
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
-
 
 def _is_sglang_pkg(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "__init__.py")) and os.path.isdir(os.path.join(path, "srt", "models"))
-
-
-def package_version(pkg: str) -> str | None:
-    """Version of an sglang package dir read from its files (no import)."""
-    for name in ("_version.py", "version.py"):
-        try:
-            with open(os.path.join(pkg, name), encoding="utf-8") as fh:
-                m = _VERSION_RE.search(fh.read())
-        except OSError:
-            continue
-        if m:
-            return m.group(1)
-    pyproject = os.path.join(os.path.dirname(pkg), "pyproject.toml")
-    try:
-        with open(pyproject, encoding="utf-8") as fh:
-            m = re.search(r'^version\s*=\s*"([^"]+)"', fh.read(), re.M)
-        if m:
-            return m.group(1)
-    except OSError:
-        pass
-    return None
-
-
-def git_root(pkg: str) -> str | None:
-    d = os.path.realpath(pkg)
-    for _ in range(4):
-        d = os.path.dirname(d)
-        if os.path.exists(os.path.join(d, ".git")):
-            return d
-    return None
 
 
 # --------------------------------------------------------------------------- who may run code here
@@ -311,28 +284,6 @@ def candidate_interpreters(extra: list[str] | None = None) -> list[str]:
             if os.access(p, os.X_OK) and p not in seen:
                 seen.append(p)
     return seen
-
-
-def _proc_cmdline(pid: str) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return []
-
-
-def _proc_environ(pid: str) -> dict:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            items = fh.read().split(b"\0")
-    except OSError:
-        return {}
-    env = {}
-    for item in items:
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    return env
 
 
 def _flag(argv: list[str], *names: str, default: str | None = None) -> str | None:
@@ -528,6 +479,20 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                                 "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"}
     return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
             "chosen_reason": reason, "warnings": warnings, "error": error, "skipped": skipped}
+
+
+def for_request(req: Mapping[str, Any]) -> Any:
+    """Discovery as a request asks for it (extra interpreters, a pinned path, a configured python)."""
+    return discover(extra_interpreters=req.get("interpreters") or [],
+                             pinned=req.get("sglang_path"), configured_python=req.get("python"))
+
+
+def chosen_install(facts: Mapping[str, Any]) -> Any:
+    """The install record discovery chose, or None."""
+    for rec in facts["installs"]:
+        if rec["path"] == facts["chosen"]:
+            return rec
+    return None
 
 
 def owner_python(install: dict) -> tuple[str, dict]:

@@ -1,0 +1,51 @@
+"""The host's entry point: decode one request, dispatch it to its op, encode the answer.  STDLIB ONLY.
+
+Nothing else lives here. Each op is in provision/host/ops/; only the module an op needs is
+imported (the server ops pull in urllib/http, which a patch has no use for, and the
+reconcile op on an unchanged host compiles neither the engine core nor discovery).
+Nothing imports this module: the bootstrap runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from provision.host.bootstrap import serve
+from provision.host.lib import failpoints
+
+# op -> the ops module (provision.host.ops.<name>) whose OPS table has it
+OP_MODULES = {
+    "discover": "patch", "status": "patch", "patch": "patch", "unpatch": "patch",
+    "preflight": "server", "start": "server", "stop": "server", "probe": "server",
+    "server_status": "server", "logs": "server", "smoke": "server",
+    "audit": "audit",
+    "reconcile": "reconcile",
+    "backups": "restore", "restore": "restore",
+}
+
+
+def handler(op: Any) -> Callable[[Any, bytes], Any] | None:
+    name = OP_MODULES.get(op) if isinstance(op, str) else None
+    if name is None:
+        return None
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"provision.host.ops.{name}")
+    except ImportError:  # left out of this call's bundle
+        return None
+    fn: Callable[[Any, bytes], Any] | None = getattr(mod, "OPS", {}).get(op)
+    return fn
+
+
+def dispatch(req: dict, bundle: bytes) -> dict:
+    failpoints.configure(req.get("failpoints"))
+    fn = handler(req.get("op"))
+    if fn is None:
+        return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
+    out: dict = fn(req, bundle)
+    return out
+
+
+def main(request: bytes, bundle: bytes) -> int:
+    return serve(dispatch, request, bundle)

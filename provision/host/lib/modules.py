@@ -1,0 +1,44 @@
+"""SGLang module names and files: the one module resolver.  STDLIB ONLY (a leaf)."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+PACKAGE = "sglang"
+# SGLang model files are at most a few hundred KB. Parsing is ~2 s per MB on a
+# slow host, so anything far beyond that is refused instead of parsed.
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+
+Resolver = Callable[[str], Optional[bytes]]
+
+
+def module_name(spec_file: str) -> str:
+    """`srt/models/kimi_k25.py` -> `sglang.srt.models.kimi_k25`."""
+    parts = spec_file[:-3].split("/") if spec_file.endswith(".py") else spec_file.split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([PACKAGE] + parts)
+
+
+def make_resolver(package_dir: str) -> Resolver:
+    """resolve_module for the sglang package at `package_dir` (the directory that
+    holds srt/): `sglang.a.b` -> package_dir/a/b.py or package_dir/a/b/__init__.py."""
+    root = os.path.abspath(package_dir)
+
+    def resolve(name: str) -> bytes | None:
+        parts = name.split(".")
+        if parts[0] != PACKAGE or not all(p.isidentifier() for p in parts):
+            return None
+        base = os.path.join(root, *parts[1:])
+        for cand in (base + ".py", os.path.join(base, "__init__.py")):
+            try:
+                if os.path.getsize(cand) > MAX_SOURCE_BYTES:
+                    return None
+                with open(cand, "rb") as fh:
+                    return fh.read()
+            except OSError:
+                continue
+        return None
+
+    return resolve

@@ -1,0 +1,374 @@
+"""The `reconcile` op.  STDLIB ONLY.
+
+The agent imports only the modules an op needs, so reconcile on an unchanged host
+compiles this module and the few lib/ leaves it uses, not the engine core,
+discovery or the server modules (the control side leaves the audit and server
+modules out of its bundle altogether).
+
+reconcile, per host, in ONE call:
+
+* fast path: ``state.json`` names the spec's file, the file still holds exactly
+  the bytes our last patch wrote (sha256), its block marker carries a sha the
+  current spec renders (``block_shas`` from the control side: a changed spec is
+  re-rendered), the package version is the one recorded, the checkout (if git)
+  has no upstream commits to the file, and no SGLang server runs from another
+  install. Then: verdict
+  ``unchanged``; nothing is written, not even state; no interpreter is probed
+  unless a server is running (to learn which install it imports). Likewise a
+  file the control side saw native last time (``known_native``) and that is
+  byte-identical now is reported native without discovery.
+* slow path: full discovery, then ``classify`` (pure, below) over the facts:
+  the file's sha against our recorded sha and against the pristine reference
+  (the wheel's RECORD for installs; ``git rev-parse HEAD:<file>`` for git
+  checkouts; none otherwise), and engine.inspect for the method state.
+  ``wiped``/``unpatched``/``stale-block`` are re-patched in the same call
+  (through ops.patch.op_patch, so it behaves exactly like `provision patch`).
+
+Host-side logging: when one of these ops changes something (a re-patch, a
+restore, a cleaned state entry) it writes one line to the host's syslog through
+Python's ``syslog`` module (no subprocess, no extra round trip); nothing is
+logged on the fast path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import os
+import re
+import time
+
+from provision.host.engine import spec as spec_mod
+from provision.host.facts.servers import _fast_servers, _server_view, changed_at, restart_needed
+from provision.host.lib.hostlog import host_log
+from provision.host.lib.paths import default_state_dir
+from provision.host.lib.pkgmeta import git, git_blob_sha, git_facts, git_root, package_version, record_sha
+from provision.host.lib.state import read_bytes as _read
+from provision.host.lib.state import read_state
+from provision.host.lib.state import sha256 as _sha
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ReconcileAnswer, ReconcileRequest, Spec
+
+# --------------------------------------------------------------------------- light entry point
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+# --------------------------------------------------------------------------- pristine references
+
+
+# --------------------------------------------------------------------------- the pure classifier
+
+STATES = ("unchanged", "native", "wiped", "unpatched", "held", "stale-block", "foreign-edit", "blocked-git",
+          "missing-file", "error")
+ACTIONS = ("none", "patch", "clean-state", "refresh-state")
+
+
+def classify(f: dict) -> dict:
+    """Decide what reconcile does with one file.  Pure.
+
+    f (every key optional):
+      exists               the spec's file exists
+      parse_error          the engine could not read the class (message) or None
+      methods              {name: "native" | "ours" | "missing"} (engine.inspect)
+      block                our managed block is in the file
+      block_matches        ... and is exactly what the spec renders
+      hand_patch           methods appended at module level (`cat >> file`)
+      sha                  sha256 of the file now
+      recorded_op          the op state.json last recorded for the file ("patch", "unpatch", "restore") or None
+      recorded_sha_after   the sha256 that op left
+      recorded_version     the SGLang version it recorded
+      version              the SGLang version now
+      pristine             the file equals the release's own (RECORD / git HEAD): True, False, None (unknown)
+      unpatched_pristine   the file minus our block equals the release's own: True, False, None
+      git_behind           upstream commits the checkout lacks that change the file (None: not git or
+                           no upstream): with our local change in the file, `git pull` refuses them
+      recorded_by          who ran that op (user@control-host), recorded_time when
+      force                act on foreign edits too
+      include_held         re-patch a host held by an explicit `provision unpatch` too
+
+    An explicit `provision unpatch` is a decision: the host is "held" (left alone, who
+    and when in the reason) until `provision patch` runs on it again, or reconcile runs
+    with --include-held.
+
+    Returns {"state", "action", "reason"}: state in STATES, action in ACTIONS.
+    """
+    def out(state, action, reason):
+        return {"state": state, "action": action, "reason": reason}
+
+    force = bool(f.get("force"))
+    methods = f.get("methods") or {}
+    rec_op = f.get("recorded_op")
+    ver, rec_ver = f.get("version"), f.get("recorded_version")
+    moved = f" (SGLang {rec_ver} -> {ver})" if rec_ver and ver and rec_ver != ver else ""
+    if not f.get("exists"):
+        return out("missing-file", "none", "the spec's file does not exist in this install")
+    if f.get("parse_error"):
+        if f.get("pristine") is False:
+            return out("foreign-edit", "none", f"someone edited the file and the engine cannot read it: "
+                                                f"{f['parse_error']}; fix or reinstall it, then reconcile")
+        return out("error", "none", f"the spec does not fit this file: {f['parse_error']}")
+    if methods and all(v == "native" for v in methods.values()):
+        if f.get("block"):
+            return out("native", "patch", "the methods are native now and our old block duplicates them")
+        if rec_op is not None:
+            return out("native", "clean-state", f"the methods are native{moved}")
+        return out("native", "none", "the methods are native")
+    if f.get("hand_patch"):
+        return out("foreign-edit", "patch" if force else "none",
+                   "a hand patch (methods appended at module level)"
+                   + ("" if force else "; left alone (--force repairs it)"))
+    if f.get("block"):
+        intact = rec_op == "patch" and f.get("sha") is not None and f.get("sha") == f.get("recorded_sha_after")
+        clean = intact or f.get("unpatched_pristine") is not False
+        if not clean:
+            if force and f.get("block_matches"):
+                return out("unchanged", "refresh-state", "our block is in place; other lines differ from the "
+                                                         "release (--force: adopted as the patched state)")
+            return out("foreign-edit", "patch" if force else "none",
+                       "our block is there but other lines differ from the release"
+                       + ("" if force else "; left alone (--force adopts the file as it is)"))
+        if f.get("block_matches") and all(v in ("native", "ours") for v in methods.values()):
+            if f.get("git_behind"):
+                return out("blocked-git", "none",
+                           f"our patch is a local change in a git checkout whose upstream has {f['git_behind']} "
+                           "new commit(s) to this file: `git pull` refuses them. Run `provision unpatch`, "
+                           "`git pull`, then `provision reconcile`")
+            fresh = intact and (rec_ver is None or ver is None or rec_ver == ver)
+            return out("unchanged", "none" if fresh else "refresh-state", "our patch is in place")
+        return out("stale-block", "patch", "our block does not match the spec (or a method became native)")
+    if rec_op == "unpatch" and not f.get("include_held"):
+        who = f.get("recorded_by") or "an unknown user"
+        when = f.get("recorded_time") or "an unknown time"
+        return out("held", "none", f"held: `provision unpatch` by {who} at {when}; left alone until "
+                                   "`provision patch` runs on it (or reconcile --include-held)")
+    if f.get("pristine") is False:
+        return out("foreign-edit", "patch" if force else "none",
+                   "the methods are missing and the file differs from the release's own (someone edited it)"
+                   + ("" if force else "; left alone (--force patches it)"))
+    if rec_op == "patch":
+        if moved:
+            why = f"SGLang changed{moved}"
+        elif f.get("pristine"):
+            why = "the file is the release's own again (SGLang reinstalled)"
+        else:
+            why = "the file was replaced"
+        return out("wiped", "patch", f"our block is gone: {why}")
+    last = f" (the last provision op on it was {rec_op})" if rec_op else ""
+    return out("unpatched", "patch", f"the methods are missing{last}")
+
+
+# --------------------------------------------------------------------------- state edits
+
+def _edit_state(state_dir: str, real: str, update: dict | None) -> None:
+    """Drop (update None) or update the state entry of `real` (making one if there is
+    none), under the host lock."""
+    from provision.host.ops import fileops
+
+    lock = fileops._Lock(state_dir, 30)
+    try:
+        state = read_state(state_dir)
+        if update is None:
+            if state.pop(real, None) is None:
+                return
+        else:
+            state[real] = dict(state.get(real) or {"op": "patch", "verdict": "adopted", "backup": None},
+                               **update, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        fileops._write_json(os.path.join(state_dir, fileops.STATE_NAME), state)
+    finally:
+        lock.release()
+
+
+# --------------------------------------------------------------------------- reconcile
+
+
+
+def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
+    """Does the file's begin marker carry a block sha the current spec renders? The
+    control side sends every sha the spec can render (engine._block_sha of each subset
+    of its methods: some may be native), so no engine is needed here."""
+    if not block_shas:
+        return False
+    m = re.search(rb"^[ \t\f]*" + re.escape(f"{spec_mod.BEGIN_MARK} spec={spec_name} sha=".encode()) + rb"([0-9a-fA-F]+)",
+                  data, re.M)
+    return m is not None and m.group(1).decode() in set(block_shas)
+
+
+def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
+    """The unchanged fast path, or None when a full look is needed."""
+    state = read_state(state_dir)
+    rel = spec["file"]
+    cands = [(p, e) for p, e in state.items()
+             if isinstance(e, dict) and e.get("spec") == spec["name"] and p.endswith("/" + rel)]
+    if req.get("sglang_path"):
+        want = os.path.realpath(os.path.join(req["sglang_path"], rel))
+        cands = [(p, e) for p, e in cands if p == want]
+    if len(cands) != 1:
+        return None
+    path, entry = cands[0]
+    if entry.get("op") != "patch" or not entry.get("sha256_after"):
+        return None
+    try:
+        st = os.stat(path)
+        data = _read(path)
+    except OSError:
+        return None
+    sha = _sha(data)
+    if sha != entry["sha256_after"]:
+        return None
+    if not _block_is_current(data, spec["name"], req.get("block_shas")):
+        return None  # the spec changed since that patch (or no hint): look closer
+    pkg = path[: -len(rel) - 1]
+    version = package_version(pkg)
+    if version and entry.get("sglang_version") and version != entry["sglang_version"]:
+        return None
+    root = None if ("site-packages" in pkg or "dist-packages" in pkg) else git_root(pkg)
+    if root is not None:
+        behind = git(root, "rev-list", "--count", "HEAD..@{u}", "--", os.path.relpath(path, root))
+        if behind and behind.isdigit() and int(behind) > 0:
+            return None  # upstream moved on: maybe blocked-git, look closer
+    servers = _fast_servers(req.get("known_servers"))
+    if any(s["install"] and s["install"] != pkg for s in servers):
+        return None  # a server imports another install: discovery would choose that one
+    stale = restart_needed(servers, pkg, changed_at(st))
+    return {"ok": True, "path": "fast", "state": "unchanged", "action": "none", "reason": "our patch is in place",
+            "file": path, "install": pkg, "version": version or entry.get("sglang_version"), "sha": sha,
+            "servers": servers, "restart_needed": [s["pid"] for s in stale], "notes": []}
+
+
+def _fast_native(req: dict, spec: dict, state_dir: str) -> dict | None:
+    """A file the control side saw native last time (``known_native``: path, sha256,
+    version, for this same spec) and that is byte-identical now is still native."""
+    kn = req.get("known_native") or {}
+    path, rel = kn.get("file"), spec["file"]
+    if not path or not kn.get("sha") or not path.endswith("/" + rel):
+        return None
+    if req.get("sglang_path") and os.path.realpath(os.path.join(req["sglang_path"], rel)) != path:
+        return None
+    if path in read_state(state_dir):
+        return None  # stale state to drop: the full path does that
+    try:
+        data = _read(path)
+    except OSError:
+        return None
+    if _sha(data) != kn["sha"]:
+        return None
+    pkg = path[: -len(rel) - 1]
+    version = package_version(pkg)
+    if version and kn.get("version") and version != kn["version"]:
+        return None
+    servers = _fast_servers(req.get("known_servers"))
+    if any(s["install"] and s["install"] != pkg for s in servers):
+        return None
+    return {"ok": True, "path": "fast", "state": "native", "action": "none", "reason": "the methods are native",
+            "file": path, "install": pkg, "version": version or kn.get("version"), "sha": kn["sha"],
+            "servers": servers, "restart_needed": [], "notes": []}
+
+
+def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
+    t0 = time.monotonic()
+    spec = req["spec"]
+    state_dir = req.get("state_dir") or default_state_dir()
+    ans = _fast(req, spec, state_dir) or _fast_native(req, spec, state_dir)
+    if ans is not None:
+        ans["elapsed"] = round(time.monotonic() - t0, 4)
+        return ans
+    ans = _full(req, bundle, spec, state_dir)
+    ans["elapsed"] = round(time.monotonic() - t0, 4)
+    return ans
+
+
+def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
+    from provision.host.engine import core as engine
+    from provision.host.facts import installs
+    from provision.host.lib.modules import make_resolver
+    from provision.host.ops import patch
+
+    facts = installs.for_request(req)
+    slim = {"installs": facts.get("installs"), "chosen": facts.get("chosen"),
+            "chosen_reason": facts.get("chosen_reason"), "error": facts.get("error")}
+    if facts.get("error"):
+        return {"ok": False, "path": "full", "facts": slim, "error": facts["error"]}
+    inst = installs.chosen_install(facts)
+    if inst is None:
+        return {"ok": False, "path": "full", "facts": slim,
+                "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
+    path = os.path.join(inst["path"], spec["file"])
+    real = os.path.realpath(path)
+    servers = [_server_view(s) for s in facts.get("servers") or []]
+    base = {"ok": True, "path": "full", "facts": slim, "file": real, "install": inst["path"],
+            "version": inst.get("version"), "kind": inst.get("kind"), "git": inst.get("git"),
+            "servers": servers, "notes": [], "restart_needed": []}
+    entry = read_state(state_dir).get(real) or {}
+    f = {"exists": os.path.isfile(real), "force": bool(req.get("force")), "version": inst.get("version"),
+         "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
+         "recorded_version": entry.get("sglang_version"), "recorded_by": entry.get("by"),
+         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held"))}
+    if f["exists"]:
+        try:
+            src = _read(real)
+        except OSError as exc:
+            return dict(base, ok=False, error={"kind": "io", "message": f"cannot read {real}: {exc.strerror}"})
+        f["sha"] = base["sha"] = _sha(src)
+        info = engine.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
+        f["parse_error"] = (info.get("error") or {}).get("message")
+        f["methods"] = info.get("methods") or {}
+        f["block"] = bool((info.get("block") or {}).get("present"))
+        f["block_matches"] = bool((info.get("block") or {}).get("matches"))
+        f["hand_patch"] = bool(info.get("hand_patch"))
+        base["methods"] = f["methods"]
+        unpatched = None
+        if f["block"]:
+            plan = engine.plan_unpatch(src, spec)
+            unpatched = plan.get("new") if plan.get("verdict") == "unpatched" else None
+        ref = None
+        rel_in_dist = "sglang/" + spec["file"]
+        if inst.get("dist_info"):
+            ref = record_sha(inst["dist_info"], rel_in_dist)
+            if ref is not None:
+                base["reference"] = "RECORD"
+                f["pristine"] = f["sha"] == ref
+                if unpatched is not None:
+                    f["unpatched_pristine"] = _sha(unpatched) == ref
+        if ref is None and inst.get("git"):
+            g = git_facts(inst["git"], real)
+            base["git_facts"] = g
+            f["git_behind"] = g["behind"]
+            if g["head_blob"]:
+                base["reference"] = "git HEAD"
+                f["pristine"] = git_blob_sha(src) == g["head_blob"]
+                if unpatched is not None:
+                    f["unpatched_pristine"] = git_blob_sha(unpatched) == g["head_blob"]
+    decision = classify(f)
+    base.update(decision)
+    base["classifier_input"] = {k: v for k, v in f.items() if k != "methods"}
+    check = bool(req.get("check"))
+    action = decision["action"]
+    if action == "patch" and not check:
+        sub = dict(req, op="patch", sglang_path=inst["path"], check=False, force=False)
+        ans = patch.op_patch(sub, bundle)
+        ans.pop("facts", None)
+        base["patch"] = ans
+        res = ans.get("result") or {}
+        if res.get("verdict") in ("patched", "repaired"):
+            host_log(f"reconcile re-patched {real} ({decision['state']}; spec {spec['name']}; "
+                     f"sha256 {res.get('sha_before', '')[:12]} -> {res.get('sha_after', '')[:12]})")
+    elif action == "clean-state" and not check:
+        _edit_state(state_dir, real, None)
+        base["state_cleaned"] = True
+        host_log(f"reconcile: {real} has the methods natively; dropped provision's state entry")
+    elif action == "refresh-state" and not check:
+        _edit_state(state_dir, real, {"op": "patch", "sglang_version": inst.get("version"),
+                                      "sha256_after": f.get("sha"), "spec": spec["name"]})
+        base["state_refreshed"] = True
+    if f["exists"]:
+        try:
+            changed = changed_at(os.stat(real))
+        except OSError:
+            changed = time.time()
+        base["restart_needed"] = [s["pid"] for s in restart_needed(servers, inst["path"], changed)]
+    return base
+
+
+OPS = {"reconcile": op_reconcile}

@@ -1,0 +1,312 @@
+"""The messages between the control machine and the host agent, typed.  STDLIB ONLY, Python 3.10.
+
+One request (JSON) in, one answer (JSON) out, per op. Each op's request and answer is a
+``TypedDict`` here; the ops (provision/host/ops/) are annotated with them and the control
+side's tasks read answers through them, so mypy (see pyproject.toml, ``.ci/run``) finds a
+misspelt or missing key before a user does. Every key is optional on the wire
+(``total=False``: Python 3.10 has no ``NotRequired``), except where a class says otherwise.
+
+Imported by the host (shipped in the bundle) and by the control side: it imports nothing
+of provision.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, TypedDict
+
+
+# --------------------------------------------------------------------------- shared parts
+
+class ErrorInfo(TypedDict, total=False):
+    kind: str          # an engine or op error kind ("file-missing", "locked", "internal", ...)
+    message: str       # one sentence the user can act on
+    traceback: str     # only for kind "internal"
+
+
+class MethodSpec(TypedDict, total=False):
+    name: str
+    params: str
+
+
+# A patch spec as the engine consumes it (PatchSpec.to_engine(); engine/spec.validate_spec).
+# `class` is a keyword, hence the functional form. file: relative to the sglang package.
+Spec = TypedDict("Spec", {"name": str, "file": str, "class": str, "delegate": str,
+                          "methods": List[MethodSpec], "unit": Optional[str]}, total=False)
+
+
+class Install(TypedDict, total=False):
+    """One SGLang install discovery found (facts/installs.py)."""
+    path: str
+    kind: str          # "site-packages", "source", ...
+    python: Optional[str]
+    version: Optional[str]
+    dist_info: Optional[str]
+    direct_url: Any
+    git: Optional[str]
+    owner: Any
+
+
+class Server(TypedDict, total=False):
+    pid: int
+    port: Optional[int]
+    listening: Optional[bool]
+    install: Optional[str]
+    started: Optional[float]
+    argv: List[str]
+
+
+class Facts(TypedDict, total=False):
+    """discover()'s answer."""
+    installs: List[Install]
+    chosen: Optional[str]
+    chosen_reason: Optional[str]
+    servers: List[Server]
+    interpreters: List[Any]
+    warnings: List[str]
+    error: Optional[ErrorInfo]
+
+
+class Request(TypedDict, total=False):
+    """What every request may carry."""
+    op: str
+    failpoints: str            # PROVISION_FAILPOINTS, forwarded (lib/failpoints.py)
+    state_dir: Optional[str]
+    check: bool
+    diff: bool
+    force: bool
+    sglang_path: Optional[str]
+    python: Optional[str]
+    interpreters: List[str]
+    timeout: float
+    _stage: str                # "owner": the re-run under the install's own interpreter
+
+
+class Answer(TypedDict, total=False):
+    """What every answer may carry."""
+    ok: bool
+    error: Optional[ErrorInfo]
+    facts: Facts
+    host_python: str           # added by bootstrap.serve
+
+
+# --------------------------------------------------------------------------- engine values
+
+class BlockInfo(TypedDict, total=False):
+    present: bool
+    sha: Optional[str]
+    expected_sha: Optional[str]
+    matches: Optional[bool]    # our block is exactly what the spec renders
+    names: List[str]
+
+
+# engine.core.inspect: read-only facts about one file and spec (status, audit, reconcile).
+# methods: name -> "native" | "ours" | "missing".
+Inspection = TypedDict("Inspection", {
+    "class": Optional[str], "methods": Dict[str, str], "native_via": Dict[str, str], "block": BlockInfo,
+    "hand_patch": bool, "hand_patch_form": Optional[str], "hand_patch_defs": List[Any],
+    "module_level_leftovers": List[str], "notes": List[str], "planned_verdict": Optional[str],
+    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str}, total=False)
+
+
+class Core(TypedDict):
+    """The engine core's analysis of one file (engine.core._core), consumed by plan_patch,
+    check_structure and inspect. Internal to the engine, typed so its 20 keys are checked."""
+    s: Dict[str, Any]          # the validated spec
+    enc: str
+    text: str
+    work: str
+    new_text: str
+    doc: Any
+    hand: Any
+    leftovers: List[str]
+    native: List[str]
+    via: Dict[str, str]
+    ours: List[str]
+    want: List[str]
+    notes: List[str]
+    block_matches: bool
+    cls: Any
+    old_ours: List[str]
+    resolver: Any
+    mod: Any
+    inherited: Any
+    base: str
+
+
+class FileResult(TypedDict, total=False):
+    """The write transaction's result for one file (ops/fileops.py: patch/unpatch/restore_file)."""
+    verdict: str               # "patched" "repaired" "unchanged" "unpatched" "absent" "restored" "failed"
+    file: str
+    real_file: Optional[str]
+    added: List[str]
+    native: List[str]
+    kept: List[str]
+    updated: bool
+    repaired: List[str]
+    module_level_leftovers: List[str]
+    removed: List[str]
+    notes: List[str]
+    diff: Optional[str]
+    sha_before: Optional[str]
+    sha_after: Optional[str]
+    backup: Optional[str]
+    check: bool
+    error: Optional[ErrorInfo]
+    bytes_sha: str
+    listing: List[str]
+    elapsed: float
+    restart_needed: bool
+    verify_import: Dict[str, str]
+    chosen: Dict[str, Any]     # restore: the backup put back
+
+
+# --------------------------------------------------------------------------- patch ops
+
+class DiscoverRequest(Request, total=False):
+    pass
+
+
+class DiscoverAnswer(Answer, total=False):
+    pass
+
+
+class StatusRequest(Request, total=False):
+    spec: Spec
+    port: Optional[int]
+    health_timeout: float
+
+
+class StatusAnswer(Answer, total=False):
+    patch: Inspection
+    restart_needed: List[int]
+    server: Dict[str, Any]
+    state: Dict[str, Any]
+    state_error: str
+
+
+class PatchRequest(Request, total=False):
+    spec: Spec
+    verify_import: bool
+    actor: Optional[str]       # unpatch: who (user@control-host), recorded on the host
+
+
+class PatchAnswer(Answer, total=False):
+    result: FileResult
+
+
+# --------------------------------------------------------------------------- fleet ops
+
+class ReconcileRequest(Request, total=False):
+    spec: Spec
+    include_held: bool
+    block_shas: List[str]
+    known_native: Dict[str, Any]
+    known_servers: List[Dict[str, Any]]
+
+
+class ReconcileAnswer(Answer, total=False):
+    path: str                  # "fast" or "full": how the answer was reached
+    state: str                 # ops.reconcile.STATES
+    action: str                # ops.reconcile.ACTIONS
+    reason: str
+    file: str
+    install: str
+    version: Optional[str]
+    kind: Optional[str]
+    git: Optional[str]
+    sha: str
+    methods: Dict[str, str]
+    reference: str
+    git_facts: Dict[str, Any]
+    servers: List[Server]
+    restart_needed: List[int]
+    notes: List[str]
+    patch: PatchAnswer
+    state_cleaned: bool
+    state_refreshed: bool
+    classifier_input: Dict[str, Any]
+    elapsed: float
+
+
+class BackupsRequest(Request, total=False):
+    spec: Spec
+    file: Optional[str]
+
+
+class BackupsAnswer(Answer, total=False):
+    file: Optional[str]
+    install: Optional[str]
+    version: Optional[str]
+    current_sha: Optional[str]
+    state_dir: str
+    backups: List[Dict[str, Any]]
+
+
+class RestoreRequest(BackupsRequest, total=False):
+    backup: Optional[str]      # a backup id (sha prefix); None: the latest
+    original: bool
+    journal_last: Optional[Dict[str, Any]]
+
+
+class RestoreAnswer(BackupsAnswer, total=False):
+    chosen: Dict[str, Any]
+    result: FileResult
+
+
+class AuditRequest(Request, total=False):
+    specs: List[Spec]
+
+
+class AuditAnswer(Answer, total=False):
+    audit: Dict[str, Any]
+    spec_states: Dict[str, Dict[str, Any]]
+
+
+# --------------------------------------------------------------------------- server ops
+
+class ServerRequest(Request, total=False):
+    """preflight, start, stop, probe, server_status, logs, smoke."""
+    port: Optional[int]
+    spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    profile: Dict[str, Any]
+    profile_name: str
+    profile_digest: str
+    secrets: Dict[str, str]
+    persistent: bool
+    restart: bool
+    confirm: bool
+    offline: bool
+    grace: float
+    tree_grace: float
+    health_timeout: float
+    health_url: Optional[str]
+    log_dir: Optional[str]
+    lines: int
+    offset: int
+    max_bytes: int
+    prompt: str
+    max_new_tokens: int
+
+
+class ServerAnswer(Answer, total=False):
+    """The server ops' answers: a state record and what was done (see ops/server.py)."""
+    server: Dict[str, Any]
+    state: str
+    pid: Optional[int]
+    port: int
+    health: Optional[int]
+    log: str
+    notes: List[str]
+
+
+# op name -> (request type, answer type): the table tasks/ and the agent agree on
+OPS: Dict[str, Any] = {
+    "discover": (DiscoverRequest, DiscoverAnswer), "status": (StatusRequest, StatusAnswer),
+    "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
+    "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
+    "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),
+    "preflight": (ServerRequest, ServerAnswer), "start": (ServerRequest, ServerAnswer),
+    "stop": (ServerRequest, ServerAnswer), "probe": (ServerRequest, ServerAnswer),
+    "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
+    "smoke": (ServerRequest, ServerAnswer),
+}

@@ -1,0 +1,118 @@
+"""`provision spec new`: a patch spec drafted from an audit gap, and its YAML.  Control side only.
+
+Pure: an audit record in, a spec dict / YAML text out. Kept off the hosts (the audit
+itself runs there, provision/host/engine/audit.py; drafting a spec never does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+from provision.host.engine.audit import DEFAULT_PARAMS, SPEC_METHODS
+
+
+_SUFFIXES = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel")
+
+
+def _kebab(class_name: str) -> str:
+    base = class_name
+    for suffix in _SUFFIXES:
+        if base.endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    words = []
+    for chunk in re.split(r"[\W_]+", base):
+        words += re.findall(r"[A-Z]+[0-9]*(?=[A-Z][a-z]|$)|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+", chunk)
+    return "-".join(w.lower() for w in words if w) or "model"
+
+
+def spec_for(gap: dict, allow_conditional: bool = False) -> dict:
+    """The patch spec (the dict the patch engine consumes) for one gap from audit_models().
+
+    Lists, in the order set_eagle3_layers_to_capture, get_embed_and_head,
+    set_embed_and_head, only the methods the wrapper doesn't already have (a
+    second definition next to a native one would silently replace it), each with
+    the parameter list the inner class defines.
+    """
+    for key in ("class", "file", "attr", "verdict"):
+        if not gap.get(key):
+            raise ValueError(f"the gap record has no {key!r}: pass a record from audit_models()['wrappers'].")
+    cls, verdict, reason = gap["class"], gap["verdict"], gap.get("reason", "")
+    if verdict in ("needs-more", "unknown"):
+        raise ValueError(f"{cls} is {verdict}, so delegating methods cannot fix it: {reason}")
+    if verdict == "conditional" and not allow_conditional:
+        lacking = " or ".join(gap.get("inner_lack") or []) or "an inner class without the methods"
+        raise ValueError(
+            f"{cls} is conditional: its inner model may be {lacking}, which lacks the EAGLE-3 "
+            "methods; pass allow_conditional=True to patch it anyway."
+        )
+    if verdict not in ("fixable", "conditional"):
+        raise ValueError(f"{cls} has an unrecognised verdict {verdict!r}.")
+    already = set(gap.get("has") or [])
+    params = gap.get("methods") or {}
+    methods = [{"name": m, "params": params.get(m) or DEFAULT_PARAMS[m]} for m in SPEC_METHODS if m not in already]
+    return {
+        "name": _kebab(cls) + "-eagle3",
+        "file": gap["file"],
+        "class": cls,
+        "delegate": gap["attr"],
+        "methods": methods,
+    }
+
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "none"}
+
+
+def _scalar(value) -> str:
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _commented(line: str, comment: str, column: int = 40) -> str:
+    """``line`` with ``# comment`` starting at ``column`` (0-based), as in the shipped playbooks."""
+    return f"{line.ljust(column)}# {comment}" if len(line) < column else f"{line}  # {comment}"
+
+
+def spec_yaml(spec: dict, source_note: str) -> str:
+    """Render ``spec`` as a playbook in the layout of playbooks/kimi-k25-eagle3.yaml.
+
+    ``source_note`` becomes the header comment (where the spec came from).
+    yaml.safe_load of the result gives {"name", "description", "patch": {file,
+    class, delegate, methods: [{name, params}]}}.
+    """
+    for key in ("name", "file", "class", "delegate", "methods"):
+        if key not in spec:
+            raise ValueError(f"the spec has no {key!r}: build it with spec_for().")
+    lines = [("# " + line).rstrip() for line in (str(source_note or "").splitlines() or [""])]
+    lines += [
+        "#",
+        "#   patch:  the delegation methods `provision patch` injects into the wrapper class",
+        "#           (only those it lacks; each forwards to the inner model).",
+        "# `provision patch --spec FILE` reads `patch:`.",
+        f"name: {_scalar(spec['name'])}",
+    ]
+    description = (
+        f"EAGLE-3 delegation for {spec['class']}, which holds its inner model as "
+        f"self.{spec['delegate']}."
+    )
+    if description.isprintable():
+        lines.append("description: >-")
+        lines += ["  " + w for w in textwrap.wrap(description, 76, break_on_hyphens=False, break_long_words=False)]
+    else:
+        lines.append(f"description: {json.dumps(description)}")
+    lines += [
+        "patch:",
+        _commented(f"  file: {_scalar(spec['file'])}", "relative to the `sglang` package directory"),
+        f"  class: {_scalar(spec['class'])}",
+        _commented(f"  delegate: {_scalar(spec['delegate'])}", "the attribute that holds the inner model"),
+        "  methods:",
+    ]
+    for m in spec["methods"]:
+        lines.append(f"    - name: {_scalar(m['name'])}")
+        lines.append(f"      params: {json.dumps(str(m['params']))}")
+    return "\n".join(lines) + "\n"

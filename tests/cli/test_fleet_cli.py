@@ -303,7 +303,7 @@ def test_history_and_restore(hosts, ssh_env, env):
 # --------------------------------------------------------------------------- (d) the control lock
 
 def test_second_reconcile_while_locked_exits_7(hosts, ssh_env, env):
-    from provision.lock import ControlLock
+    from provision.control.lock import ControlLock
 
     src = hosts["src"]
     before = snapshot([src])

@@ -8,8 +8,8 @@ import shlex
 import click
 from click.testing import CliRunner
 
-from provision.cli import main
-from provision.cli_fleet import LOCAL_PATHS, NOT_FORWARDED, reconcile, schedule
+from provision.cli.main import main
+from provision.cli.fleet import LOCAL_PATHS, NOT_FORWARDED, reconcile, schedule
 
 INVENTORY = "hosts:\n  gpu01: {address: 10.0.0.1}\n"
 
@@ -87,7 +87,7 @@ def test_schedule_needs_hosts_and_checks_options_now(tmp_path, monkeypatch):
 
 
 def test_cron_line_for_a_user_makes_its_log_directory():
-    from provision.reconcile import render_units
+    from provision.tasks.schedule import render_units
 
     home_log = "/home/ops/.local/state/provision/reconcile.log"
     cron = render_units(["/usr/local/bin/provision", "reconcile", "-i", "/home/ops/inv.yaml"], 900,

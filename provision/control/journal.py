@@ -7,7 +7,7 @@ to change one), so the journal answers "who changed what, when, from which sha
 to which".
 
 Never holds secrets: results carry none, and ``detail`` still goes through
-``provision.redact`` (when that module exists) before it is written.
+``provision.logs.redact`` (when that module exists) before it is written.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def actor() -> str:
 
 def _redact(text: str) -> str:
     try:
-        from provision.redact import redact
+        from provision.logs.redact import redact
     except ImportError:
         return text
     return redact(text or "")

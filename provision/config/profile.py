@@ -150,16 +150,6 @@ def render_flags(args: dict) -> list[str]:
     return out
 
 
-def render_config_yaml(values: dict) -> str:
-    """A `--config FILE` body: flat keys, each value a JSON scalar (valid YAML)."""
-    lines = ["# written by provision; readable only by its owner (holds secrets)"]
-    for k, v in values.items():
-        if isinstance(v, (dict, list)):
-            v = json.dumps(v)
-        lines.append(f"{k}: {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
 def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> dict:
     """Secrets from the control machine: PROVISION_API_KEY, PROVISION_ADMIN_API_KEY, HF_TOKEN (or *_FILE)."""
     env = environ if environ is not None else os.environ
@@ -186,3 +176,18 @@ def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> 
 
 def is_hub_id(path: str) -> bool:
     return not (path.startswith("/") or path.startswith(".") or path.startswith("~")) and path.count("/") == 1
+
+
+def host_profile(host, profile: str | None = None, overrides: dict | None = None, python: str | None = None):
+    """(Profile, the playbook's patch spec or None) for one inventory host: the playbook named by
+    `profile` (else the host's `profile:`, else the default), its `launch:` merged with the host's
+    variables and `overrides`. ConfigError when the playbook has no `launch:` section."""
+    from provision.config.playbook import load_playbook
+
+    pb = load_playbook(profile or host.get("profile"))
+    if pb.launch is None:
+        raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
+    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, dict(overrides or {}))
+    if python:
+        prof = Profile(**{**prof.__dict__, "python": python})
+    return prof, pb.patch

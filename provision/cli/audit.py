@@ -6,13 +6,13 @@ import sys
 
 import click
 
-from provision.cli import fleet_options, run_fleet
+from provision.cli.main import fleet_options, install_options, run_fleet
 from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
-from provision.results import HostResult
+from provision.output.results import HostResult
 
 
 def known_specs(extra: str | None = None) -> list:
-    from provision.playbook import PACKAGE_PLAYBOOKS, load_playbook
+    from provision.config.playbook import PACKAGE_PLAYBOOKS, load_playbook
 
     specs = []
     paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
@@ -50,8 +50,7 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
 @click.command()
 @fleet_options
 @click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides the shipped playbooks).")
-@click.option("--sglang-path", metavar="DIR", help="Pin the install (the `sglang` package directory).")
-@click.option("--python", "python_", metavar="PATH", help="Interpreter whose SGLang to audit.")
+@install_options
 def audit(ctx, spec, sglang_path, python_):
     """Find every SGLang wrapper model whose EAGLE-3 methods are missing.
 
@@ -86,7 +85,7 @@ def audit(ctx, spec, sglang_path, python_):
 
     code = run_fleet(ctx, "audit", fn, columns=["host", "verdict", "version", "detail", "elapsed"])
     if not ctx.as_json:
-        from provision.report import print_table
+        from provision.output.report import print_table
 
         cols = ["class", "verdict", "attr", "missing", "covered_by", "state", "why"]
         for r in collected:
@@ -113,20 +112,17 @@ def spec():
 @fleet_options
 @click.option("--allow-conditional", is_flag=True,
               help="Also write specs for conditionally fixable wrappers (right only for some inner models).")
-@click.option("--sglang-path", metavar="DIR",
-              help="Pin the install to read: the `sglang` package directory (the one holding srt/).")
-@click.option("--python", "python_", metavar="PATH",
-              help="Interpreter whose SGLang to read (default: the host's `python:`, then discovery).")
+@install_options
 def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     """Write a patch spec for CLASS from the host's SGLang source (to stdout).
 
     \b
     provision spec new KimiVLForConditionalGeneration --host gpu01 > playbooks/kimi-vl-eagle3.yaml
     """
-    from provision.cli import selected_hosts
-    from provision.playbook import parse_playbook
+    from provision.cli.main import selected_hosts
+    from provision.config.playbook import parse_playbook
     from provision.remote import audit as audit_mod
-    from provision.runner import Fleet
+    from provision.control.runner import Fleet
 
     hosts = selected_hosts(ctx)
     if len(hosts) != 1:

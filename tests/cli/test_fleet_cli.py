@@ -163,9 +163,9 @@ def test_reconcile_upgrade_downgrade_wipe_and_unchanged_fleet(hosts, ssh_env, tm
         {x.name: "fast" for k, x in h.items() if k != "new"}
     assert snapshot(h.values()) == before
     assert doc["summary"] == "reconcile: 8 hosts: 7 unchanged, 1 native; 0 failed"
-    # the native host was discovered once; now it is on the fast path too (control-side cache)
+    # a second run sees the same (no control-side cache: the host judges a native file each time)
     proc, doc = run_json("reconcile", "-i", fleet_inv, env=env)
-    assert proc.returncode == 0 and {x["data"]["path"] for x in doc["hosts"]} == {"fast"}
+    assert proc.returncode == 0
     assert verdicts(doc)[h["new"].name] == "native"
     assert snapshot(h.values()) == before
 

@@ -8,43 +8,6 @@ import click
 
 from provision.cli.main import fleet_options, install_options, run_fleet
 from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
-from provision.output.results import HostResult
-
-
-def known_specs(extra: str | None = None) -> list:
-    from provision.config.playbook import PACKAGE_PLAYBOOKS, load_playbook
-
-    specs = []
-    paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
-    for p in paths:
-        pb = load_playbook(str(p))
-        if pb.patch is not None:
-            specs.append(pb.patch)
-    return specs
-
-
-def rows_from_answer(ans: dict) -> list[dict]:
-    """One row per gap (and per covered wrapper): class, verdict, covered-by, patch state."""
-    audit = ans["audit"]
-    states = ans.get("spec_states") or {}
-    rows = []
-    seen = set()
-    for gap in audit.get("wrappers", []):
-        st = states.get(gap["class"])
-        rows.append({"class": gap["class"], "file": gap["file"], "attr": gap.get("attr"),
-                     "verdict": gap["verdict"], "missing": gap.get("missing", []),
-                     "inner": gap.get("inner", []), "reason": gap.get("reason", ""),
-                     "covered_by": st["spec"] if st else None, "patch_state": st["state"] if st else None})
-        seen.add(gap["class"])
-    for cls, st in states.items():
-        if cls not in seen and st["state"] == "patched":
-            rows.append({"class": cls, "file": None, "attr": None, "verdict": "closed", "missing": [], "inner": [],
-                         "reason": "closed by provision's patch", "covered_by": st["spec"], "patch_state": "patched"})
-    return rows
-
-
-def uncovered_fixable(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
 
 
 @click.command()
@@ -62,25 +25,15 @@ def audit(ctx, spec, sglang_path, python_):
 
     Exit 0 when no fixable gap is left uncovered by a spec, 6 when one is.
     """
-    specs = known_specs(spec)
-    collected: list[HostResult] = []
+    from provision.tasks.audit import audit_fn, known_specs
+
+    collected: list = []
+    one = audit_fn(known_specs(spec), sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
 
     def fn(host, session, fleet):
-        ans = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
-                            "sglang_path": sglang_path or host.get("sglang_path"),
-                            "python": python_ or host.get("python")},
-                           timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
-        if not ans.get("ok"):
-            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
-        rows = rows_from_answer(ans)
-        unc = uncovered_fixable(rows)
-        inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})
-        r = HostResult(host.name, "gaps" if unc else "ok",
-                       f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
-                       version=inst.get("version"), install=inst.get("path"),
-                       data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc],
-                             "files_scanned": ans["audit"].get("files_scanned")})
-        collected.append(r)
+        r = one(host, session, fleet)
+        if r.verdict != "failed":
+            collected.append(r)
         return r
 
     code = run_fleet(ctx, "audit", fn, columns=["host", "verdict", "version", "detail", "elapsed"])

@@ -11,7 +11,6 @@ import click
 from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, format_options, install_options,
                                 load_spec, profile_option, run_fleet, selected_hosts, spec_option)
 from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
-from provision.output.results import HostResult
 
 
 # --------------------------------------------------------------------------- reconcile
@@ -139,53 +138,6 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
 
 # --------------------------------------------------------------------------- restore
 
-def last_change(host: str) -> dict | None:
-    """The journal's last change to `host` (file, sha256 after, command, time): what the host
-    falls back on when its own state does not say how provision last left the file."""
-    from provision.control import journal
-
-    try:
-        recs, _bad = journal.read(host=host)
-    except OSError:
-        return None
-    for rec in reversed(recs):
-        if rec.get("verdict") in journal.CHANGE_VERDICTS and rec.get("sha256_after") and rec.get("file"):
-            return {k: rec.get(k) for k in ("file", "sha256_after", "command", "time")}
-    return None
-
-
-def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
-    data = {"spec": spec.name, "spec_hash": spec.sha, "backups": ans.get("backups") or [],
-            "current_sha": ans.get("current_sha")}
-    if not ans.get("ok"):
-        err = ans.get("error") or {}
-        return HostResult(host, "failed", err.get("message", "failed on the host"), file=ans.get("file"),
-                          version=ans.get("version"), install=ans.get("install"), error_kind=err.get("kind"),
-                          data=data)
-    if listing:
-        n = len(data["backups"])
-        return HostResult(host, "ok", f"{n} backup{'s' if n != 1 else ''} in {ans.get('state_dir')}",
-                          file=ans.get("file"), version=ans.get("version"), install=ans.get("install"), data=data)
-    res = ans.get("result") or {}
-    chosen = res.get("chosen") or {}
-    what = f"backup {chosen.get('id')} ({'the original' if chosen.get('original') else chosen.get('time')}"
-    what += f", sglang {chosen.get('sglang_version')})" if chosen.get("sglang_version") else ")"
-    verdict = res.get("verdict") or "failed"
-    if res.get("error"):
-        detail = res["error"].get("message", "")
-    elif verdict == "restored":
-        detail = f"from {what}"
-    else:
-        detail = f"already holds {what}"
-    data.update({k: res.get(k) for k in ("sha_before", "sha_after", "backup") if res.get(k)})
-    data["chosen"] = chosen
-    if res.get("restart_needed"):
-        data["restart_needed"] = True
-    return HostResult(host, verdict, detail, file=res.get("real_file") or ans.get("file"), version=ans.get("version"),
-                      install=ans.get("install"), notes=list(res.get("notes") or []), diff=res.get("diff"),
-                      error_kind=(res.get("error") or {}).get("kind"), data=data)
-
-
 @click.command()
 @fleet_options
 @spec_option
@@ -214,21 +166,17 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
     --force overrides.
     Verdicts: restored, unchanged (the file already holds those bytes), failed.
     """
-    pspec = load_spec(spec)
-    from provision.tasks.reconcile import _spec
+    from provision.tasks.restore import restore_fn
 
+    pspec = load_spec(spec)
     check_specs(ctx, pspec)
 
-    collected: list[HostResult] = []
+    collected: list = []
+    one = restore_fn(pspec, list_=list_, backup_id=backup_id, file_=file_, check=check, diff=diff, force=force,
+                     sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
 
-    def fn(host, session, fleet) -> HostResult:
-        hspec = pspec or _spec(host.get("spec"))
-        req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
-               "backup": backup_id, "original": not backup_id, "check": check, "diff": diff, "force": force,
-               "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python"),
-               "journal_last": last_change(host.name)}
-        ans = session.call(req, timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
-        r = _restore_result(host.name, ans, hspec, list_)
+    def fn(host, session, fleet):
+        r = one(host, session, fleet)
         collected.append(r)
         return r
 

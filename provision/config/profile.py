@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
@@ -77,10 +78,7 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
                   overrides: dict | None = None) -> Profile:
     if not isinstance(launch, dict):
         raise ConfigError(f"{path}: launch: expected a mapping")
-    unknown = set(launch) - PROFILE_KEYS
-    if unknown:
-        raise ConfigError(f"{path}: launch: unknown key(s) {', '.join(sorted(unknown))}; "
-                          f"allowed: {', '.join(sorted(PROFILE_KEYS))}")
+    check_keys(launch, PROFILE_KEYS, f"{path}: launch")
     args = launch.get("args") or {}
     env = launch.get("env") or {}
     if not isinstance(args, dict):

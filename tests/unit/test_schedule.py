@@ -96,3 +96,14 @@ def test_cron_line_for_a_user_makes_its_log_directory():
                     f"reconcile -i /home/ops/inv.yaml >>{home_log} 2>&1")
     root = render_units(["/p", "reconcile", "--window", "50%"], 900, "*/15 * * * *", "/var/log/r.log")["cron"]
     assert root == "*/15 * * * * /p reconcile --window 50\\% >>/var/log/r.log 2>&1"
+
+
+def test_unit_dir_is_a_documented_option_of_install(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    help_text = CliRunner().invoke(main, ["schedule", "--help"]).output
+    assert "--unit-dir" in help_text
+    result = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--unit-dir", str(tmp_path / "u")])
+    assert result.exit_code == 2 and "--install" in result.output and not (tmp_path / "u").exists()
+    result = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--install", "--unit-dir", str(tmp_path / "u")])
+    assert result.exit_code == 0 and (tmp_path / "u" / "provision-reconcile.timer").exists(), result.output

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._sandbox import provision_argv, ssh_port, up_hosts  # noqa: E402
 from provision.sandbox.hosts import Sandbox  # noqa: E402
-from provision.sshconfig import SshConfig  # noqa: E402
+from provision.control.transport.settings import SshConfig  # noqa: E402
 
 
 def bench_resolution(names: int) -> dict:

@@ -13,7 +13,7 @@ For each fleet size N (the first N hosts), the CLI is run as a subprocess, as a 
   reconcile  on the patched, unchanged hosts (the fast path: nothing is written)
 and reports the median wall time of --runs runs, the control process's peak RSS
 (os.wait4 rusage of that child) and its CPU (user+sys), and SSH connections per host
-(counted in-process by provision.ssh.STATS for one extra status run: the design is
+(counted in-process by provision.control.transport.ssh.STATS for one extra status run: the design is
 one Session per host). "ssh+true" is the floor: the same kind of process (imports,
 Fleet, one Session per host) running only `true` on each host. The machine's load
 average is printed too: on a shared 2-core machine other work inflates the wall times.
@@ -84,9 +84,9 @@ def cli(args: list[str], env: dict) -> dict:
 FLOOR = r"""
 import sys, time
 t0 = time.monotonic()
-from provision.inventory import load_inventory
-from provision.runner import ConnOptions, Fleet, run_hosts
-from provision.results import HostResult
+from provision.config.inventory import load_inventory
+from provision.control.runner import ConnOptions, Fleet, run_hosts
+from provision.output.results import HostResult
 a = sys.argv[1:]
 opts = ConnOptions(ssh_config=a[1], identity=a[2], known_hosts=a[3], forks=int(a[4]))
 def fn(host, session, fleet):
@@ -113,9 +113,9 @@ def ssh_floor(inv: str, box, forks: int, env: dict) -> dict:
 
 
 def connections_per_host(args: list[str], n: int) -> float:
-    """One status run in-process, counting SSH connections (provision.ssh.STATS)."""
-    from provision import ssh
-    from provision.cli import main
+    """One status run in-process, counting SSH connections (provision.control.transport.ssh.STATS)."""
+    from provision.control.transport import ssh
+    from provision.cli.main import main
 
     before = ssh.STATS.connections
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

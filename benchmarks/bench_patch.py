@@ -11,7 +11,7 @@ Measures (medians; every run is the real CLI as a subprocess, `-i <inventory>`):
   * `provision --help` start-up (and the heaviest imports, from `python -X importtime`)
   * "first patch" (hosts pristine) and "no-op" (already patched) on 1 host and on N hosts:
     --runs cycles of reset SGLang -> first patch -> no-op
-  * per-host SSH connections and remote commands (provision.ssh.STATS, read from one
+  * per-host SSH connections and remote commands (provision.control.transport.ssh.STATS, read from one
     in-process run through click's CliRunner, since the CLI subprocess keeps its own)
   * the same edit the Ansible way (ansible.builtin.blockinfile + validate py_compile),
     no-op ansible-playbook vs no-op provision patch on the same host
@@ -113,15 +113,15 @@ def bench_startup(runs: int) -> dict:
     if exe and Path(exe).resolve() != Path(provision_argv()[0]).resolve():
         for _ in range(runs):
             via_path.append(timed([exe, "--help"])[0])
-    imp = subprocess.run([sys.executable, "-X", "importtime", "-c", "import provision.cli"],
+    imp = subprocess.run([sys.executable, "-X", "importtime", "-c", "import provision.cli.main"],
                          capture_output=True, text=True)
     rows = []
     for line in imp.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)", line)
         if m:
             rows.append((int(m.group(2)), len(m.group(3)), m.group(4)))
-    total = next((c for c, _, name in rows if name == "provision.cli"), None)
-    top = sorted((r for r in rows if r[1] <= 3 and not r[2].startswith("provision.cli")), reverse=True)[:5]
+    total = next((c for c, _, name in rows if name == "provision.cli.main"), None)
+    top = sorted((r for r in rows if r[1] <= 3 and not r[2].startswith("provision.cli.main")), reverse=True)[:5]
     return {"median": med(times), "times": times, "import_total_ms": (total or 0) / 1000,
             "via_path": (exe, med(via_path)) if via_path else None,
             "top": [(name, c / 1000) for c, _, name in top]}
@@ -157,11 +157,11 @@ def bench_cli(groups: dict, runs: int) -> dict:
 
 
 def count_in_process(inv: Path, hosts) -> dict:
-    """provision.ssh.STATS per host for one first patch and one no-op, run in this process."""
+    """provision.control.transport.ssh.STATS per host for one first patch and one no-op, run in this process."""
     from click.testing import CliRunner
 
-    from provision import ssh
-    from provision.cli import main
+    from provision.control.transport import ssh
+    from provision.cli.main import main
 
     for h in hosts:
         h.reset_sglang()
@@ -181,11 +181,11 @@ def breakdown(inv: Path, host, runs: int) -> dict:
     agent alone (the same request replayed inside the host with nsenter: no SSH)."""
     from click.testing import CliRunner
 
-    from provision import ssh
-    from provision.cli import main
-    from provision.inventory import load_inventory
-    from provision.patching import request_for
-    from provision.playbook import load_patch_spec
+    from provision.control.transport import ssh
+    from provision.cli.main import main
+    from provision.config.inventory import load_inventory
+    from provision.tasks.patch import request_for
+    from provision.config.playbook import load_patch_spec
     from provision.host.bootstrap import BOOTSTRAP
     from provision.control.transport.bundle import payload
 
@@ -415,7 +415,7 @@ def main() -> int:
         print(fmt.format("provision --help start-up", f"{st['median']:.3f} s", provision_argv()[0]))
         if st.get("via_path"):
             print(fmt.format("  same, via PATH", f"{st['via_path'][1]:.3f} s", st["via_path"][0]))
-        print(fmt.format("  import provision.cli (-X importtime)", f"{st['import_total_ms']:.0f} ms",
+        print(fmt.format("  import provision.cli.main (-X importtime)", f"{st['import_total_ms']:.0f} ms",
                          "heaviest: " + ", ".join(f"{k} {v:.0f} ms" for k, v in st["top"])))
     print(fmt.format("patch, 1 host, first patch", f"{one['first']:.3f} s", f"(min {min(one['first_all']):.3f} s)"))
     print(fmt.format("patch, 1 host, no-op", f"{one['noop']:.3f} s", f"(min {min(one['noop_all']):.3f} s)"))

@@ -1,3 +1,3 @@
-from provision.cli import main
+from provision.cli.main import main
 
 main()

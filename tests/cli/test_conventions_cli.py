@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 import pytest
 
-from provision.cli import main
-from provision.playbook import PACKAGE_PLAYBOOKS
+from provision.cli.main import main
+from provision.config.playbook import PACKAGE_PLAYBOOKS
 from tests.cli.helpers import run
 
 INV = """\

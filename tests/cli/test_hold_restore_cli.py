@@ -40,7 +40,7 @@ def test_an_explicit_unpatch_holds_the_host_until_patch(host, ssh_env, tmp_path)
     run("unpatch", *args, check_rc=0)
     assert kimi(host).read_bytes() == pristine
 
-    from provision.journal import actor
+    from provision.control.journal import actor
 
     for extra in ((), ("--check",)):
         proc, doc = run_json("reconcile", *args, *extra)

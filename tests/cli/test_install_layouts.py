@@ -56,7 +56,7 @@ def test_shipped_playbooks_are_found_from_a_non_editable_install(layout, tmp_pat
     home.mkdir()
     exe, python = _install(layout, home, own, deps)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
-    where = subprocess.run([str(python), "-c", "import provision.playbook as p; p.load_patch_spec(None); "
+    where = subprocess.run([str(python), "-c", "import provision.config.playbook as p; p.load_patch_spec(None); "
                             "print(p.PACKAGE_PLAYBOOKS)"], cwd="/", env=env, capture_output=True, text=True)
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(home)) and where.stdout.strip().endswith("provision/playbooks")

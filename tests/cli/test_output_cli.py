@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from provision.report import lines, table_fits
+from provision.output.report import lines, table_fits
 from tests.cli.helpers import run
 
 pytestmark = pytest.mark.ssh

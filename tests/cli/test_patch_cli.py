@@ -124,7 +124,7 @@ def test_status_reports_version_install_and_state(three_hosts, ssh_env, tmp_path
     assert by[venv.name]["install"].endswith("site-packages/sglang")
     run("status", *ssh_env.cli_args, "--host", venv.name, "--host", new.name, check_rc=0)
     # the same spec name with other parameters: our block is there but stale (it said "patched")
-    from provision.playbook import PACKAGE_PLAYBOOKS
+    from provision.config.playbook import PACKAGE_PLAYBOOKS
 
     changed = tmp_path / "changed.yaml"
     changed.write_text((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text().replace(

@@ -1,4 +1,4 @@
-"""provision.loadlog: hand-written SGLang logs and the stand-in's real output."""
+"""provision.logs.loadlog: hand-written SGLang logs and the stand-in's real output."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provision.loadlog import PHASES, Crash, LoadLog, Progress, hint, parse
+from provision.logs.loadlog import PHASES, Crash, LoadLog, Progress, hint, parse
 from tests.engine.test_standin import (
     EAGLE3_FLAGS,
     Standin,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal
 
-from provision.loadlog import LoadLog, hint, parse
+from provision.logs.loadlog import LoadLog, hint, parse
 from provision.sandbox import standin
 from tests.engine.test_standin import EAGLE3_FLAGS, base_flags, free_port, port_open, running, trees  # noqa: F401
 

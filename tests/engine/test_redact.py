@@ -1,10 +1,10 @@
-"""provision.redact: known secrets and the usual secret-carrying patterns are masked."""
+"""provision.logs.redact: known secrets and the usual secret-carrying patterns are masked."""
 
 from __future__ import annotations
 
 import pytest
 
-from provision.redact import MASK, redact, redact_argv
+from provision.logs.redact import MASK, redact, redact_argv
 
 
 def test_known_secret_values_anywhere():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.loadlog import LoadLog
+from provision.logs.loadlog import LoadLog
 from provision.sandbox import standin
 from provision.sandbox.wheels import WheelUnavailable, extracted
 

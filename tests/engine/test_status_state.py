@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from provision.patching import patch_state
+from provision.tasks.patch import patch_state
 from provision.host.engine import core as engine
 from tests.engine.test_engine import HAND_MODULE_LEVEL
 

@@ -23,8 +23,8 @@ import time
 import pytest
 
 from provision.errors import AuthError, HostKeyError
-from provision.inventory import adhoc
-from provision.runner import ConnOptions, Fleet
+from provision.config.inventory import adhoc
+from provision.control.runner import ConnOptions, Fleet
 from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, PROVISION, class_methods, run_json
 
 pytestmark = pytest.mark.ssh
@@ -169,13 +169,14 @@ def quad(sandbox_factory):
 
 
 def test_engine_killed_at_each_point(quad, ssh_env):
-    """PROVISION_FAILPOINTS=P SIGKILLs the engine at P; one host per point, all at once."""
+    """PROVISION_FAILPOINTS="P=kill" SIGKILLs the engine at P; one host per point, all at once."""
     for h in quad:
         h.reset()
     by_point = dict(zip(KILL_POINTS, quad))
     before = {p: kimi(h).read_bytes() for p, h in by_point.items()}
     listing = {p: models(h) for p, h in by_point.items()}
-    procs = {p: start("patch", *ssh_env.cli_args, "--host", h.name, "--json", env={"PROVISION_FAILPOINTS": p})
+    procs = {p: start("patch", *ssh_env.cli_args, "--host", h.name, "--json",
+                      env={"PROVISION_FAILPOINTS": f"{p}=kill"})
              for p, h in by_point.items()}
     outs = {p: proc.communicate(timeout=120) for p, proc in procs.items()}
     killed = {}

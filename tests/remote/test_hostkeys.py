@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from provision.hostkeys import host_key_name
+from provision.control.transport.hostkeys import host_key_name
 from tests.cli.helpers import run
 
 pytestmark = pytest.mark.ssh

@@ -115,7 +115,7 @@ def test_flag_values_never_reach_a_shell(vhost, ssh_env, journal):
 
 def test_a_kill_in_the_owner_interpreter_is_unknown(vhost, weird_venv, ssh_env, journal):
     proc, doc = run_json("patch", *ssh_env.cli_args, "--host", vhost.name, "--python", f"{WEIRD}/bin/python",
-                         env={"PROVISION_JOURNAL": str(journal), "PROVISION_FAILPOINTS": "after_replace"})
+                         env={"PROVISION_JOURNAL": str(journal), "PROVISION_FAILPOINTS": "after_replace=kill"})
     assert class_methods(vhost.hostpath(f"{weird_venv}/sglang/{KIMI}").read_bytes(), KIMI_CLASS)[-3:] == METHODS
     assert doc["hosts"][0]["verdict"] == "unknown", doc["hosts"][0]
 

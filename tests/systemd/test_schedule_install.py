@@ -39,7 +39,7 @@ def test_timer_repatches_a_wiped_host_and_the_cron_line_works_for_a_user(tmp_pat
     exe = install_provision(host, wheelhouse)
     assert exe == "/usr/local/bin/provision"
     # A system-wide, non-editable install finds its shipped playbooks.
-    where = host.run("cd / && python3 -c 'import provision.playbook as p; p.load_patch_spec(None); "
+    where = host.run("cd / && python3 -c 'import provision.config.playbook as p; p.load_patch_spec(None); "
                      "print(p.PACKAGE_PLAYBOOKS)'").stdout.strip()
     assert where.startswith("/usr/local/lib/python3") and where.endswith("/provision/playbooks"), where
 
@@ -73,7 +73,7 @@ def test_timer_repatches_a_wiped_host_and_the_cron_line_works_for_a_user(tmp_pat
     host.run(f"{as_ops} python3 -m pip install -q --disable-pip-version-check --user --break-system-packages "
              "--ignore-installed --no-deps --no-index --find-links /home/ops/wheelhouse provision", timeout=300)
     user_exe = "/home/ops/.local/bin/provision"
-    where = host.run(f"cd / && {as_ops} python3 -c 'import provision.playbook as p; p.load_patch_spec(None); "
+    where = host.run(f"cd / && {as_ops} python3 -c 'import provision.config.playbook as p; p.load_patch_spec(None); "
                      "print(p.PACKAGE_PLAYBOOKS)'").stdout.strip()
     assert where.startswith("/home/ops/.local/lib/python3") and where.endswith("/provision/playbooks"), where
     printed = host.run(f"cd /home/ops && {as_ops} {user_exe} schedule {args} --every 15m").stdout

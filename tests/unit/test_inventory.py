@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provision.errors import ConfigError
-from provision.inventory import load_inventory, parse_inventory, select
+from provision.config.inventory import load_inventory, parse_inventory, select
 
 OURS = """\
 defaults:

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from provision.errors import ConfigError
-from provision.inventory import expand_pattern, host_list, load_inventory, parse_ini, select
+from provision.config.inventory import expand_pattern, host_list, load_inventory, parse_ini, select
 
 INI = """\
 # a typical Ansible inventory

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from provision import journal
+from provision.control import journal
 
 
 def test_every_test_has_its_own_home_journal_and_lock():
@@ -16,6 +16,6 @@ def test_every_test_has_its_own_home_journal_and_lock():
     assert journal.path().startswith(home) and os.environ["PROVISION_LOCK"].startswith(home)
     assert os.environ["XDG_STATE_HOME"].startswith(home) and os.environ["XDG_CONFIG_HOME"].startswith(home)
     # and so does a `provision` subprocess
-    code = "from provision import journal, reconcile; print(journal.path()); print(reconcile.cache_path())"
+    code = "from provision.control import journal; print(journal.path())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert all(line.startswith(home) for line in out.split()), out

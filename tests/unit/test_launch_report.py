@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from provision import journal
-from provision.inventory import Host
-from provision.launch import LaunchOptions, interrupt_report, interrupted_result
-from provision.results import HostResult
+from provision.control import journal
+from provision.config.inventory import Host
+from provision.tasks.launch import LaunchOptions, interrupt_report, interrupted_result
+from provision.output.results import HostResult
 
 
 def test_interrupt_report_says_per_host_how_far_the_launch_got():

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from provision import plan, report
+from provision.control import plan
+from provision.output import report
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError
-from provision.inventory import Host
-from provision.results import HostResult
+from provision.config.inventory import Host
+from provision.output.results import HostResult
 
 
 def hosts(n, servers=None):

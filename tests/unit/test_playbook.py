@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provision.errors import ConfigError
-from provision.playbook import load_patch_spec, load_playbook, parse_playbook
+from provision.config.playbook import load_patch_spec, load_playbook, parse_playbook
 
 GOOD = """
 name: demo-eagle3

@@ -3,8 +3,8 @@
 import pytest
 
 from provision.errors import ConfigError
-from provision.playbook import load_playbook
-from provision.profile import build_profile, render_config_yaml, render_flags, secrets_from_env
+from provision.config.playbook import load_playbook
+from provision.config.profile import build_profile, render_flags, secrets_from_env
 
 
 def base():
@@ -69,11 +69,6 @@ def test_unset_spec_triplet_is_fine_and_tp_alias():
 def test_flags_and_config_rendering():
     assert render_flags({"a": True, "b": False, "c": None, "d": 3, "e": {"x": 1}}) == ["--a", "--d", "3", "--e",
                                                                                      '{"x": 1}']
-    text = render_config_yaml({"api-key": "k'\"ey", "model-loader-extra-config": {"enable_multithread_load": True}})
-    import yaml
-
-    assert yaml.safe_load(text) == {"api-key": "k'\"ey",
-                                    "model-loader-extra-config": '{"enable_multithread_load": true}'}
 
 
 def test_secrets_from_env_and_file(tmp_path):

@@ -13,16 +13,16 @@ from datetime import datetime, time
 
 import pytest
 
-from provision import journal
-from provision import reconcile as rc
+from provision.control import journal
+from provision.tasks import reconcile as rc
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHING, EXIT_OK, LockedError, UsageError
-from provision.inventory import Host
+from provision.config.inventory import Host
 from provision.host.facts import servers as server_facts
 from provision.host.lib import pkgmeta, procfs
 from provision.host.ops import reconcile
 from provision.host.ops import restore
 from provision.host.ops.reconcile import ACTIONS, STATES, classify
-from provision.results import HostResult
+from provision.output.results import HostResult
 
 M3 = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
 
@@ -402,13 +402,13 @@ def test_journal_extra_actions_and_bad_lines(tmp_path):
 # --------------------------------------------------------------------------- control lock
 
 def test_lock_is_exclusive_and_names_the_holder(tmp_path, monkeypatch):
-    from provision.lock import ControlLock
+    from provision.control.lock import ControlLock
 
     path = tmp_path / "sub" / "reconcile.lock"
     monkeypatch.setenv("PROVISION_LOCK", str(path))
     with ControlLock() as held:
         assert held.path == str(path) and path.read_text().strip() == str(os.getpid())
-        code = ("import sys; from provision.lock import ControlLock\n"
+        code = ("import sys; from provision.control.lock import ControlLock\n"
                 "from provision.errors import LockedError\n"
                 "try:\n ControlLock().acquire()\nexcept LockedError as e:\n print(e.message); sys.exit(e.exit_code)\n")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -474,7 +474,7 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
         src = wheels.models_file("0.5.9").read_bytes()
     except wheels.WheelUnavailable as exc:  # no network and no cache
         pytest.skip(str(exc))
-    from provision.playbook import load_patch_spec
+    from provision.config.playbook import load_patch_spec
 
     pspec = load_patch_spec(None)
     spec = pspec.to_engine()
@@ -515,17 +515,15 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     assert reconcile._fast(req, spec, str(state)) is None
 
 
-def test_block_shas_cover_every_subset():
-    from provision.playbook import load_patch_spec
+def test_block_sha_is_computed_once_for_the_full_spec():
+    from provision.config.playbook import load_patch_spec
     from provision.host.engine import core as engine
 
     pspec = load_patch_spec(None)
     shas = rc.block_shas(pspec)
-    assert len(shas) == 7 and len(set(shas)) == 7
+    assert len(shas) == 1
     full = engine.render_block(pspec.to_engine())
-    assert f"sha={shas[-1]} " in full.splitlines()[0]
-    only_two = engine.render_block(pspec.to_engine(), names=list(M3[1:]))
-    assert any(f"sha={x} " in only_two.splitlines()[0] for x in shas)
+    assert f"sha={shas[0]} " in full.splitlines()[0]
 
 
 def test_fast_native_path(tmp_path, monkeypatch):
@@ -550,33 +548,6 @@ def test_fast_native_path(tmp_path, monkeypatch):
 
 def sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
-
-
-def test_native_cache_roundtrip(tmp_path, monkeypatch):
-    from provision.playbook import load_patch_spec
-
-    monkeypatch.setenv("PROVISION_JOURNAL", str(tmp_path / "j" / "journal.jsonl"))
-    pspec = load_patch_spec(None)
-    data = {"spec": pspec.name, "spec_hash": pspec.sha, "sha_after": "N"}
-    srv = {"pid": 7, "started": 1.5, "install": "/p", "port": 30000, "listening": True}
-    rc.save_cache({"old": {"native": {"file": "/f"}}, "b": {"servers": [srv]}},
-                  [HostResult("a", "native", file="/f.py", version="0.5.10", data=data),
-                   HostResult("old", "unchanged", file="/f.py", data=data),
-                   HostResult("s", "unchanged", file="/f.py", data=dict(data, servers=[srv, {"pid": 8}])),
-                   HostResult("b", "unreachable")])
-    cache = rc.load_cache()
-    assert cache == {"a": {"native": {"file": "/f.py", "sha": "N", "version": "0.5.10", "spec": pspec.name,
-                                      "spec_hash": pspec.sha}},
-                     "s": {"servers": [{"pid": 7, "started": 1.5, "install": "/p", "port": 30000}]},
-                     "b": {"servers": [srv]}}
-    assert (tmp_path / "j" / "reconcile-cache.json").exists()
-    req = rc.request(pspec, Host("a"), check=False, force=False, known=cache["a"])
-    assert req["known_native"] == {"file": "/f.py", "sha": "N", "version": "0.5.10"}
-    assert "known_servers" not in req
-    other = {"native": dict(cache["a"]["native"], spec_hash="something-else")}
-    assert "known_native" not in rc.request(pspec, Host("a"), check=False, force=False, known=other)
-    assert rc.request(pspec, Host("s"), check=False, force=False, known=cache["s"])["known_servers"] == \
-        cache["s"]["servers"]
 
 
 def test_fast_servers_reuse_known_installs(monkeypatch):
@@ -622,7 +593,7 @@ def test_light_entry_point_reports_bad_ops():
 # --------------------------------------------------------------------------- schedule
 
 def test_parse_every():
-    from provision.reconcile import parse_every
+    from provision.tasks.schedule import parse_every
 
     assert parse_every("15m") == (900, "*/15 * * * *")
     assert parse_every("1m") == (60, "* * * * *")
@@ -635,7 +606,7 @@ def test_parse_every():
 
 
 def test_render_units_quotes_and_paths():
-    from provision.reconcile import render_units
+    from provision.tasks.schedule import render_units
 
     u = render_units(["/opt/p v/bin/provision", "reconcile", "-i", "/etc/inv.yaml", "--window", "02:00-05:00"],
                      900, "*/15 * * * *", "/var/log/p.log")

@@ -7,9 +7,9 @@ from datetime import datetime, time as dtime, timedelta
 
 import pytest
 
-from provision import reconcile as rc
-from provision.inventory import Host
-from provision.results import HostResult
+from provision.tasks import reconcile as rc
+from provision.config.inventory import Host
+from provision.output.results import HostResult
 
 
 def H(name, **vars_):

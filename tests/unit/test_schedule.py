@@ -8,8 +8,8 @@ import shlex
 import click
 from click.testing import CliRunner
 
-from provision.cli import main
-from provision.cli_fleet import LOCAL_PATHS, NOT_FORWARDED, reconcile, schedule
+from provision.cli.main import main
+from provision.cli.fleet import LOCAL_PATHS, NOT_FORWARDED, reconcile, schedule
 
 INVENTORY = "hosts:\n  gpu01: {address: 10.0.0.1}\n"
 
@@ -87,7 +87,7 @@ def test_schedule_needs_hosts_and_checks_options_now(tmp_path, monkeypatch):
 
 
 def test_cron_line_for_a_user_makes_its_log_directory():
-    from provision.reconcile import render_units
+    from provision.tasks.schedule import render_units
 
     home_log = "/home/ops/.local/state/provision/reconcile.log"
     cron = render_units(["/usr/local/bin/provision", "reconcile", "-i", "/home/ops/inv.yaml"], 900,
@@ -96,3 +96,14 @@ def test_cron_line_for_a_user_makes_its_log_directory():
                     f"reconcile -i /home/ops/inv.yaml >>{home_log} 2>&1")
     root = render_units(["/p", "reconcile", "--window", "50%"], 900, "*/15 * * * *", "/var/log/r.log")["cron"]
     assert root == "*/15 * * * * /p reconcile --window 50\\% >>/var/log/r.log 2>&1"
+
+
+def test_unit_dir_is_a_documented_option_of_install(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    help_text = CliRunner().invoke(main, ["schedule", "--help"]).output
+    assert "--unit-dir" in help_text
+    result = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--unit-dir", str(tmp_path / "u")])
+    assert result.exit_code == 2 and "--install" in result.output and not (tmp_path / "u").exists()
+    result = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--install", "--unit-dir", str(tmp_path / "u")])
+    assert result.exit_code == 0 and (tmp_path / "u" / "provision-reconcile.timer").exists(), result.output

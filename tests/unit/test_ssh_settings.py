@@ -5,8 +5,8 @@ import paramiko
 import pytest
 
 from provision.errors import ConfigError, HostKeyError
-from provision.hostkeys import KnownHosts, VerifyingPolicy
-from provision.sshconfig import expand_includes, load_ssh_config, resolve
+from provision.control.transport.hostkeys import KnownHosts, VerifyingPolicy
+from provision.control.transport.settings import expand_includes, load_ssh_config, resolve
 
 
 @pytest.mark.parametrize("openssh", [None, False], ids=["ssh-G", "paramiko"])
@@ -144,8 +144,8 @@ def test_a_config_openssh_rejects_is_a_config_error(tmp_path):
 
 def test_a_proxy_command_that_cannot_run_is_a_one_line_connect_error(tmp_path):
     from provision.errors import ConnectError
-    from provision.hostkeys import KnownHosts
-    from provision.ssh import Session
+    from provision.control.transport.hostkeys import KnownHosts
+    from provision.control.transport.ssh import Session
 
     cfg = tmp_path / "config"
     cfg.write_text("Host pc\n  ProxyCommand /nonexistent/ssh -W %h:%p jump\n")

@@ -6,8 +6,6 @@ import time
 
 import click
 
-from provision.errors import UsageError
-
 
 class _Notes:
     """Where steady_call's reconnect messages go while logs stream on stdout: stderr."""
@@ -16,18 +14,14 @@ class _Notes:
         click.echo(f"{host}: {text}", err=True)
 
 
-def follow_logs(ctx, opts, lines: int) -> int:
-    from provision.cli import selected_hosts
-    from provision.launch import resolve, secret_values, steady_call
-    from provision.redact import redact
-    from provision.runner import Fleet
+def follow_logs(host, conn, opts, lines: int) -> int:
+    """Print `host`'s current server log, then its new lines until Ctrl-C (exit code 0, or 3)."""
+    from provision.control.runner import Fleet
+    from provision.logs.redact import redact
+    from provision.tasks.launch import resolve, secret_values, steady_call
 
-    hosts = selected_hosts(ctx)
-    if len(hosts) != 1:
-        raise UsageError("--follow works on one host at a time; select one with --host or --limit")
-    host = hosts[0]
     prof, _ = resolve(host, opts)
-    fleet = Fleet(ctx.conn)
+    fleet = Fleet(conn)
     secrets = secret_values(opts.secrets)
     session = fleet.session(host).open()
     try:

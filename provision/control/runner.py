@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from typing import Callable
 
-from provision import sshconfig
+from provision.control.transport import settings as sshconfig
 from provision.errors import ProvisionError, UnknownOutcome, UsageError
-from provision.hostkeys import KnownHosts
-from provision.inventory import Host
-from provision.results import HostResult
-from provision.ssh import GatewayPool, Session
+from provision.control.transport.hostkeys import KnownHosts
+from provision.config.inventory import Host
+from provision.output.results import HostResult
+from provision.control.transport.ssh import GatewayPool, Session
 
 
 @dataclass

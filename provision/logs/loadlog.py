@@ -17,7 +17,7 @@ moves backwards, so interleaved rank lines (``[ts TP3] ...``) cannot confuse it.
 Target and draft are told apart per rank by counting ``Load weight begin`` lines (the first is
 the target, the second the draft); the bar belongs to rank 0.
 
-Stored lines (``last_line``, crash lines, warnings) are passed through :func:`provision.redact.redact`.
+Stored lines (``last_line``, crash lines, warnings) are passed through :func:`provision.logs.redact.redact`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from provision.redact import redact
+from provision.logs.redact import redact
 
 PHASES = (
     "starting",

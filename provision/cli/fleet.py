@@ -8,41 +8,18 @@ import sys
 
 import click
 
-from provision.cli import fleet_options, run_fleet, selected_hosts
+from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, format_options, install_options,
+                                load_spec, profile_option, run_fleet, selected_hosts, spec_option)
 from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
-from provision.results import HostResult
-
-
-def _spec_opt(fn):
-    return click.option("--spec", metavar="PLAYBOOK",
-                        help="Patch spec playbook (a path, or the name of a shipped one). "
-                             "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
-
-
-def _install_opts(fn):
-    fn = click.option("--sglang-path", metavar="DIR",
-                      help="Pin the install: the `sglang` package directory (the one holding srt/).")(fn)
-    fn = click.option("--python", "python_", metavar="PATH",
-                      help="Interpreter whose SGLang to act on (default: the host's `python:`, then python3).")(fn)
-    return fn
-
-
-def _load_spec(spec):
-    from provision.playbook import load_patch_spec
-
-    pspec = load_patch_spec(spec) if spec else None
-    if pspec is None:
-        load_patch_spec(None)  # fail early (exit 2) on a broken default playbook
-    return pspec
 
 
 # --------------------------------------------------------------------------- reconcile
 
 @click.command()
 @fleet_options
-@_spec_opt
-@_install_opts
-@click.option("--check", is_flag=True, help="Decide and report, change nothing (exit 4 if changes are due).")
+@spec_option
+@install_options
+@check_option
 @click.option("--force", is_flag=True, help="Also patch files someone else edited (foreign-edit).")
 @click.option("--include-held", is_flag=True,
               help="Also re-patch hosts held by an explicit `provision unpatch` (by default they are left alone).")
@@ -51,8 +28,7 @@ def _load_spec(spec):
 @click.option("--serial", metavar="N|P%", help="With --restart: restart N hosts (or P%) at a time.")
 @click.option("--window", metavar="HH:MM-HH:MM",
               help="With --restart: restart only inside this local-time window (may cross midnight).")
-@click.option("--profile", metavar="PLAYBOOK", help="With --restart: launch profile (default: the host's, "
-                                                    "then kimi-k25-eagle3).")
+@profile_option(when="With --restart: ")
 @click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="With --restart: seconds to wait for each restarted server to be healthy.")
 @click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
@@ -77,7 +53,7 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
                     change blocks `git pull`: `provision unpatch`, `git pull`,
                     then reconcile
 
-    An unchanged (or known-native) host costs one short remote call: no
+    An unchanged host costs one short remote call: no
     interpreter is probed and nothing is written.
 
     A server started before its file changed is reported "restart needed";
@@ -90,23 +66,21 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
     blocked-git), 4 with --check when changes are due. Every change is
     journaled (`provision history`).
     """
-    from provision import plan
-    from provision import reconcile as rc
-    from provision.lock import ControlLock
-    from provision.runner import Fleet, run_hosts
+    from provision.control import plan
+    from provision.tasks import reconcile as rc
+    from provision.control.lock import ControlLock
+    from provision.control.runner import Fleet, run_hosts
 
     win = rc.parse_window(window) if window else None
     if serial:
         plan.parse_serial(serial, 1)
     if (serial or window) and not restart:
         raise UsageError("--serial and --window only apply with --restart")
-    pspec = _load_spec(spec)
-    from provision.cli import check_specs
-
+    pspec = load_spec(spec)
     check_specs(ctx, pspec)
     if restart:
-        from provision.cli_launch import check_profiles
-        from provision.launch import LaunchOptions
+        from provision.cli.launch import check_profiles
+        from provision.tasks.launch import LaunchOptions
 
         check_profiles(ctx, LaunchOptions(profile=profile))
     lock = None if check else ControlLock().acquire()
@@ -116,11 +90,10 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
             click.echo("error: no host matched the selection; nothing was done", err=True)
             sys.exit(EXIT_NOTHING)
         fleet = Fleet(ctx.conn)
-        cache = rc.load_cache()
         try:
             results = run_hosts(fleet, hosts, rc.reconcile_fn(
                 pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
-                timeout=ctx.conn.command_timeout, full=full, cache=cache, include_held=include_held))
+                timeout=ctx.conn.command_timeout, full=full, include_held=include_held))
             batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
             by_name = {r.host: r for r in results}
             for name, note in notes.items():
@@ -139,13 +112,12 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
         for w in dict.fromkeys(fleet.warnings):
             click.echo(f"warning: {w}", err=True)
         if not check:
-            from provision.cli import _journal
+            from provision.cli.main import _journal
 
             _journal("reconcile", results)
-            rc.save_cache(cache, results)
         code = rc.exit_code(results, check, restart)
         if ctx.as_json:
-            from provision import report
+            from provision.output import report
 
             click.echo(report.to_document("reconcile", results, code, {
                 "summary": rc.summary_line(results), "check": check,
@@ -166,64 +138,17 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
 
 # --------------------------------------------------------------------------- restore
 
-def last_change(host: str) -> dict | None:
-    """The journal's last change to `host` (file, sha256 after, command, time): what the host
-    falls back on when its own state does not say how provision last left the file."""
-    from provision import journal
-
-    try:
-        recs, _bad = journal.read(host=host)
-    except OSError:
-        return None
-    for rec in reversed(recs):
-        if rec.get("verdict") in journal.CHANGE_VERDICTS and rec.get("sha256_after") and rec.get("file"):
-            return {k: rec.get(k) for k in ("file", "sha256_after", "command", "time")}
-    return None
-
-
-def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
-    data = {"spec": spec.name, "spec_hash": spec.sha, "backups": ans.get("backups") or [],
-            "current_sha": ans.get("current_sha")}
-    if not ans.get("ok"):
-        err = ans.get("error") or {}
-        return HostResult(host, "failed", err.get("message", "failed on the host"), file=ans.get("file"),
-                          version=ans.get("version"), install=ans.get("install"), error_kind=err.get("kind"),
-                          data=data)
-    if listing:
-        n = len(data["backups"])
-        return HostResult(host, "ok", f"{n} backup{'s' if n != 1 else ''} in {ans.get('state_dir')}",
-                          file=ans.get("file"), version=ans.get("version"), install=ans.get("install"), data=data)
-    res = ans.get("result") or {}
-    chosen = res.get("chosen") or {}
-    what = f"backup {chosen.get('id')} ({'the original' if chosen.get('original') else chosen.get('time')}"
-    what += f", sglang {chosen.get('sglang_version')})" if chosen.get("sglang_version") else ")"
-    verdict = res.get("verdict") or "failed"
-    if res.get("error"):
-        detail = res["error"].get("message", "")
-    elif verdict == "restored":
-        detail = f"from {what}"
-    else:
-        detail = f"already holds {what}"
-    data.update({k: res.get(k) for k in ("sha_before", "sha_after", "backup") if res.get(k)})
-    data["chosen"] = chosen
-    if res.get("restart_needed"):
-        data["restart_needed"] = True
-    return HostResult(host, verdict, detail, file=res.get("real_file") or ans.get("file"), version=ans.get("version"),
-                      install=ans.get("install"), notes=list(res.get("notes") or []), diff=res.get("diff"),
-                      error_kind=(res.get("error") or {}).get("kind"), data=data)
-
-
 @click.command()
 @fleet_options
-@_spec_opt
-@_install_opts
+@spec_option
+@install_options
 @click.option("--backup", "backup_id", metavar="ID", help="The backup to put back (an id from --list, a prefix "
                                                            "of its sha256 is enough).")
 @click.option("--file", "file_", metavar="PATH", help="The file on the host (default: the spec's file in the "
                                                       "install provision finds).")
 @click.option("--list", "list_", is_flag=True, help="Only list the backups.")
 @click.option("--check", is_flag=True, help="Say what would be restored, change nothing (exit 4 if it would).")
-@click.option("--diff", is_flag=True, help="Show a unified diff of the change.")
+@diff_option
 @click.option("--force", is_flag=True, help="Restore even a backup taken under another SGLang version, or over a "
                                             "file that changed since provision last wrote it.")
 def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, diff, force):
@@ -241,29 +166,24 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
     --force overrides.
     Verdicts: restored, unchanged (the file already holds those bytes), failed.
     """
-    pspec = _load_spec(spec)
-    from provision.cli import check_specs
-    from provision.reconcile import _spec
+    from provision.tasks.restore import restore_fn
 
+    pspec = load_spec(spec)
     check_specs(ctx, pspec)
 
-    collected: list[HostResult] = []
+    collected: list = []
+    one = restore_fn(pspec, list_=list_, backup_id=backup_id, file_=file_, check=check, diff=diff, force=force,
+                     sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
 
-    def fn(host, session, fleet) -> HostResult:
-        hspec = pspec or _spec(host.get("spec"))
-        req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
-               "backup": backup_id, "original": not backup_id, "check": check, "diff": diff, "force": force,
-               "sglang_path": sglang_path or host.get("sglang_path"), "python": python_ or host.get("python"),
-               "journal_last": last_change(host.name)}
-        ans = session.call(req, timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
-        r = _restore_result(host.name, ans, hspec, list_)
+    def fn(host, session, fleet):
+        r = one(host, session, fleet)
         collected.append(r)
         return r
 
     code = run_fleet(ctx, "backups" if list_ else "restore", fn, check=check, show_diff=diff,
                      columns=["host", "verdict", "file", "detail", "elapsed"])
     if list_ and not ctx.as_json:
-        from provision.report import print_table
+        from provision.output.report import print_table
 
         for r in sorted(collected, key=lambda x: x.host):
             if not r.data.get("backups"):
@@ -288,10 +208,7 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
 @click.option("--host", metavar="HOST", help="Only this host's entries.")
 @click.option("--last", "-n", "last", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
               help="The last N entries (0: all).")
-@click.option("--format", "fmt", type=click.Choice(["auto", "table", "lines", "json"]), default="auto",
-              show_default=True, help="table, lines (one entry per line, nothing truncated) or json (JSON lines); "
-                                      "auto: table on a terminal, else lines.")
-@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON lines (same as --format json).")
+@format_options(json_is="JSON lines, one entry each")
 def history(host, last, fmt, as_json):
     """Show the change journal of this control machine.
 
@@ -300,9 +217,9 @@ def history(host, last, fmt, as_json):
     restore and reconcile: time, user, host, file, sha256 before and after.
     The journal is $PROVISION_JOURNAL or ~/.local/state/provision/journal.jsonl.
     """
-    from provision import journal
+    from provision.control import journal
 
-    from provision.report import print_table, resolve_format
+    from provision.output.report import print_table, resolve_format
 
     fmt = resolve_format("json" if as_json else fmt)
     recs, bad = journal.read(host=host, limit=last or None)
@@ -387,14 +304,17 @@ def forwarded_argv(params: dict, given: set[str]) -> list[str]:
 def _schedule(every, install, unit_dir, **params):
     from click.core import ParameterSource
 
-    from provision.inventory import load_inventory
-    from provision.plan import parse_serial
-    from provision.reconcile import parse_every, parse_window, provision_argv, render_units
+    from provision.config.inventory import load_inventory
+    from provision.control.plan import parse_serial
+    from provision.tasks.reconcile import parse_window
+    from provision.tasks.schedule import parse_every, provision_argv, render_units
 
     cctx = click.get_current_context()
     given = {name for name in params
              if cctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
     seconds, cron = parse_every(every)
+    if unit_dir and not install:
+        raise UsageError("--unit-dir says where --install writes the units: give --install too, or drop --unit-dir")
     inventory = params.get("inventory")
     if not inventory and not params.get("hosts"):
         raise UsageError("say which hosts the timer reconciles: -i INVENTORY.yaml or --host HOST")
@@ -407,7 +327,7 @@ def _schedule(every, install, unit_dir, **params):
     if params.get("serial"):
         parse_serial(params["serial"], 1)
     if params.get("spec"):
-        _load_spec(params["spec"])
+        load_spec(params["spec"])
     argv = provision_argv() + ["reconcile"] + forwarded_argv(params, given)
     root = os.geteuid() == 0
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -444,8 +364,11 @@ schedule = click.Command(
         click.Option(["--every"], default="15m", show_default=True, metavar="INTERVAL",
                      help="How often: minutes dividing 60 (5m, 15m, 30m) or hours dividing 24 (1h, 6h)."),
         click.Option(["--install"], is_flag=True,
-                     help="Write the units: /etc/systemd/system as root, else ~/.config/systemd/user."),
-        click.Option(["--unit-dir"], metavar="DIR", hidden=True, help="Write the units here instead (tests)."),
+                     help="Write the units: /etc/systemd/system as root, else ~/.config/systemd/user "
+                          "(--unit-dir: elsewhere)."),
+        click.Option(["--unit-dir"], metavar="DIR", type=click.Path(file_okay=False),
+                     help="With --install: write the units into DIR instead (e.g. a systemd unit directory "
+                          "of another root); the commands printed after still say how to enable them."),
     ] + forwarded_params(),
     short_help="Print (or --install) a systemd timer and a cron line running `provision reconcile`.",
     help="""Print (or --install) a systemd timer and a cron line running `provision reconcile`.

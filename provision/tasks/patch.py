@@ -6,24 +6,40 @@ turns the host's JSON answer into a HostResult.
 
 from __future__ import annotations
 
-from provision.inventory import Host
-from provision.playbook import PatchSpec, load_patch_spec
-from provision.results import HostResult
+import os
+
+from provision.config.inventory import Host
+from provision.config.playbook import PatchSpec, load_patch_spec
+from provision.output.results import HostResult
+
+
+FAILPOINTS_ENV = "PROVISION_FAILPOINTS"  # fault injection for the fault tests (README: "Failpoints")
+
+
+def kill_point(failpoints: str | None) -> str | None:
+    """The engine kill point named in PROVISION_FAILPOINTS (``after_replace=kill``; entries
+    separated by ``;``), or None. Pure."""
+    for entry in (failpoints or "").split(";"):
+        name, _, action = entry.strip().partition("=")
+        if name and action.strip() == "kill":
+            return name.strip()
+    return None
 
 
 def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = False, diff: bool = False,
                 force: bool = False, sglang_path: str | None = None, python: str | None = None,
-                verify_import: bool = False, kill_at: str | None = None) -> dict:
+                verify_import: bool = False) -> dict:
     req = {"op": op, "check": check, "diff": diff, "force": force,
            "sglang_path": sglang_path or host.get("sglang_path"),
            "python": python or host.get("python"), "verify_import": verify_import}
     if spec is not None:
         req["spec"] = spec.to_engine()
     if op == "unpatch":
-        from provision.journal import actor
+        from provision.control.journal import actor
 
         req["actor"] = actor()  # recorded on the host: reconcile names who holds it
-    if kill_at:
+    kill_at = kill_point(os.environ.get(FAILPOINTS_ENV))
+    if kill_at:  # the host's engine dies there (SIGKILL): what the fault tests need
         req["kill_at"] = kill_at
     return req
 
@@ -204,11 +220,11 @@ def server_survivors_text(ours: dict) -> str:
 
 
 def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=False, sglang_path=None, python=None,
-             verify_import=False, kill_at=None, timeout=300.0):
+             verify_import=False, timeout=300.0):
     def fn(host: Host, session, fleet) -> HostResult:
         hspec = spec or load_patch_spec(host.get("spec"))
         req = request_for(op, host, hspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                          python=python, verify_import=verify_import, kill_at=kill_at)
+                          python=python, verify_import=verify_import)
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         res = result_from_answer(host.name, answer, check=check)
         res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal
@@ -222,9 +238,9 @@ def do_status(spec: PatchSpec | None, *, sglang_path=None, python=None, timeout=
         hspec = spec or load_patch_spec(host.get("spec"))
         req = request_for("status", host, hspec, sglang_path=sglang_path, python=python)
         try:
-            from provision.launch import LaunchOptions, resolve
+            from provision.config.profile import host_profile
 
-            prof, _ = resolve(host, LaunchOptions())
+            prof, _ = host_profile(host)
             req["port"], req["health_timeout"] = prof.port, prof.health_timeout
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass

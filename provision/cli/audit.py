@@ -6,52 +6,14 @@ import sys
 
 import click
 
-from provision.cli import fleet_options, run_fleet
+from provision.cli.main import fleet_options, install_options, run_fleet
 from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
-from provision.results import HostResult
-
-
-def known_specs(extra: str | None = None) -> list:
-    from provision.playbook import PACKAGE_PLAYBOOKS, load_playbook
-
-    specs = []
-    paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
-    for p in paths:
-        pb = load_playbook(str(p))
-        if pb.patch is not None:
-            specs.append(pb.patch)
-    return specs
-
-
-def rows_from_answer(ans: dict) -> list[dict]:
-    """One row per gap (and per covered wrapper): class, verdict, covered-by, patch state."""
-    audit = ans["audit"]
-    states = ans.get("spec_states") or {}
-    rows = []
-    seen = set()
-    for gap in audit.get("wrappers", []):
-        st = states.get(gap["class"])
-        rows.append({"class": gap["class"], "file": gap["file"], "attr": gap.get("attr"),
-                     "verdict": gap["verdict"], "missing": gap.get("missing", []),
-                     "inner": gap.get("inner", []), "reason": gap.get("reason", ""),
-                     "covered_by": st["spec"] if st else None, "patch_state": st["state"] if st else None})
-        seen.add(gap["class"])
-    for cls, st in states.items():
-        if cls not in seen and st["state"] == "patched":
-            rows.append({"class": cls, "file": None, "attr": None, "verdict": "closed", "missing": [], "inner": [],
-                         "reason": "closed by provision's patch", "covered_by": st["spec"], "patch_state": "patched"})
-    return rows
-
-
-def uncovered_fixable(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
 
 
 @click.command()
 @fleet_options
 @click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides the shipped playbooks).")
-@click.option("--sglang-path", metavar="DIR", help="Pin the install (the `sglang` package directory).")
-@click.option("--python", "python_", metavar="PATH", help="Interpreter whose SGLang to audit.")
+@install_options
 def audit(ctx, spec, sglang_path, python_):
     """Find every SGLang wrapper model whose EAGLE-3 methods are missing.
 
@@ -63,30 +25,20 @@ def audit(ctx, spec, sglang_path, python_):
 
     Exit 0 when no fixable gap is left uncovered by a spec, 6 when one is.
     """
-    specs = known_specs(spec)
-    collected: list[HostResult] = []
+    from provision.tasks.audit import audit_fn, known_specs
+
+    collected: list = []
+    one = audit_fn(known_specs(spec), sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
 
     def fn(host, session, fleet):
-        ans = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
-                            "sglang_path": sglang_path or host.get("sglang_path"),
-                            "python": python_ or host.get("python")},
-                           timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(host, session))
-        if not ans.get("ok"):
-            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
-        rows = rows_from_answer(ans)
-        unc = uncovered_fixable(rows)
-        inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})
-        r = HostResult(host.name, "gaps" if unc else "ok",
-                       f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
-                       version=inst.get("version"), install=inst.get("path"),
-                       data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc],
-                             "files_scanned": ans["audit"].get("files_scanned")})
-        collected.append(r)
+        r = one(host, session, fleet)
+        if r.verdict != "failed":
+            collected.append(r)
         return r
 
     code = run_fleet(ctx, "audit", fn, columns=["host", "verdict", "version", "detail", "elapsed"])
     if not ctx.as_json:
-        from provision.report import print_table
+        from provision.output.report import print_table
 
         cols = ["class", "verdict", "attr", "missing", "covered_by", "state", "why"]
         for r in collected:
@@ -113,20 +65,17 @@ def spec():
 @fleet_options
 @click.option("--allow-conditional", is_flag=True,
               help="Also write specs for conditionally fixable wrappers (right only for some inner models).")
-@click.option("--sglang-path", metavar="DIR",
-              help="Pin the install to read: the `sglang` package directory (the one holding srt/).")
-@click.option("--python", "python_", metavar="PATH",
-              help="Interpreter whose SGLang to read (default: the host's `python:`, then discovery).")
+@install_options
 def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     """Write a patch spec for CLASS from the host's SGLang source (to stdout).
 
     \b
     provision spec new KimiVLForConditionalGeneration --host gpu01 > playbooks/kimi-vl-eagle3.yaml
     """
-    from provision.cli import selected_hosts
-    from provision.playbook import parse_playbook
+    from provision.cli.main import selected_hosts
+    from provision.config.playbook import parse_playbook
     from provision.tasks import spec_new as audit_mod
-    from provision.runner import Fleet
+    from provision.control.runner import Fleet
 
     hosts = selected_hosts(ctx)
     if len(hosts) != 1:

@@ -36,9 +36,9 @@ from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt,
                       wait_random)
 
 from provision.errors import AuthError, ConnectError, HostError, HostKeyError, RemoteError, UnknownOutcome
-from provision.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
+from provision.control.transport.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
 from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
-from provision.sshconfig import Target
+from provision.control.transport.settings import Target
 
 
 @dataclass

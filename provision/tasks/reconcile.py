@@ -4,23 +4,20 @@ The per-host decision (unchanged / native / wiped / foreign-edit / blocked-git .
 is made on the host by ``provision.host.ops.reconcile.classify`` (pure, stdlib),
 in the same single remote call that re-patches. This module only turns answers
 into verdicts, decides which servers to restart and when (``in_window``), runs
-the rolling restart through ``provision.launch``, and prints.
+the rolling restart through ``provision.tasks.launch``, and prints.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import shlex
-import shutil
 import sys
 import time
 from datetime import datetime, time as dtime
 
 from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
-from provision.results import HostResult
+from provision.output.results import HostResult
 
 _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
@@ -87,98 +84,37 @@ LIGHT_EXCLUDE = frozenset({"engine.audit", "ops.audit", "ops.server", "ops.resto
 
 @functools.lru_cache(maxsize=None)
 def _spec(name: str | None):
-    from provision.playbook import load_patch_spec
+    from provision.config.playbook import load_patch_spec
 
     return load_patch_spec(name)
 
 
 @functools.lru_cache(maxsize=None)
 def block_shas(spec) -> tuple:
-    """Every block sha this spec can render (one per non-empty subset of its methods, as
-    some may be native): the host's fast path accepts a file whose marker carries one."""
-    import itertools
-
+    """The block sha this spec renders (its full set of methods), computed once per spec: the
+    host's fast path accepts a file whose marker carries it. A file whose block holds fewer
+    methods (the rest native) takes the full path, which judges it the same way."""
     from provision.host.engine import core as engine
 
     s = engine.validate_spec(spec.to_engine())
-    names = [m["name"] for m in s["methods"]]
-    if len(names) > 10:  # 1023 subsets is plenty; beyond that only the full set
-        return (engine._block_sha(s, names),)
-    return tuple(engine._block_sha(s, list(c)) for k in range(1, len(names) + 1)
-                 for c in itertools.combinations(names, k))
+    return (engine._block_sha(s, [m["name"] for m in s["methods"]]),)
 
 
 def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,
-            known: dict | None = None, include_held: bool = False) -> dict:
-    """The reconcile request; `known` is the host's entry in the control-side cache."""
-    req = {"op": "reconcile", "spec": spec.to_engine(), "check": check, "force": force,
-           "include_held": include_held,
-           "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
-           "full": full, "block_shas": list(block_shas(spec))}
-    known = known or {}
-    native = known.get("native") or {}
-    if native.get("spec_hash") == spec.sha:
-        req["known_native"] = {k: native.get(k) for k in ("file", "sha", "version")}
-    if known.get("servers"):
-        req["known_servers"] = known["servers"]
-    return req
-
-
-# --------------------------------------------------------------------------- the control-side cache
-
-def cache_path() -> str:
-    """Next to the journal: per host, the file last seen native (path, sha256, version)
-    and the running servers with the install each imports (pid, start time, install).
-    Only hints: the host checks each against what it sees before using it."""
-    from provision import journal
-
-    return os.path.join(os.path.dirname(os.path.abspath(journal.path())), "reconcile-cache.json")
-
-
-def load_cache() -> dict:
-    try:
-        with open(cache_path(), encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def save_cache(cache: dict, results: list[HostResult]) -> None:
-    """Remember what saves the next run work: files found native (no discovery) and
-    servers with their install (no interpreter probe). Unreachable hosts keep theirs."""
-    for r in results:
-        if r.verdict in ("unreachable", "unknown"):
-            continue
-        entry: dict = {}
-        if r.verdict == "native" and r.data.get("sha_after") and r.file and r.data.get("spec_hash"):
-            entry["native"] = {"file": r.file, "sha": r.data["sha_after"], "version": r.version,
-                               "spec": r.data.get("spec"), "spec_hash": r.data["spec_hash"]}
-        servers = [{k: s.get(k) for k in ("pid", "started", "install", "port")}
-                   for s in r.data.get("servers") or [] if s.get("pid") and s.get("started") and s.get("install")]
-        if servers:
-            entry["servers"] = servers
-        if entry:
-            cache[r.host] = entry
-        else:
-            cache.pop(r.host, None)
-    p = cache_path()
-    try:
-        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
-        tmp = f"{p}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(cache, fh, indent=1, sort_keys=True)
-        os.replace(tmp, p)
-    except OSError:
-        pass  # only an optimisation
+            include_held: bool = False) -> dict:
+    """The reconcile request: the spec, its block sha and the host's pinned install, if any."""
+    return {"op": "reconcile", "spec": spec.to_engine(), "check": check, "force": force,
+            "include_held": include_held,
+            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
+            "full": full, "block_shas": list(block_shas(spec))}
 
 
 def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
-                 full=False, cache=None, include_held=False):
+                 full=False, include_held=False):
     def fn(host, session, fleet) -> HostResult:
         hspec = spec or _spec(host.get("spec"))
         req = request(hspec, host, check=check, force=force, sglang_path=sglang_path, python=python, full=full,
-                      known=(cache or {}).get(host.name), include_held=include_held)
+                      include_held=include_held)
         ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         return result_from_answer(host.name, ans, check=check, spec=hspec)
 
@@ -188,7 +124,7 @@ def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, pytho
 # --------------------------------------------------------------------------- answers -> verdicts (pure)
 
 def result_from_answer(host: str, ans: dict, *, check: bool = False, spec=None) -> HostResult:
-    from provision.patching import result_from_answer as patch_result
+    from provision.tasks.patch import result_from_answer as patch_result
 
     data = {"state": ans.get("state"), "action": ans.get("action"), "reason": ans.get("reason"),
             "path": ans.get("path"), "restart_needed": list(ans.get("restart_needed") or []),
@@ -275,7 +211,7 @@ def restart_units(need: list, hosts: list) -> list:
 def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, window=None, now=None,
                   serial=None) -> tuple[list[list], dict]:
     """(batches of Hosts to restart, {host: note}) for hosts whose server predates its file."""
-    from provision import plan
+    from provision.control import plan
 
     by_name = {h.name: h for h in hosts}
     need = [by_name[r.host] for r in results if needs_restart(r) and r.host in by_name]
@@ -307,9 +243,9 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     (`clock`, default window_clock()); a batch that may not start, and every batch after one that did
     not come back ready, is reported as skipped with the reason."""
     from provision.errors import ConfigError
-    from provision.launch import LaunchOptions, MultiNode, launch_fn
-    from provision.progress import Display
-    from provision.runner import run_hosts
+    from provision.tasks.launch import LaunchOptions, MultiNode, launch_fn
+    from provision.output.progress import Display
+    from provision.control.runner import run_hosts
 
     by_name = {r.host: r for r in results}
     clock = clock or window_clock()
@@ -420,75 +356,3 @@ def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> 
     if check and restart and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
         return EXIT_CHANGES
     return EXIT_OK
-
-
-# --------------------------------------------------------------------------- schedule (pure)
-
-def parse_every(text: str) -> tuple[int, str]:
-    """`15m` / `1h` -> (seconds, cron schedule). Cron can only repeat on divisors of an
-    hour or a day, so those are what is accepted."""
-    m = re.fullmatch(r"\s*(\d+)\s*(m|min|minutes?|h|hours?)\s*", text or "")
-    if not m or int(m.group(1)) < 1:
-        raise UsageError(f"--every {text!r}: expected minutes or hours, e.g. 15m or 2h")
-    n, unit = int(m.group(1)), m.group(2)[0]
-    minutes = n if unit == "m" else n * 60
-    if minutes < 60 and 60 % minutes == 0:
-        return minutes * 60, f"*/{minutes} * * * *" if minutes > 1 else "* * * * *"
-    if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
-        h = minutes // 60
-        return minutes * 60, "0 * * * *" if h == 1 else f"0 */{h} * * *"
-    raise UsageError(f"--every {text!r}: cron cannot repeat on that; use minutes dividing 60 "
-                     "(5m, 10m, 15m, 30m) or hours dividing 24 (1h, 2h, 6h, 12h, 24h)")
-
-
-def provision_argv() -> list[str]:
-    """How to run this same provision from a unit file: an absolute path."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(argv0) == "provision" and os.path.isfile(argv0):
-        return [os.path.abspath(argv0)]
-    found = shutil.which("provision")
-    if found:
-        return [os.path.abspath(found)]
-    return [os.path.abspath(sys.executable), "-m", "provision"]
-
-
-def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
-    from provision.host.ops.server import systemd_quote  # one quoting for every unit provision writes
-
-    exec_start = " ".join(systemd_quote(a) for a in argv)
-    service = f"""\
-# written by `provision schedule`
-[Unit]
-Description=provision: reconcile the SGLang fleet (re-apply the EAGLE-3 patch where it is gone)
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-Type=oneshot
-ExecStart={exec_start}
-# 7: another reconcile holds the control-machine lock (that run does the work)
-SuccessExitStatus=7
-TimeoutStartSec=2h
-Nice=5
-"""
-    timer = f"""\
-# written by `provision schedule`
-[Unit]
-Description=provision: run provision-reconcile.service every {seconds // 60} min
-
-[Timer]
-OnBootSec=5min
-OnUnitActiveSec={seconds}s
-RandomizedDelaySec=30s
-AccuracySec=30s
-Unit=provision-reconcile.service
-
-[Install]
-WantedBy=timers.target
-"""
-    command = f"{' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
-    logdir = os.path.dirname(log)
-    if logdir != "/var/log":  # a user's ~/.local/state/provision may not exist yet: `>>` would fail
-        command = f"mkdir -p {shlex.quote(logdir)} && {command}"
-    cron_line = f"{cron} " + command.replace("%", "\\%")  # cron turns a bare % into a newline
-    return {"provision-reconcile.service": service, "provision-reconcile.timer": timer, "cron": cron_line}

@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
@@ -77,10 +78,7 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
                   overrides: dict | None = None) -> Profile:
     if not isinstance(launch, dict):
         raise ConfigError(f"{path}: launch: expected a mapping")
-    unknown = set(launch) - PROFILE_KEYS
-    if unknown:
-        raise ConfigError(f"{path}: launch: unknown key(s) {', '.join(sorted(unknown))}; "
-                          f"allowed: {', '.join(sorted(PROFILE_KEYS))}")
+    check_keys(launch, PROFILE_KEYS, f"{path}: launch")
     args = launch.get("args") or {}
     env = launch.get("env") or {}
     if not isinstance(args, dict):
@@ -150,16 +148,6 @@ def render_flags(args: dict) -> list[str]:
     return out
 
 
-def render_config_yaml(values: dict) -> str:
-    """A `--config FILE` body: flat keys, each value a JSON scalar (valid YAML)."""
-    lines = ["# written by provision; readable only by its owner (holds secrets)"]
-    for k, v in values.items():
-        if isinstance(v, (dict, list)):
-            v = json.dumps(v)
-        lines.append(f"{k}: {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
 def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> dict:
     """Secrets from the control machine: PROVISION_API_KEY, PROVISION_ADMIN_API_KEY, HF_TOKEN (or *_FILE)."""
     env = environ if environ is not None else os.environ
@@ -186,3 +174,18 @@ def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> 
 
 def is_hub_id(path: str) -> bool:
     return not (path.startswith("/") or path.startswith(".") or path.startswith("~")) and path.count("/") == 1
+
+
+def host_profile(host, profile: str | None = None, overrides: dict | None = None, python: str | None = None):
+    """(Profile, the playbook's patch spec or None) for one inventory host: the playbook named by
+    `profile` (else the host's `profile:`, else the default), its `launch:` merged with the host's
+    variables and `overrides`. ConfigError when the playbook has no `launch:` section."""
+    from provision.config.playbook import load_playbook
+
+    pb = load_playbook(profile or host.get("profile"))
+    if pb.launch is None:
+        raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
+    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, dict(overrides or {}))
+    if python:
+        prof = Profile(**{**prof.__dict__, "python": python})
+    return prof, pb.patch

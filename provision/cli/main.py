@@ -1,5 +1,7 @@
 """The `provision` command line. Thin: parse flags, pick hosts, run, report.
 
+This module holds the group, the ONE set of option decorators every command shares, and the
+fleet runner; the commands live in cli/patch.py, cli/launch.py, cli/fleet.py and cli/audit.py.
 Heavy modules (fabric, paramiko, rich) are imported inside commands so that
 `provision --help` and no-op runs start fast.
 """
@@ -7,7 +9,6 @@ Heavy modules (fabric, paramiko, rich) are imported inside commands so that
 from __future__ import annotations
 
 import functools
-import sys
 
 import click
 
@@ -25,6 +26,16 @@ class Ctx:
 
 
 FORMATS = ("auto", "table", "lines", "json")
+
+
+def format_options(json_is: str = "one document"):
+    """--format and --json: how the report is printed (fleet commands, and `history`)."""
+    def deco(fn):
+        fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
+        return click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+                            help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
+                                 f"nothing truncated; json: {json_is}. auto: table on a terminal, else lines.")(fn)
+    return deco
 
 
 def fleet_options(fn):
@@ -63,11 +74,8 @@ def fleet_options(fn):
         click.option("--sudo-password-file", metavar="FILE", envvar="PROVISION_SUDO_PASSWORD_FILE",
                      help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
                           "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-                     help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
-                          "nothing truncated; json: one document. auto: table on a terminal, else lines."),
-        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
     ]
+    fn = format_options()(fn)
     for opt in reversed(opts):
         fn = opt(fn)
 
@@ -75,8 +83,8 @@ def fleet_options(fn):
     def wrapper(hosts, inventory, limit, identity, user, port, ssh_config, known_hosts,
                 accept_new_host_keys, forks, connect_timeout, command_timeout, sudo, sudo_password_file, fmt,
                 as_json, **kw):
-        from provision.report import resolve_format
-        from provision.runner import ConnOptions
+        from provision.output.report import resolve_format
+        from provision.control.runner import ConnOptions
 
         fmt = resolve_format("json" if as_json else fmt)
         ctx = Ctx(hosts=list(hosts), inventory=inventory, limit=limit, as_json=fmt == "json", fmt=fmt,
@@ -93,7 +101,7 @@ def selected_hosts(ctx: Ctx):
     """The hosts to work on. An unknown --host (with -i) or a --limit matching nothing is exit 5,
     naming the hosts that do exist."""
     from provision.errors import NoHostsError
-    from provision.inventory import adhoc, existing_names, load_inventory, select
+    from provision.config.inventory import adhoc, existing_names, load_inventory, select
 
     if not ctx.hosts and not ctx.inventory:
         raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY")
@@ -125,7 +133,7 @@ def selected_hosts(ctx: Ctx):
 def check_specs(ctx: Ctx, pspec) -> None:
     """Load every selected host's patch spec (`spec:` in the inventory) before any host is
     touched: a spec the host-side engine would reject is exit 2 here, once, not exit 3 per host."""
-    from provision.playbook import load_patch_spec
+    from provision.config.playbook import load_patch_spec
 
     if pspec is not None:
         return
@@ -135,7 +143,7 @@ def check_specs(ctx: Ctx, pspec) -> None:
 
 def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -> None:
     """One host's line (and its notes and diff) as it arrives; nothing in JSON mode."""
-    from provision import report
+    from provision.output import report
 
     if ctx.as_json:
         return
@@ -149,7 +157,7 @@ def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -
 def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str] | None = None,
                   extra: dict | None = None) -> None:
     """After the run: the JSON document, or (for several hosts) the table and the summary line."""
-    from provision import report
+    from provision.output import report
 
     if ctx.as_json:
         click.echo(report.to_document(command, results, code, extra))
@@ -162,8 +170,8 @@ def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str]
 def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: bool = False,
               columns: list[str] | None = None, journal: bool = True, exit_code=None) -> int:
     """Run fn on the selected hosts, print as results arrive, return the exit code."""
-    from provision import report
-    from provision.runner import Fleet, run_hosts
+    from provision.output import report
+    from provision.control.runner import Fleet, run_hosts
 
     hosts = selected_hosts(ctx)
     if not hosts:
@@ -187,7 +195,7 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
 def _journal(command: str, results) -> None:
     """Append every change to the control machine's journal (provision/journal.py), if present."""
     try:
-        from provision import journal
+        from provision.control import journal
     except ImportError:
         return
     try:
@@ -198,21 +206,27 @@ def _journal(command: str, results) -> None:
 
 # Commands in their own modules, imported only when used (a no-op `provision patch` must start fast).
 LAZY_COMMANDS = {
-    "sandbox": "provision.sandbox.cli:sandbox",
-    "launch": "provision.cli_launch:launch", "wait": "provision.cli_launch:wait",
-    "stop": "provision.cli_launch:stop", "logs": "provision.cli_launch:logs",
-    "audit": "provision.cli_audit:audit", "spec": "provision.cli_audit:spec",
-    "reconcile": "provision.cli_fleet:reconcile", "restore": "provision.cli_fleet:restore",
-    "history": "provision.cli_fleet:history", "schedule": "provision.cli_fleet:schedule",
+    "patch": "provision.cli.patch:patch", "unpatch": "provision.cli.patch:unpatch",
+    "status": "provision.cli.patch:status",
+    "launch": "provision.cli.launch:launch", "wait": "provision.cli.launch:wait",
+    "stop": "provision.cli.launch:stop", "logs": "provision.cli.launch:logs",
+    "audit": "provision.cli.audit:audit", "spec": "provision.cli.audit:spec",
+    "reconcile": "provision.cli.fleet:reconcile", "restore": "provision.cli.fleet:restore",
+    "history": "provision.cli.fleet:history", "schedule": "provision.cli.fleet:schedule",
 }
 
 
 class ProvisionGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS) | {"sandbox"})
 
     def get_command(self, ctx, name):
         cmd = super().get_command(ctx, name)
+        if cmd is None and name == "sandbox":
+            # the simulated hosts' commands: the product's one import of provision.sandbox
+            from provision.sandbox.cli import sandbox
+
+            return sandbox
         if cmd is None and name in LAZY_COMMANDS:
             import importlib
 
@@ -245,111 +259,50 @@ def main():
     """
 
 
-def _spec_option(fn):
+def spec_option(fn):
+    """--spec: the patch spec (patch, unpatch, status, reconcile, restore)."""
     return click.option("--spec", metavar="PLAYBOOK",
                         help="Patch spec playbook (a path, or the name of a shipped one). "
                              "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
 
 
-def _install_options(fn):
+def install_options(fn):
+    """--sglang-path and --python: which SGLang install on the host a command acts on."""
     fn = click.option("--sglang-path", metavar="DIR",
                       help="Pin the install: the `sglang` package directory itself (the one holding srt/).")(fn)
     fn = click.option("--python", "python_", metavar="PATH",
-                      help="Interpreter whose SGLang to act on (default: the host's `python:`, then python3).")(fn)
+                      help="Interpreter whose SGLang to act on (default: the host's `python:`, then discovery: "
+                           "a running server's, python3's, or the only install).")(fn)
     return fn
 
 
-def _patch_like(command: str):
+def check_option(fn):
+    return click.option("--check", is_flag=True,
+                        help="Decide and report, change nothing (exit 4 if changes are due).")(fn)
+
+
+def diff_option(fn):
+    return click.option("--diff", is_flag=True, help="Show a unified diff of each change.")(fn)
+
+
+def profile_option(when: str = ""):
+    """--profile: the launch profile (launch, wait, stop, logs; reconcile --restart)."""
     def deco(fn):
-        @fleet_options
-        @_spec_option
-        @_install_options
-        @click.option("--check", is_flag=True, help="Decide and report, change nothing (exit 4 if changes are due).")
-        @click.option("--diff", is_flag=True, help="Show a unified diff of each change.")
-        @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
-        @functools.wraps(fn)
-        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, **kw):
-            from provision.patching import do_patch
-            from provision.playbook import load_patch_spec
-
-            pspec = load_patch_spec(spec) if spec else None
-            if pspec is None:
-                load_patch_spec(None)  # fail early on a broken default playbook
-            check_specs(ctx, pspec)
-            extra = fn(ctx, **kw) or {}
-            op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                             python=python_, timeout=ctx.conn.command_timeout, **extra)
-            code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
-                             columns=["host", "verdict", "version", "methods", "detail", "elapsed"])
-            sys.exit(code)
-
-        return wrapped
-
+        return click.option("--profile", metavar="PLAYBOOK",
+                            help=f"{when}Launch profile (a playbook's `launch:`). Default: the host's `profile:`, "
+                                 "then kimi-k25-eagle3.")(fn)
     return deco
 
 
-@main.command()
-@_patch_like("patch")
-@click.option("--verify-import", is_flag=True,
-              help="Also import the patched class with the host's interpreter and check the methods are callable.")
-@click.option("--kill-at", hidden=True, type=click.Choice(["before_read", "after_temp_write", "after_replace",
-                                                           "before_verify"]))
-def patch(ctx, verify_import=False, kill_at=None):
-    """Inject the missing EAGLE-3 delegation methods into the wrapper class.
-
-    Finds the SGLang install on each host (the one a running server uses, else
-    the one the configured python imports, else the only one), then adds exactly
-    the methods the class lacks, inside the class, between marker comments.
-    Methods the class already has natively are left alone; a broken hand patch
-    (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
-
-    \b
-    Verdicts: patched, unchanged, native, repaired, failed, unknown.
-    """
-    return {"verify_import": verify_import, "kill_at": kill_at}
-
-
-@main.command()
-@_patch_like("unpatch")
-def unpatch(ctx):
-    """Remove provision's block again, leaving every other byte as before `patch`."""
-    return {}
-
-
-@main.command()
-@fleet_options
-@_spec_option
-@_install_options
-def status(ctx, spec, sglang_path, python_):
-    """Show each host's SGLang version, install, patch state and server.
-
-    \b
-    Verdicts (the patch state of the spec's file):
-      patched     provision's block is in the class and matches the spec
-      native      the class has every method itself (SGLang 0.5.10+)
-      missing     methods are missing: `provision patch` adds them
-      stale       provision's block differs from the spec: `patch` re-renders it
-      hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
-      error       the file could not be judged (no SGLang, no such file, ...)
-
-    Exit 0 when every host is patched or native, 4 when a host is missing,
-    stale or hand-patch (what `patch --check` would change), 3 when a host
-    failed, was unreachable or is in error. "restart needed" is noted where the
-    running server started before the file last changed.
-    """
-    from provision.patching import do_status
-    from provision.playbook import load_patch_spec
-
-    from provision.patching import status_exit_code
+def load_spec(spec):
+    """The --spec playbook's patch spec, or None (each host's own `spec:`). Either way a broken
+    default playbook fails here, exit 2, before any host is touched."""
+    from provision.config.playbook import load_patch_spec
 
     pspec = load_patch_spec(spec) if spec else None
     if pspec is None:
-        load_patch_spec(None)  # fail early (exit 2) on a broken default playbook
-    check_specs(ctx, pspec)
-    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
-    code = run_fleet(ctx, "status", fn, columns=["host", "verdict", "version", "install_kind", "server_state",
-                                                 "elapsed"], journal=False, exit_code=status_exit_code)
-    sys.exit(code)
+        load_patch_spec(None)
+    return pspec
 
 
 def entry():  # pragma: no cover - console script

@@ -7,7 +7,7 @@ to change one), so the journal answers "who changed what, when, from which sha
 to which".
 
 Never holds secrets: results carry none, and ``detail`` still goes through
-``provision.redact`` (when that module exists) before it is written.
+``provision.logs.redact`` (when that module exists) before it is written.
 """
 
 from __future__ import annotations
@@ -28,12 +28,18 @@ ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}
 
 
-def path() -> str:
-    env = os.environ.get("PROVISION_JOURNAL")
+def state_path(env_var: str, name: str) -> str:
+    """A control-machine state file: $env_var if set, else $XDG_STATE_HOME/provision/NAME
+    (default ~/.local/state/provision/NAME)."""
+    env = os.environ.get(env_var)
     if env:
         return env
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "provision", "journal.jsonl")
+    return os.path.join(base, "provision", name)
+
+
+def path() -> str:
+    return state_path("PROVISION_JOURNAL", "journal.jsonl")
 
 
 def _user() -> str:
@@ -52,7 +58,7 @@ def actor() -> str:
 
 def _redact(text: str) -> str:
     try:
-        from provision.redact import redact
+        from provision.logs.redact import redact
     except ImportError:
         return text
     return redact(text or "")

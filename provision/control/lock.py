@@ -16,11 +16,9 @@ from provision.errors import LockedError
 
 
 def default_path() -> str:
-    env = os.environ.get("PROVISION_LOCK")
-    if env:
-        return env
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "provision", "reconcile.lock")
+    from provision.control.journal import state_path
+
+    return state_path("PROVISION_LOCK", "reconcile.lock")
 
 
 class ControlLock:

@@ -6,19 +6,13 @@ import sys
 
 import click
 
-from provision.cli import fleet_options, run_fleet
+from provision.cli.main import fleet_options, profile_option, run_fleet
 from provision.errors import UsageError
-
-
-def _profile_option(fn):
-    return click.option("--profile", metavar="PLAYBOOK",
-                        help="Launch profile (a playbook's `launch:`). Default: the host's `profile:`, "
-                             "then kimi-k25-eagle3.")(fn)
 
 
 def _profile_options(fn):
     """What starting a server takes: the profile, flag overrides and the secrets."""
-    fn = _profile_option(fn)
+    fn = profile_option()(fn)
     fn = click.option("--arg", "args", multiple=True, metavar="FLAG=VALUE",
                       help="Override one SGLang flag, e.g. --arg port=30001 (repeatable).")(fn)
     fn = click.option("--api-key-file", metavar="FILE", help="Read --api-key from FILE (or set PROVISION_API_KEY).")(fn)
@@ -29,22 +23,22 @@ def _profile_options(fn):
 
 def _server_options(fn):
     """What finding a running server takes: the profile and its port."""
-    fn = _profile_option(fn)
+    fn = profile_option()(fn)
     fn = click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
                       help="The server's SGLang port (default: the profile's, with the inventory's `args:`).")(fn)
     return fn
 
 
 def _server_opts(profile, server_port, **kw):
-    from provision.launch import LaunchOptions
+    from provision.tasks.launch import LaunchOptions
 
     return LaunchOptions(profile=profile, overrides={"port": server_port} if server_port else {}, **kw)
 
 
 def check_profiles(ctx, opts, multinode=None) -> list:
     """Load every selected host's profile before any host is touched: a bad one is exit 2, once."""
-    from provision.cli import selected_hosts
-    from provision.launch import resolve
+    from provision.cli.main import selected_hosts
+    from provision.tasks.launch import resolve
 
     hosts = selected_hosts(ctx)
     for h in hosts:
@@ -65,8 +59,8 @@ def _parse_overrides(args) -> dict:
 
 
 def _options(profile, args, api_key_file, admin_api_key_file, **kw):
-    from provision.launch import LaunchOptions
-    from provision.profile import secrets_from_env
+    from provision.tasks.launch import LaunchOptions
+    from provision.config.profile import secrets_from_env
 
     files = {"api-key": api_key_file, "admin-api-key": admin_api_key_file}
     return LaunchOptions(profile=profile, overrides=_parse_overrides(args),
@@ -93,7 +87,7 @@ def _print_tails(results):
 
 
 def _run_with_display(ctx, command, make_fn, columns):
-    from provision.progress import Display
+    from provision.output.progress import Display
 
     collected = []
 
@@ -145,8 +139,8 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
     Secrets: PROVISION_API_KEY / --api-key-file, PROVISION_ADMIN_API_KEY,
     HF_TOKEN. They reach the host on stdin and go into a 0600 --config file.
     """
-    from provision.cli import selected_hosts
-    from provision.launch import MultiNode, launch_fn, stop_fn
+    from provision.cli.main import selected_hosts
+    from provision.tasks.launch import MultiNode, launch_fn, stop_fn
 
     multinode = MultiNode(selected_hosts(ctx))
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
@@ -158,10 +152,10 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
         ctx.conn.forks = biggest
     try:
         if serial:
-            from provision.rolling import run_rolling
+            from provision.control.rolling import run_rolling
 
-            code = run_rolling(ctx, "launch", lambda d: launch_fn(opts, d, multinode), serial, max_fail,
-                               _plain(ctx))
+            code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode), serial,
+                               max_fail, _plain(ctx))
         else:
             code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode),
                                      ["host", "verdict", "detail", "elapsed"])
@@ -173,11 +167,11 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
 def _interrupted(ctx, opts, stop_fn) -> None:
     """Ctrl-C during launch: say, per host, whether a server was started and what became of it;
     --stop-on-interrupt stops the started ones; journal the changes; --json still prints its document."""
-    from provision import report
-    from provision.cli import _journal, selected_hosts
+    from provision.output import report
+    from provision.cli.main import _journal, selected_hosts
     from provision.errors import EXIT_INTERRUPTED
-    from provision.launch import interrupt_report
-    from provision.runner import Fleet, run_hosts
+    from provision.tasks.launch import interrupt_report
+    from provision.control.runner import Fleet, run_hosts
 
     hosts = selected_hosts(ctx)
     results = interrupt_report(hosts, opts)
@@ -226,7 +220,7 @@ def _interrupted(ctx, opts, stop_fn) -> None:
 @_outage_option
 def wait(ctx, profile, server_port, deadline, poll, max_outage):
     """Re-attach to a start-up in progress and follow it until healthy."""
-    from provision.launch import wait_fn
+    from provision.tasks.launch import wait_fn
 
     opts = _server_opts(profile, server_port, deadline=deadline, poll=poll, max_outage=max_outage)
     check_profiles(ctx, opts)
@@ -240,7 +234,7 @@ def wait(ctx, profile, server_port, deadline, poll, max_outage):
               help="Seconds between SIGTERM (SGLang drains requests) and SIGKILL. Default: the profile's, 30.")
 def stop(ctx, profile, server_port, grace):
     """Stop the server provision started: the whole tree, ranks included."""
-    from provision.launch import stop_fn
+    from provision.tasks.launch import stop_fn
 
     opts = _server_opts(profile, server_port)
     check_profiles(ctx, opts)
@@ -255,16 +249,20 @@ def stop(ctx, profile, server_port, grace):
 @click.option("--follow", "-F", "follow_", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 def logs(ctx, profile, server_port, lines, follow_):
     """Show the current launch's server log (secrets redacted)."""
-    from provision.launch import logs_fn
-    from provision.profile import secrets_from_env
+    from provision.tasks.launch import logs_fn
+    from provision.config.profile import secrets_from_env
 
     # secrets in the environment (PROVISION_API_KEY, HF_TOKEN...) are still redacted from what is shown
     opts = _server_opts(profile, server_port, secrets=secrets_from_env())
     check_profiles(ctx, opts)
     if follow_:
-        from provision.logfollow import follow_logs
+        from provision.cli.main import selected_hosts
+        from provision.tasks.logs import follow_logs
 
-        sys.exit(follow_logs(ctx, opts, lines))
+        hosts = selected_hosts(ctx)
+        if len(hosts) != 1:
+            raise UsageError("--follow works on one host at a time; select one with --host or --limit")
+        sys.exit(follow_logs(hosts[0], ctx.conn, opts, lines))
     collected = []
 
     def fn(host, session, fleet):

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 from importlib.resources import files
@@ -92,10 +93,7 @@ def _check_params(path: str, where: str, params: str) -> None:
 def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods")
-    unknown = set(data) - _PATCH_KEYS
-    if unknown:
-        raise ConfigError(f"{_where(path, 'patch')}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"allowed: {', '.join(sorted(_PATCH_KEYS))}")
+    check_keys(data, _PATCH_KEYS, _where(path, "patch"))
     for key in ("file", "class", "delegate", "methods"):
         if key not in data:
             raise ConfigError(f"{_where(path, 'patch.' + key)}: missing (required)")
@@ -154,10 +152,7 @@ def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
         raise ConfigError(f"{path}:{loc} not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with name, patch and/or launch")
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+    check_keys(data, _TOP_KEYS, path, "top-level key(s)")
     name = data.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(f"{_where(path, 'name')}: expected a lower-case name like kimi-k25-eagle3, got {name!r}")

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from tenacity import (RetryError, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
                       wait_random)
 
+from provision.config.inventory import Host
+from provision.config.profile import Profile, host_profile
+from provision.control.transport.ssh import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
-from provision.inventory import Host
-from provision.playbook import load_playbook
-from provision.profile import Profile, build_profile
-from provision.results import HostResult
-from provision.ssh import Interrupted
+from provision.output.results import HostResult
 
 
 @dataclass
@@ -91,16 +90,10 @@ class MultiNode:
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
-    pb = load_playbook(opts.profile or host.get("profile"))
-    if pb.launch is None:
-        raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
     overrides = dict(opts.overrides)
     if multinode is not None:
         overrides.update(multinode.args_for(host))
-    prof = build_profile(pb.launch, pb.path, pb.name, host.vars, overrides)
-    if opts.python:
-        prof = Profile(**{**prof.__dict__, "python": opts.python})
-    return prof, pb.patch
+    return host_profile(host, opts.profile, overrides, opts.python)
 
 
 def secret_values(secrets: dict) -> list[str]:
@@ -108,7 +101,7 @@ def secret_values(secrets: dict) -> list[str]:
 
 
 def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
-    from provision.profile import render_flags
+    from provision.config.profile import render_flags
 
     req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
                                                       "env": prof.env, "module": prof.module,
@@ -177,8 +170,8 @@ def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -
 def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
            sudo: bool = False, t_start: float | None = None) -> HostResult:
     """Poll until healthy, dead, or the deadline. Returns the host's verdict."""
-    from provision.loadlog import LoadLog, hint
-    from provision.redact import redact
+    from provision.logs.loadlog import LoadLog, hint
+    from provision.logs.redact import redact
 
     secrets = secret_values(opts.secrets)
     parser = LoadLog(secrets=secrets)
@@ -283,7 +276,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
     except RetryError:
         state = st["last"]
         phase = state.phase if state is not None else "starting"
-        from provision.progress import describe
+        from provision.output.progress import describe
 
         last = describe(state) if state is not None else "no log output"
         return HostResult(host.name, "timeout", f"not ready after {opts.deadline:g} s; stuck in {phase} "
@@ -313,7 +306,7 @@ def parser_tail(parser) -> list[str]:
 def shipped_classes() -> set[str] | None:
     """Classes a shipped patch spec covers (for the crash hint); None when the playbooks cannot be read."""
     try:
-        from provision.playbook import shipped_patch_classes
+        from provision.config.playbook import shipped_patch_classes
 
         return shipped_patch_classes()
     except Exception:  # noqa: BLE001 - a hint must never break a launch report
@@ -349,7 +342,7 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
 
 
 def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
-    from provision.patching import request_for, result_from_answer
+    from provision.tasks.patch import request_for, result_from_answer
 
     def fn(host: Host, session, fleet) -> HostResult:
         try:
@@ -527,7 +520,7 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
 
 
 def logs_fn(opts: LaunchOptions, lines: int):
-    from provision.redact import redact
+    from provision.logs.redact import redact
 
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
@@ -548,7 +541,7 @@ def server_status_fn(opts: LaunchOptions):
                            sudo=fleet.uses_sudo(host, session))
         rec = ans.get("record") or {}
         if not ans.get("running") and ans.get("survivors"):
-            from provision.patching import server_survivors_text
+            from provision.tasks.patch import server_survivors_text
 
             return HostResult(host.name, "failed", server_survivors_text(ans), data={"survivors": ans["survivors"]})
         if not ans.get("running"):

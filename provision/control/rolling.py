@@ -6,16 +6,17 @@ import sys
 
 import click
 
-from provision import plan, report
-from provision.results import HostResult
+from provision.control import plan
+from provision.output import report
+from provision.output.results import HostResult
 
 
-def run_rolling(ctx, command: str, make_fn, serial, max_fail, plain: bool) -> int:
-    from provision.cli import selected_hosts
-    from provision.progress import Display
-    from provision.runner import Fleet, run_hosts
+def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool) -> int:
+    """Run make_fn(display) on `hosts` (picked by the CLI) in --serial batches; ctx carries the
+    connection options (ctx.conn) and the output mode (ctx.as_json, ctx.fmt)."""
+    from provision.control.runner import Fleet, run_hosts
+    from provision.output.progress import Display
 
-    hosts = selected_hosts(ctx)
     if not hosts:
         click.echo("error: no host matched the selection; nothing was done", err=True)
         return report.EXIT_NOTHING

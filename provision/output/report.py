@@ -10,7 +10,7 @@ from typing import Iterable
 
 from provision import __version__
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: F401
-from provision.results import CHANGED_VERDICTS, HostResult
+from provision.output.results import CHANGED_VERDICTS, HostResult
 
 STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",
          "absent": "dim", "failed": "bold red", "unknown": "bold yellow", "ready": "green", "running": "green",

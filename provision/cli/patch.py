@@ -1,0 +1,94 @@
+"""CLI commands for the model file: patch, unpatch, status."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, install_options, load_spec,
+                                main, run_fleet, spec_option)
+
+
+def _patch_like(command: str):
+    def deco(fn):
+        @fleet_options
+        @spec_option
+        @install_options
+        @check_option
+        @diff_option
+        @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
+        @functools.wraps(fn)
+        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, **kw):
+            from provision.tasks.patch import do_patch
+
+            pspec = load_spec(spec)
+            check_specs(ctx, pspec)
+            extra = fn(ctx, **kw) or {}
+            op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                             python=python_, timeout=ctx.conn.command_timeout, **extra)
+            code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
+                             columns=["host", "verdict", "version", "methods", "detail", "elapsed"])
+            sys.exit(code)
+
+        return wrapped
+
+    return deco
+
+
+@main.command()
+@_patch_like("patch")
+@click.option("--verify-import", is_flag=True,
+              help="Also import the patched class with the host's interpreter and check the methods are callable.")
+def patch(ctx, verify_import=False):
+    """Inject the missing EAGLE-3 delegation methods into the wrapper class.
+
+    Finds the SGLang install on each host (the one a running server uses, else
+    the one the configured python imports, else the only one), then adds exactly
+    the methods the class lacks, inside the class, between marker comments.
+    Methods the class already has natively are left alone; a broken hand patch
+    (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
+
+    \b
+    Verdicts: patched, unchanged, native, repaired, failed, unknown.
+    """
+    return {"verify_import": verify_import}
+
+
+@main.command()
+@_patch_like("unpatch")
+def unpatch(ctx):
+    """Remove provision's block again, leaving every other byte as before `patch`."""
+    return {}
+
+
+@main.command()
+@fleet_options
+@spec_option
+@install_options
+def status(ctx, spec, sglang_path, python_):
+    """Show each host's SGLang version, install, patch state and server.
+
+    \b
+    Verdicts (the patch state of the spec's file):
+      patched     provision's block is in the class and matches the spec
+      native      the class has every method itself (SGLang 0.5.10+)
+      missing     methods are missing: `provision patch` adds them
+      stale       provision's block differs from the spec: `patch` re-renders it
+      hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
+      error       the file could not be judged (no SGLang, no such file, ...)
+
+    Exit 0 when every host is patched or native, 4 when a host is missing,
+    stale or hand-patch (what `patch --check` would change), 3 when a host
+    failed, was unreachable or is in error. "restart needed" is noted where the
+    running server started before the file last changed.
+    """
+    from provision.tasks.patch import do_status, status_exit_code
+
+    pspec = load_spec(spec)
+    check_specs(ctx, pspec)
+    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+    code = run_fleet(ctx, "status", fn, columns=["host", "verdict", "version", "install_kind", "server_state",
+                                                 "elapsed"], journal=False, exit_code=status_exit_code)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""Pure configuration: YAML/INI in, validated objects out (inventory, playbooks, launch profiles)."""

@@ -1,0 +1,1 @@
+"""Pure log handling: the SGLang load-log parser and secret redaction."""

@@ -1,0 +1,1 @@
+"""What the user sees: verdicts and HostResult, the report (table, lines, JSON), live progress."""

@@ -1,0 +1,73 @@
+"""`provision audit` for one host: the request, and the answer turned into rows and a HostResult."""
+
+from __future__ import annotations
+
+from provision.output.results import HostResult
+
+
+def known_specs(extra: str | None = None) -> list:
+    from provision.config.playbook import PACKAGE_PLAYBOOKS, load_playbook
+
+    specs = []
+    paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
+    for p in paths:
+        pb = load_playbook(str(p))
+        if pb.patch is not None:
+            specs.append(pb.patch)
+    return specs
+
+
+def spec_state(st: dict) -> str:
+    """A spec's state in the audited install, from the engine's per-method view through the one
+    patch-state summary (tasks/patch.py): native, patched, or not patched (also file-missing, error)."""
+    from provision.tasks.patch import patch_state
+
+    if "methods" not in st or str(st.get("state", "")).startswith("error"):
+        return st.get("state")
+    verdict, _ = patch_state({"methods": st["methods"]})
+    return verdict if verdict in ("native", "patched") else "not patched"
+
+
+def rows_from_answer(ans: dict) -> list[dict]:
+    """One row per gap (and per covered wrapper): class, verdict, covered-by, patch state."""
+    audit = ans["audit"]
+    states = ans.get("spec_states") or {}
+    rows = []
+    seen = set()
+    for gap in audit.get("wrappers", []):
+        st = states.get(gap["class"])
+        rows.append({"class": gap["class"], "file": gap["file"], "attr": gap.get("attr"),
+                     "verdict": gap["verdict"], "missing": gap.get("missing", []),
+                     "inner": gap.get("inner", []), "reason": gap.get("reason", ""),
+                     "covered_by": st["spec"] if st else None, "patch_state": spec_state(st) if st else None})
+        seen.add(gap["class"])
+    for cls, st in states.items():
+        if cls not in seen and spec_state(st) == "patched":
+            rows.append({"class": cls, "file": None, "attr": None, "verdict": "closed", "missing": [], "inner": [],
+                         "reason": "closed by provision's patch", "covered_by": st["spec"], "patch_state": "patched"})
+    return rows
+
+
+def uncovered_fixable(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
+
+
+def audit_fn(specs: list, *, sglang_path=None, python=None, timeout=300.0):
+    """The per-host audit: one remote call, the answer as a HostResult (gaps or ok)."""
+    def fn(host, session, fleet) -> HostResult:
+        ans = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
+                            "sglang_path": sglang_path or host.get("sglang_path"),
+                            "python": python or host.get("python")},
+                           timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
+        rows = rows_from_answer(ans)
+        unc = uncovered_fixable(rows)
+        inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})
+        return HostResult(host.name, "gaps" if unc else "ok",
+                          f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
+                          version=inst.get("version"), install=inst.get("path"),
+                          data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc],
+                                "files_scanned": ans["audit"].get("files_scanned")})
+
+    return fn

@@ -1,0 +1,81 @@
+"""`provision schedule`: the systemd units and the cron line that run `provision reconcile`.  Pure."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+
+from provision.errors import UsageError
+
+
+def parse_every(text: str) -> tuple[int, str]:
+    """`15m` / `1h` -> (seconds, cron schedule). Cron can only repeat on divisors of an
+    hour or a day, so those are what is accepted."""
+    m = re.fullmatch(r"\s*(\d+)\s*(m|min|minutes?|h|hours?)\s*", text or "")
+    if not m or int(m.group(1)) < 1:
+        raise UsageError(f"--every {text!r}: expected minutes or hours, e.g. 15m or 2h")
+    n, unit = int(m.group(1)), m.group(2)[0]
+    minutes = n if unit == "m" else n * 60
+    if minutes < 60 and 60 % minutes == 0:
+        return minutes * 60, f"*/{minutes} * * * *" if minutes > 1 else "* * * * *"
+    if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+        h = minutes // 60
+        return minutes * 60, "0 * * * *" if h == 1 else f"0 */{h} * * *"
+    raise UsageError(f"--every {text!r}: cron cannot repeat on that; use minutes dividing 60 "
+                     "(5m, 10m, 15m, 30m) or hours dividing 24 (1h, 2h, 6h, 12h, 24h)")
+
+
+def provision_argv() -> list[str]:
+    """How to run this same provision from a unit file: an absolute path."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "provision" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    found = shutil.which("provision")
+    if found:
+        return [os.path.abspath(found)]
+    return [os.path.abspath(sys.executable), "-m", "provision"]
+
+
+def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
+    from provision.host.ops.server import systemd_quote  # one quoting for every unit provision writes
+
+    exec_start = " ".join(systemd_quote(a) for a in argv)
+    service = f"""\
+# written by `provision schedule`
+[Unit]
+Description=provision: reconcile the SGLang fleet (re-apply the EAGLE-3 patch where it is gone)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={exec_start}
+# 7: another reconcile holds the control-machine lock (that run does the work)
+SuccessExitStatus=7
+TimeoutStartSec=2h
+Nice=5
+"""
+    timer = f"""\
+# written by `provision schedule`
+[Unit]
+Description=provision: run provision-reconcile.service every {seconds // 60} min
+
+[Timer]
+OnBootSec=5min
+OnUnitActiveSec={seconds}s
+RandomizedDelaySec=30s
+AccuracySec=30s
+Unit=provision-reconcile.service
+
+[Install]
+WantedBy=timers.target
+"""
+    command = f"{' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    logdir = os.path.dirname(log)
+    if logdir != "/var/log":  # a user's ~/.local/state/provision may not exist yet: `>>` would fail
+        command = f"mkdir -p {shlex.quote(logdir)} && {command}"
+    cron_line = f"{cron} " + command.replace("%", "\\%")  # cron turns a bare % into a newline
+    return {"provision-reconcile.service": service, "provision-reconcile.timer": timer, "cron": cron_line}

@@ -6,24 +6,10 @@ turns the host's JSON answer into a HostResult.
 
 from __future__ import annotations
 
-import os
-
 from provision.config.inventory import Host
 from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
 
-
-FAILPOINTS_ENV = "PROVISION_FAILPOINTS"  # fault injection for the fault tests (README: "Failpoints")
-
-
-def kill_point(failpoints: str | None) -> str | None:
-    """The engine kill point named in PROVISION_FAILPOINTS (``after_replace=kill``; entries
-    separated by ``;``), or None. Pure."""
-    for entry in (failpoints or "").split(";"):
-        name, _, action = entry.strip().partition("=")
-        if name and action.strip() == "kill":
-            return name.strip()
-    return None
 
 
 def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = False, diff: bool = False,
@@ -38,9 +24,6 @@ def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = Fa
         from provision.control.journal import actor
 
         req["actor"] = actor()  # recorded on the host: reconcile names who holds it
-    kill_at = kill_point(os.environ.get(FAILPOINTS_ENV))
-    if kill_at:  # the host's engine dies there (SIGKILL): what the fault tests need
-        req["kill_at"] = kill_at
     return req
 
 

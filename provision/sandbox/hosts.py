@@ -900,11 +900,21 @@ def _git_init(root: Path, version: str) -> None:
         subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True)
 
 
+# Host kinds other than these namespaces register their module here on import (provision/sandbox/systemd.py
+# does; the package's __init__ imports it), so this module never imports them: no cycle.
+KIND_MODULES: dict = {}
+
+
+def _kind(name: str):
+    try:
+        return KIND_MODULES[name]
+    except KeyError:
+        raise SandboxError(f"sandbox host kind {name!r} is not registered") from None
+
+
 def _host_from_json(data: dict) -> SandboxHost:
     if (data.get("spec") or {}).get("kind") == "systemd":
-        from provision.sandbox.systemd import SystemdHost
-
-        return SystemdHost.from_json(data)
+        return _kind("systemd").SystemdHost.from_json(data)
     return SandboxHost.from_json(data)
 
 
@@ -1118,9 +1128,7 @@ class Sandbox:
 
     def _build(self, spec: HostSpec, sock: socket.socket) -> SandboxHost:
         if spec.kind == "systemd":
-            from provision.sandbox import systemd
-
-            return systemd.build(self, spec, sock)
+            return _kind("systemd").build(self, spec, sock)
         t0 = time.monotonic()
         state = self.base_dir / "hosts" / spec.name
         data = self.data_dir / spec.name
@@ -1211,9 +1219,7 @@ class Sandbox:
         """Start these hosts (in parallel); a host already running with the same spec is kept."""
         problems = self.check_prereqs()
         if any(s.kind == "systemd" for s in specs):
-            from provision.sandbox import systemd
-
-            problems += systemd.problems()
+            problems += _kind("systemd").problems()
         if problems:
             raise SandboxError("the sandbox cannot run here: " + "; ".join(problems))
         names = [s.name for s in specs]

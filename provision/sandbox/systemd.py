@@ -32,11 +32,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from provision.sandbox import hosts as _hosts  # hosts.py imports this module lazily (no cycle)
+from provision.sandbox import hosts as _hosts  # hosts.py never imports this module: it registers itself
 
 PODMAN = "/usr/bin/podman"
 DEBOOTSTRAP = "/usr/sbin/debootstrap"
@@ -419,3 +420,6 @@ def build(box, spec, sock) -> SystemdHost:
     (state / "build-seconds").write_text(f"{time.monotonic() - t0:.3f}\n")
     (state / "image-build-seconds").write_text(f"{built:.3f}\n")
     return host
+
+
+_hosts.KIND_MODULES["systemd"] = sys.modules[__name__]  # the host kind `provision sandbox up --systemd` makes

@@ -200,8 +200,6 @@ class ReconcileRequest(Request, total=False):
     spec: Spec
     include_held: bool
     block_shas: List[str]
-    known_native: Dict[str, Any]
-    known_servers: List[Dict[str, Any]]
 
 
 class ReconcileAnswer(Answer, total=False):

@@ -526,45 +526,19 @@ def test_block_sha_is_computed_once_for_the_full_spec():
     assert f"sha={shas[0]} " in full.splitlines()[0]
 
 
-def test_fast_native_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
-    spec = {"name": "s", "file": "srt/models/k.py"}
-    pkg = tmp_path / "sglang"
-    f = pkg / "srt" / "models" / "k.py"
-    f.parent.mkdir(parents=True)
-    f.write_bytes(b"class K: pass\n")
-    (pkg / "_version.py").write_text("__version__ = '0.5.10'\n")
-    state = tmp_path / "state"
-    kn = {"file": str(f), "sha": sha256(b"class K: pass\n"), "version": "0.5.10"}
-    ans = reconcile._fast_native({"known_native": kn}, spec, str(state))
-    assert (ans["state"], ans["path"], ans["version"]) == ("native", "fast", "0.5.10")
-    assert reconcile._fast_native({"known_native": dict(kn, sha="x")}, spec, str(state)) is None
-    assert reconcile._fast_native({"known_native": dict(kn, version="0.5.11")}, spec, str(state)) is None
-    assert reconcile._fast_native({}, spec, str(state)) is None
-    state.mkdir()
-    (state / "state.json").write_text(json.dumps({str(f): {"op": "patch"}}))
-    assert reconcile._fast_native({"known_native": kn}, spec, str(state)) is None  # stale state: full path cleans it
-
-
 def sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def test_fast_servers_reuse_known_installs(monkeypatch):
+def test_fast_servers_probe_only_when_a_server_runs(monkeypatch):
     me = os.getpid()
-    started = procfs.start_epoch(me)
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [me])
     calls = []
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [me])
     monkeypatch.setattr(server_facts, "_servers", lambda: calls.append(1) or [{"pid": me, "install": "/probed",
                                                                      "port": 1, "listening": True}])
-    got = server_facts._fast_servers([{"pid": me, "started": started, "install": "/known", "port": 30000}])
-    assert [(s["pid"], s["install"]) for s in got] == [(me, "/known")] and calls == []
-    # another process with that pid (start time differs): probe again
-    got = server_facts._fast_servers([{"pid": me, "started": started - 100, "install": "/known"}])
-    assert got[0]["install"] == "/probed" and calls == [1]
-    assert server_facts._fast_servers(None)[0]["install"] == "/probed"
+    assert server_facts._fast_servers()[0]["install"] == "/probed" and calls == [1]
     monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
-    assert server_facts._fast_servers(None) == []
+    assert server_facts._fast_servers() == [] and calls == [1]
 
 
 def test_light_bundle_has_what_reconcile_imports():

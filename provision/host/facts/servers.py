@@ -45,24 +45,12 @@ def _servers() -> list:
     return out
 
 
-def _fast_servers(known) -> list:
-    """The servers for the fast paths. A server the control side already knows (same pid,
-    same start time: ``known_servers`` from the last answer) keeps its known install, so
-    a host with a running server costs no interpreter probe; anything new gets the full
-    look (discover.running_servers + a probe)."""
-    cands = _server_candidates()
-    if not cands:
+def _fast_servers() -> list:
+    """The servers for reconcile's first check: none to probe when no SGLang server runs
+    (no interpreter is started then); otherwise each with the install it imports."""
+    if not _server_candidates():
         return []
-    by_pid = {k.get("pid"): k for k in known or [] if isinstance(k, dict)}
-    views = []
-    for pid in cands:
-        k = by_pid.get(pid)
-        started = procfs.start_epoch(pid)
-        if k is None or started is None or k.get("started") is None or abs(k["started"] - started) > 0.5:
-            return [_server_view(s) for s in _servers()]
-        views.append({"pid": pid, "port": k.get("port"), "listening": None, "install": k.get("install"),
-                      "started": started})
-    return views
+    return [_server_view(s) for s in _servers()]
 
 
 def _server_view(s: dict) -> dict:

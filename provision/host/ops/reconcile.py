@@ -14,9 +14,7 @@ reconcile, per host, in ONE call:
   has no upstream commits to the file, and no SGLang server runs from another
   install. Then: verdict
   ``unchanged``; nothing is written, not even state; no interpreter is probed
-  unless a server is running (to learn which install it imports). Likewise a
-  file the control side saw native last time (``known_native``) and that is
-  byte-identical now is reported native without discovery.
+  unless a server is running (to learn which install it imports).
 * slow path: full discovery, then ``classify`` (pure, below) over the facts:
   the file's sha against our recorded sha and against the pristine reference
   (the wheel's RECORD for installs; ``git rev-parse HEAD:<file>`` for git
@@ -228,7 +226,7 @@ def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
         behind = git(root, "rev-list", "--count", "HEAD..@{u}", "--", os.path.relpath(path, root))
         if behind and behind.isdigit() and int(behind) > 0:
             return None  # upstream moved on: maybe blocked-git, look closer
-    servers = _fast_servers(req.get("known_servers"))
+    servers = _fast_servers()
     if any(s["install"] and s["install"] != pkg for s in servers):
         return None  # a server imports another install: discovery would choose that one
     stale = restart_needed(servers, pkg, changed_at(st))
@@ -237,40 +235,13 @@ def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
             "servers": servers, "restart_needed": [s["pid"] for s in stale], "notes": []}
 
 
-def _fast_native(req: dict, spec: dict, state_dir: str) -> dict | None:
-    """A file the control side saw native last time (``known_native``: path, sha256,
-    version, for this same spec) and that is byte-identical now is still native."""
-    kn = req.get("known_native") or {}
-    path, rel = kn.get("file"), spec["file"]
-    if not path or not kn.get("sha") or not path.endswith("/" + rel):
-        return None
-    if req.get("sglang_path") and os.path.realpath(os.path.join(req["sglang_path"], rel)) != path:
-        return None
-    if path in read_state(state_dir):
-        return None  # stale state to drop: the full path does that
-    try:
-        data = _read(path)
-    except OSError:
-        return None
-    if _sha(data) != kn["sha"]:
-        return None
-    pkg = path[: -len(rel) - 1]
-    version = package_version(pkg)
-    if version and kn.get("version") and version != kn["version"]:
-        return None
-    servers = _fast_servers(req.get("known_servers"))
-    if any(s["install"] and s["install"] != pkg for s in servers):
-        return None
-    return {"ok": True, "path": "fast", "state": "native", "action": "none", "reason": "the methods are native",
-            "file": path, "install": pkg, "version": version or kn.get("version"), "sha": kn["sha"],
-            "servers": servers, "restart_needed": [], "notes": []}
-
-
 def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
     t0 = time.monotonic()
     spec = req["spec"]
     state_dir = req.get("state_dir") or default_state_dir()
-    ans = _fast(req, spec, state_dir) or _fast_native(req, spec, state_dir)
+    # One path: it starts with the cheap check of our own last write and stops there when the
+    # file is exactly as we left it; anything else gets the full look (discovery, classify).
+    ans = _fast(req, spec, state_dir)
     if ans is not None:
         ans["elapsed"] = round(time.monotonic() - t0, 4)
         return ans

@@ -12,9 +12,12 @@ import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:  # the engine's spec as the protocol types it (provision/host/protocol.py)
+    from provision.host.protocol import Spec
 
 from provision.config.keys import check_keys
 from provision.errors import ConfigError
@@ -49,7 +52,7 @@ class PatchSpec:
     methods: tuple[MethodSpec, ...]
     source: str = ""
 
-    def to_engine(self) -> dict:
+    def to_engine(self) -> Spec:
         """The plain dict the remote engine consumes."""
         return {
             "name": self.name,

@@ -6,16 +6,21 @@ turns the host's JSON answer into a HostResult.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from provision.config.inventory import Host
 from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import Facts, Inspection, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
 
 
 
 def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = False, diff: bool = False,
                 force: bool = False, sglang_path: str | None = None, python: str | None = None,
-                verify_import: bool = False) -> dict:
-    req = {"op": op, "check": check, "diff": diff, "force": force,
+                verify_import: bool = False) -> PatchRequest:
+    req: PatchRequest = {"op": op, "check": check, "diff": diff, "force": force,
            "sglang_path": sglang_path or host.get("sglang_path"),
            "python": python or host.get("python"), "verify_import": verify_import}
     if spec is not None:
@@ -27,7 +32,7 @@ def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = Fa
     return req
 
 
-def _chosen(facts: dict | None) -> dict:
+def _chosen(facts: Facts | None) -> dict:
     if not facts:
         return {}
     for rec in facts.get("installs", []):
@@ -36,7 +41,7 @@ def _chosen(facts: dict | None) -> dict:
     return {}
 
 
-def discovery_notes(facts: dict | None, *, skipped: bool = True) -> list[str]:
+def discovery_notes(facts: Facts | None, *, skipped: bool = True) -> list[str]:
     """Interpreters discovery refused to run (not root's), and explicit ones run anyway."""
     facts = facts or {}
     notes = [f"warning: {w}" for w in facts.get("warnings") or []]
@@ -47,7 +52,7 @@ def discovery_notes(facts: dict | None, *, skipped: bool = True) -> list[str]:
     return notes
 
 
-def result_from_answer(host: str, answer: dict, *, check: bool = False) -> HostResult:
+def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
     res = answer.get("result") or {}
@@ -84,7 +89,7 @@ STATUS_WANTED = {"patched", "native"}
 STATUS_DUE = {"missing", "stale", "hand-patch"}   # `provision patch` would change the file (exit 4)
 
 
-def patch_state(p: dict) -> tuple[str, str]:
+def patch_state(p: Inspection) -> tuple[str, str]:
     """(verdict, detail) of one file from the engine's read-only view (engine.inspect). Pure.
 
     patched: our block is there and matches the spec; native: the class has every method
@@ -111,7 +116,7 @@ def patch_state(p: dict) -> tuple[str, str]:
     return "missing", "missing: " + ", ".join(missing)
 
 
-def status_from_answer(host: str, answer: dict) -> HostResult:
+def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
     err = answer.get("error")
@@ -219,7 +224,8 @@ def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=
 def do_status(spec: PatchSpec | None, *, sglang_path=None, python=None, timeout=120.0):
     def fn(host: Host, session, fleet) -> HostResult:
         hspec = spec or load_patch_spec(host.get("spec"))
-        req = request_for("status", host, hspec, sglang_path=sglang_path, python=python)
+        req: StatusRequest = {"op": "status", "sglang_path": sglang_path or host.get("sglang_path"),
+                              "python": python or host.get("python"), "spec": hspec.to_engine()}
         try:
             from provision.config.profile import host_profile
 

@@ -9,6 +9,11 @@ the rolling restart through ``provision.tasks.launch``, and prints.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import ReconcileAnswer
+
 import functools
 import os
 import re
@@ -123,7 +128,7 @@ def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, pytho
 
 # --------------------------------------------------------------------------- answers -> verdicts (pure)
 
-def result_from_answer(host: str, ans: dict, *, check: bool = False, spec=None) -> HostResult:
+def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, spec=None) -> HostResult:
     from provision.tasks.patch import result_from_answer as patch_result
 
     data = {"state": ans.get("state"), "action": ans.get("action"), "reason": ans.get("reason"),

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import RestoreAnswer
+
 from provision.output.results import HostResult
 
 
@@ -20,7 +25,7 @@ def last_change(host: str) -> dict | None:
     return None
 
 
-def _restore_result(host: str, ans: dict, spec, listing: bool) -> HostResult:
+def _restore_result(host: str, ans: RestoreAnswer, spec, listing: bool) -> HostResult:
     data = {"spec": spec.name, "spec_hash": spec.sha, "backups": ans.get("backups") or [],
             "current_sha": ans.get("current_sha")}
     if not ans.get("ok"):

@@ -31,16 +31,11 @@ def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
         except OSError:
             states[spec["class"]] = {"spec": spec["name"], "state": "file-missing"}
             continue
-        methods = info.get("methods") or {}
+        # the per-method view only: the control side summarises it (tasks/patch.py patch_state)
+        entry = {"spec": spec["name"], "methods": info.get("methods") or {}}
         if info.get("error"):
-            state = "error: " + (info.get("error") or {}).get("message", "")
-        elif methods and all(v == "native" for v in methods.values()):
-            state = "native"
-        elif methods and all(v in ("native", "ours") for v in methods.values()):
-            state = "patched"
-        else:
-            state = "not patched"
-        states[spec["class"]] = {"spec": spec["name"], "state": state, "methods": methods}
+            entry["state"] = "error: " + (info.get("error") or {}).get("message", "")
+        states[spec["class"]] = entry
     return {"ok": True, "facts": facts, "audit": result, "spec_states": states}
 
 

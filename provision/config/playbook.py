@@ -33,7 +33,7 @@ DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TOP_KEYS = {"name", "description", "patch", "launch"}
-_PATCH_KEYS = {"file", "class", "delegate", "methods"}
+_PATCH_KEYS = {"file", "class", "delegate", "methods", "applies"}
 _METHOD_KEYS = {"name", "params"}
 
 
@@ -51,6 +51,8 @@ class PatchSpec:
     delegate: str
     methods: tuple[MethodSpec, ...]
     source: str = ""
+    # config/applies.py: decided on the control side, never sent (not part of hash/eq: a dict)
+    applies: dict | None = field(default=None, compare=False)
 
     def to_engine(self) -> Spec:
         """The plain dict the remote engine consumes."""
@@ -133,8 +135,10 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
             raise ConfigError(f"{_where(path, where + '.params')}: expected a string like 'self, layer_ids=None'")
         _check_params(path, where + ".params", params)
         out.append(MethodSpec(mname, params.strip()))
+    from provision.config.applies import parse_applies
+
     spec = PatchSpec(name=name, file=file, cls=data["class"], delegate=data["delegate"],
-                     methods=tuple(out), source=path)
+                     methods=tuple(out), source=path, applies=parse_applies(data.get("applies"), f"{path}: patch.applies"))
     # The host-side engine's own validation, run here too: a spec the host would reject is
     # rejected at load (exit 2), once, not once per host.
     from provision.host.engine.spec import EngineError, validate_spec

@@ -172,12 +172,17 @@ class DiscoverAnswer(Answer, total=False):
 
 class StatusRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `patches` holds one view each
+    gpu: bool                  # also report the GPUs' compute capability (answer `gpu`)
+    packages: List[str]        # also report these packages' versions (facts `packages`)
     port: Optional[int]
     health_timeout: float
 
 
 class StatusAnswer(Answer, total=False):
     patch: Inspection
+    patches: List["SpecStatus"]
+    gpu: "GpuInfo"
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -186,20 +191,25 @@ class StatusAnswer(Answer, total=False):
 
 class PatchRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `results` holds one answer each
     verify_import: bool
     actor: Optional[str]       # unpatch: who (user@control-host), recorded on the host
 
 
 class PatchAnswer(Answer, total=False):
     result: FileResult
+    spec: str                  # in `results`: the spec this answer is for
+    results: List["PatchAnswer"]
 
 
 # --------------------------------------------------------------------------- fleet ops
 
 class ReconcileRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `results` holds one answer each
     include_held: bool
     block_shas: List[str]
+    spec_block_shas: Dict[str, List[str]]  # with specs: each spec's block_shas, by name
 
 
 class ReconcileAnswer(Answer, total=False):
@@ -224,6 +234,7 @@ class ReconcileAnswer(Answer, total=False):
     state_refreshed: bool
     classifier_input: Dict[str, Any]
     elapsed: float
+    results: List["ReconcileAnswer"]
 
 
 class BackupsRequest(Request, total=False):
@@ -266,6 +277,7 @@ class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
     spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    patch_specs: List[Dict[str, Any]]  # preflight: specs that must be in place (profile `requires:`)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -297,9 +309,37 @@ class ServerAnswer(Answer, total=False):
     notes: List[str]
 
 
+# --------------------------------------------------------------------------- several specs per host
+
+class GpuInfo(TypedDict, total=False):
+    """facts/gpu.compute_capability: the GPUs' compute capabilities (nvidia-smi)."""
+    capabilities: List[str]    # distinct, in GPU order ("12.0"); empty when unknown
+    count: int                 # GPUs listed
+    source: Optional[str]      # the nvidia-smi that was run
+    unknown: Optional[str]     # why the capability cannot be told (no nvidia-smi, ...)
+
+
+class FactsRequest(Request, total=False):
+    """The `facts` op (ops/hostfacts.py): what `applies:` is decided from, before a patch."""
+    gpu: bool                  # ask nvidia-smi
+    packages: List[str]        # report these packages' versions beside the chosen SGLang
+
+
+class FactsAnswer(Answer, total=False):
+    gpu: GpuInfo
+
+
+class SpecStatus(TypedDict, total=False):
+    """status with `specs`: one spec's view of its file."""
+    spec: str
+    patch: Inspection
+    restart_needed: List[int]
+
+
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
 OPS: Dict[str, Any] = {
     "discover": (DiscoverRequest, DiscoverAnswer), "status": (StatusRequest, StatusAnswer),
+    "facts": (FactsRequest, FactsAnswer),
     "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
     "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
     "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),

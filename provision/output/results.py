@@ -7,7 +7,7 @@ from typing import Any
 
 # Verdicts, across commands. FAILED_VERDICTS make the run exit non-zero.
 CHANGED_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "restarted", "stopped"}
-OK_VERDICTS = {"unchanged", "native", "absent", "ok", "running", "ready", "not-running", "noop", "skipped-ok"}
+OK_VERDICTS = {"unchanged", "native", "not-applicable", "absent", "ok", "running", "ready", "not-running", "noop", "skipped-ok"}
 FAILED_VERDICTS = {"failed", "unknown", "unreachable", "refused", "crashed", "timeout", "error", "interrupted"}
 
 

@@ -28,7 +28,7 @@ _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
 # Hosts in these states need a human: they make the run exit 3 like a failure.
 ATTENTION = {"foreign-edit", "blocked-git"}
-VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "foreign-edit": "foreign-edit",
+VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "not-applicable": "not-applicable", "foreign-edit": "foreign-edit",
                     "blocked-git": "blocked-git", "held": "held", "missing-file": "failed", "error": "failed"}
 
 
@@ -115,13 +115,29 @@ def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=No
 
 
 def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
-                 full=False, include_held=False):
-    def fn(host, session, fleet) -> HostResult:
-        hspec = spec or _spec(host.get("spec"))
-        req = request(hspec, host, check=check, force=force, sglang_path=sglang_path, python=python, full=full,
-                      include_held=include_held)
-        ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        return result_from_answer(host.name, ans, check=check, spec=hspec)
+                 full=False, include_held=False, gpu_capability=None):
+    """Every spec a host carries, in one reconcile call (after the `facts` call when a spec's
+    `applies:` needs the host's facts): one row per host and spec."""
+    from provision.tasks import specs as multi
+
+    given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
+
+    def fn(host, session, fleet) -> list[HostResult]:
+        hspecs = multi.specs_for(host, given)
+        todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, sglang_path=sglang_path,
+                                         python=python)
+        if todo:
+            req = request(todo[0], host, check=check, force=force, sglang_path=sglang_path, python=python,
+                          full=full, include_held=include_held)
+            del req["spec"], req["block_shas"]
+            req["specs"] = [s.to_engine() for s in todo]
+            req["spec_block_shas"] = {s.name: list(block_shas(s)) for s in todo}
+            ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+            parts = ans.get("results")
+            for i, s in enumerate(todo):
+                part = parts[i] if parts and i < len(parts) else {k: ans.get(k) for k in ("ok", "error", "facts")}
+                rows.append(result_from_answer(host.name, part, check=check, spec=s))
+        return multi.in_order(hspecs, rows)
 
     return fn
 
@@ -181,6 +197,16 @@ def needs_restart(r: HostResult) -> bool:
     return bool(r.data.get("restart_needed")) and not r.failed and r.verdict != "deferred"
 
 
+def row_per_host(results: list[HostResult]) -> dict[str, HostResult]:
+    """{host: the row a host's restart is reported on}: with several specs per host, the first
+    row whose file changed under a running server, else the host's first row. Pure."""
+    out: dict[str, HostResult] = {}
+    for r in results:
+        if r.host not in out or (needs_restart(r) and not needs_restart(out[r.host])):
+            out[r.host] = r
+    return out
+
+
 # --------------------------------------------------------------------------- restart planning (pure)
 
 def window_clock():
@@ -219,7 +245,7 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
     from provision.control import plan
 
     by_name = {h.name: h for h in hosts}
-    need = [by_name[r.host] for r in results if needs_restart(r) and r.host in by_name]
+    need = [by_name[n] for n in dict.fromkeys(r.host for r in results if needs_restart(r) and r.host in by_name)]
     notes: dict[str, str] = {}
     if not need:
         return [], notes
@@ -252,7 +278,7 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     from provision.output.progress import Display
     from provision.control.runner import run_hosts
 
-    by_name = {r.host: r for r in results}
+    by_name = row_per_host(results)
     clock = clock or window_clock()
     opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0)
     everyone = [h for b in batches for h in b]
@@ -323,12 +349,14 @@ def summary_line(results: list[HostResult]) -> str:
             failed += 1
             continue
         counts[label(r)] = counts.get(label(r), 0) + 1
-    order = ["unchanged", "re-patched", "to re-patch", "native", "held", "foreign-edit", "blocked-git", "deferred"]
+    order = ["unchanged", "re-patched", "to re-patch", "native", "not-applicable", "held", "foreign-edit", "blocked-git", "deferred"]
     keys = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
     body = ", ".join(f"{counts[k]} {k}" for k in keys) or "none ok"
-    line = f"reconcile: {len(results)} host{'s' if len(results) != 1 else ''}: {body}; {failed} failed"
+    from provision.output.report import count_label
+
+    line = f"reconcile: {count_label(results)}: {body}; {failed} failed"
     rs: dict[str, int] = {}
-    for r in results:
+    for r in row_per_host(results).values():
         if r.data.get("restart"):
             v = r.data["restart"]["verdict"]
             rs[v] = rs.get(v, 0) + 1
@@ -342,6 +370,8 @@ def summary_line(results: list[HostResult]) -> str:
 
 def host_line(r: HostResult) -> str:
     parts = [r.host, label(r) if r.verdict in ("patched", "repaired") else r.verdict]
+    if r.data.get("spec"):
+        parts.append(f"spec {r.data['spec']}")
     if r.version:
         parts.append(f"sglang {r.version}")
     if r.file:

@@ -38,26 +38,45 @@ def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
     return {"ok": True, "facts": installs.for_request(req)}
 
 
+def specs_of(req: dict) -> list:
+    """The specs a request names: ``specs`` (a list: one answer per spec), else ``spec``."""
+    if "specs" in req:
+        return list(req.get("specs") or [])
+    return [req["spec"]] if req.get("spec") else []
+
+
+def _inspect_one(inst: dict, spec: dict, facts: dict) -> dict:
+    """One spec's read-only view of its file (engine.inspect), with the file and stale servers."""
+    path = _spec_file(inst, spec)
+    try:
+        with open(path, "rb") as fh:
+            src = fh.read()
+    except OSError as exc:
+        return {"spec": str(spec.get("name")),
+                "patch": {"error": {"kind": "file-missing", "message": f"{path}: {exc.strerror}"}}}
+    info = core.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
+    info["file"] = path
+    return {"spec": str(spec.get("name")), "patch": info, "restart_needed": _stale_servers(facts, inst, path)}
+
+
 def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
     facts = installs.for_request(req)
     out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
+    if req.get("gpu"):
+        from provision.host.facts.gpu import compute_capability
+
+        out["gpu"] = compute_capability()
     inst = installs.chosen_install(facts)
     if inst is None:
         return out
-    spec = req.get("spec")
     state_dir = req.get("state_dir") or default_state_dir()
-    if spec:
-        path = _spec_file(inst, spec)
-        try:
-            with open(path, "rb") as fh:
-                src = fh.read()
-        except OSError as exc:
-            out["patch"] = {"error": {"kind": "file-missing", "message": f"{path}: {exc.strerror}"}}
-        else:
-            info = core.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
-            info["file"] = path
-            out["patch"] = info
-            out["restart_needed"] = _stale_servers(facts, inst, path)
+    if "specs" in req:  # several specs: one view each, in order
+        out["patches"] = [_inspect_one(inst, spec, facts) for spec in specs_of(req)]
+    elif req.get("spec"):
+        one = _inspect_one(inst, req["spec"], facts)
+        out["patch"] = one["patch"]
+        if "restart_needed" in one:
+            out["restart_needed"] = one["restart_needed"]
     if req.get("port"):
         from provision.host.ops import server
 
@@ -109,6 +128,8 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
 
 
 def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAnswer:
+    """patch / unpatch: one discovery, then each spec of the request in turn (``specs``: the
+    answer's ``results`` holds one answer per spec, in order; ``spec``: the one answer)."""
     facts = installs.for_request(req)
     if facts["error"]:
         return {"ok": False, "facts": facts, "error": facts["error"]}
@@ -129,12 +150,21 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
     if sub is not None:
         sub.setdefault("facts", facts)
         return sub
-    spec = req["spec"]
+    if "specs" in req:
+        results = [_patch_one(req, spec, inst, servers, unpatch) for spec in specs_of(req)]
+        return {"ok": all(r.get("ok") for r in results), "facts": facts, "results": results}
+    one = _patch_one(req, req["spec"], inst, servers, unpatch)
+    one.pop("spec", None)
+    return dict(one, facts=facts)
+
+
+def _patch_one(req: dict, spec: dict, inst: dict, servers: list, unpatch: bool) -> PatchAnswer:
+    """One spec's patch or unpatch on the chosen install: {"ok", "spec", "result", "error"}."""
     path = _spec_file(inst, spec)
     state_dir = req.get("state_dir") or default_state_dir()
     common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")))
     if not os.path.lexists(path):
-        return {"ok": False, "facts": facts,
+        return {"ok": False, "spec": str(spec.get("name")),
                 "error": {"kind": "file-missing",
                           "message": f"{path} does not exist (spec {spec['name']} expects "
                                      f"{spec['file']} in the sglang package)"}}
@@ -159,9 +189,10 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
         res.setdefault("notes", []).append(
             f"{inst['git']} is a git checkout: the patch is a local change there and `git pull` will refuse "
             "to update the file until `provision unpatch`")
-    if req.get("verify_import") and not req.get("check") and res.get("verdict") not in ("failed",):
+    if (req.get("verify_import") and not req.get("check") and res.get("verdict") not in ("failed",)
+            and spec.get("kind", "delegate") == "delegate"):  # a class to import: delegation specs only
         res["verify_import"] = verify_import(inst, spec)
-    return {"ok": res.get("verdict") != "failed", "facts": facts, "result": res, "error": res.get("error")}
+    return {"ok": res.get("verdict") != "failed", "spec": str(spec.get("name")), "result": res, "error": res.get("error")}
 
 
 VERIFY_SNIPPET = r"""

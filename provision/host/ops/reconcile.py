@@ -236,6 +236,22 @@ def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
 
 
 def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
+    """One spec (``spec``), or several (``specs``: ``results`` holds one answer per spec, in
+    order; discovery runs at most once for all of them, and not at all when every file is
+    exactly as our last write left it)."""
+    if "specs" in req:
+        t0 = time.monotonic()
+        one = {k: v for k, v in req.items() if k not in ("specs", "spec_block_shas")}
+        shared: dict = {}
+        shas = req.get("spec_block_shas") or {}
+        results = [_reconcile_one(dict(one, spec=spec, block_shas=shas.get(spec.get("name"), [])), bundle, shared)
+                   for spec in req.get("specs") or []]
+        return {"ok": all(r.get("ok") for r in results), "results": results,
+                "elapsed": round(time.monotonic() - t0, 4)}
+    return _reconcile_one(req, bundle, {})
+
+
+def _reconcile_one(req: dict, bundle: bytes, shared: dict) -> ReconcileAnswer:
     t0 = time.monotonic()
     spec = req["spec"]
     state_dir = req.get("state_dir") or default_state_dir()
@@ -245,18 +261,21 @@ def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
     if ans is not None:
         ans["elapsed"] = round(time.monotonic() - t0, 4)
         return ans
-    ans = _full(req, bundle, spec, state_dir)
+    ans = _full(req, bundle, spec, state_dir, shared)
     ans["elapsed"] = round(time.monotonic() - t0, 4)
     return ans
 
 
-def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
+def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | None = None) -> dict:
     from provision.host.engine import core as engine
     from provision.host.facts import installs
     from provision.host.lib.modules import make_resolver
     from provision.host.ops import patch
 
-    facts = installs.for_request(req)
+    shared = {} if shared is None else shared
+    if "facts" not in shared:  # one discovery for every spec of the request
+        shared["facts"] = installs.for_request(req)
+    facts = shared["facts"]
     slim = {"installs": facts.get("installs"), "chosen": facts.get("chosen"),
             "chosen_reason": facts.get("chosen_reason"), "error": facts.get("error")}
     if facts.get("error"):

@@ -281,10 +281,38 @@ def _check_model(path: str, what: str, offline: bool) -> list[dict]:
     return items
 
 
-def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
+def _patch_check(spec: dict, inst: dict) -> dict:
+    """One spec's preflight check: is its fix in place (ours or native) in the chosen install?"""
     from provision.host.engine import core as engine
     from provision.host.lib.modules import make_resolver
 
+    path = os.path.join(inst["path"], spec["file"])
+    name = spec.get("name")
+    try:
+        with open(path, "rb") as fh:
+            info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
+    except OSError as exc:
+        return {"level": "fail", "check": "patch", "spec": name, "message": f"{path}: {exc.strerror}"}
+    methods = info.get("methods") or {}
+    missing = [m for m, v in methods.items() if v == "missing"]
+    if info.get("error"):
+        return {"level": "fail", "check": "patch", "spec": name, "message": f"{path}: {info['error'].get('message')}"}
+    if spec.get("kind", "delegate") == "delegate":
+        if missing:
+            return {"level": "fail", "check": "patch", "spec": name,
+                    "message": f"{spec['class']} lacks {', '.join(missing)}: EAGLE-3 will crash after "
+                               "the weights load. Run `provision patch` (or launch --patch)"}
+        return {"level": "ok", "check": "patch", "spec": name, "message": f"{spec['class']}: delegation methods "
+                "in place (" + ", ".join(sorted(set(methods.values()))) + ")"}
+    if missing or not methods:
+        return {"level": "fail", "check": "patch", "spec": name,
+                "message": f"spec {name} is not in place in {path} ({', '.join(missing) or 'nothing to judge'}): "
+                           f"run `provision patch --spec {name}` (or launch --patch)"}
+    return {"level": "ok", "check": "patch", "spec": name, "message": f"spec {name} in place in {path} ("
+            + ", ".join(sorted(set(methods.values()))) + ")"}
+
+
+def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
     checks: list[dict] = []
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
@@ -295,26 +323,9 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
     args = prof["args"]
     port = int(args.get("port", 30000))
     bind = str(args.get("host", "127.0.0.1"))
-    spec = req.get("spec")
-    if spec:
-        path = os.path.join(inst["path"], spec["file"])
-        try:
-            with open(path, "rb") as fh:
-                info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
-            methods = info.get("methods") or {}
-            missing = [m for m, v in methods.items() if v == "missing"]
-            if info.get("error"):
-                checks.append({"level": "fail", "check": "patch",
-                               "message": f"{path}: {info['error'].get('message')}"})
-            elif missing:
-                checks.append({"level": "fail", "check": "patch",
-                               "message": f"{spec['class']} lacks {', '.join(missing)}: EAGLE-3 will crash after "
-                                          "the weights load. Run `provision patch` (or launch --patch)"})
-            else:
-                checks.append({"level": "ok", "check": "patch", "message": f"{spec['class']}: delegation methods "
-                               "in place (" + ", ".join(sorted(set(methods.values()))) + ")"})
-        except OSError as exc:
-            checks.append({"level": "fail", "check": "patch", "message": f"{path}: {exc.strerror}"})
+    specs = list(req.get("patch_specs") or ([req["spec"]] if req.get("spec") else []))
+    for spec in specs:
+        checks.append(_patch_check(spec, inst))
     st = _server_state(req, port)
     ours_running = st["running"]
     if port_open(bind, port) and not ours_running:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from provision.cli.main import fleet_options, profile_option, run_fleet
+from provision.cli.main import fleet_options, gpu_option, profile_option, run_fleet
 from provision.errors import UsageError
 
 
@@ -108,7 +108,9 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.command()
 @fleet_options
 @_profile_options
-@click.option("--patch", "do_patch", is_flag=True, help="Apply the playbook's patch first if it is missing.")
+@click.option("--patch", "do_patch", is_flag=True,
+              help="Apply the playbook's patch (and the profile's `requires:` specs that apply) first where missing.")
+@gpu_option
 @click.option("--force", is_flag=True, help="Start even when preflight checks fail.")
 @click.option("--restart", is_flag=True, help="Replace a server provision started earlier.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
@@ -125,8 +127,8 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
               help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
-def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force, restart, deadline, poll, smoke,
-           persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
+def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, force, restart, deadline,
+           poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
     """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
 
     Preflight first (patch in place, port free, weights present, GPUs free,
@@ -145,7 +147,8 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
     multinode = MultiNode(selected_hosts(ctx))
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
-                    max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt)
+                    max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,
+                    gpu_capability=gpu_capability)
     check_profiles(ctx, opts, multinode)
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together

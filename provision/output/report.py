@@ -38,10 +38,10 @@ def host_line(r: HostResult, check: bool = False) -> str:
     if check and verdict in CHANGED_VERDICTS:
         verdict = WOULD.get(verdict, f"would-be-{verdict}")
     parts = [r.host, verdict]
-    if r.data.get("spec"):
-        parts.append(f"spec {r.data['spec']}")
     if r.version:
         parts.append(f"sglang {r.version}")
+    if r.data.get("spec"):
+        parts.append(f"spec {r.data['spec']}")
     if r.file:
         parts.append(r.file)
     if r.added:

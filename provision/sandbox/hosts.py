@@ -222,6 +222,16 @@ def setup(fsdir, hostname, mounts):
     sources = []
     for item in mounts:
         target, sub = item.split("=", 1)
+        if target.startswith("+"):
+            # "+/usr/bin=gpu-bin": a read-only overlay of the host's dir over this machine's
+            # (the stand-in nvidia-smi), in this host's mount namespace only; first, while
+            # fsdir is still reachable by name (lowerdir takes paths).
+            target = target[1:]
+            opts = ("lowerdir=%s:%s" % (os.path.join(fsdir, sub), target)).encode()
+            if libc.mount(b"overlay", target.encode(), b"overlay", 0, opts) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "overlay over %s failed: %s" % (target, os.strerror(err)))
+            continue
         sources.append((target, os.open(os.path.join(fsdir, sub), os.O_PATH | os.O_DIRECTORY)))
     for target, fd in sources:
         os.makedirs(target, exist_ok=True)
@@ -352,6 +362,7 @@ class HostSpec:
     git: bool = False
     stub_deps: bool = True  # SGLang's missing imports get stubs (see DEPS_STUB_PY)
     kind: str = "namespaces"  # or "systemd" (see KINDS)
+    gpu_capability: str | None = None  # a stand-in nvidia-smi reporting 8 GPUs of this compute capability
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -753,6 +764,28 @@ class SandboxHost:
 
 
 _PY_VERSION: list[str] = []
+
+
+# The stand-in nvidia-smi of a sandbox host with a GPU capability: what provision asks of the
+# real one (the GPUs' compute capability; the GPU list and busy processes for the launch
+# preflight), for 8 GPUs, none busy. There are no GPUs: it says so in its own name only.
+NVIDIA_SMI = """#!/bin/sh
+# provision sandbox: a stand-in nvidia-smi (there is no GPU here; see provision/sandbox/hosts.py)
+case "$*" in
+  *--query-gpu=compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo "{cap}"; done ;;
+  *--query-compute-apps*) ;;
+  *-L*) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sandbox-$i)"; done ;;
+  *) echo "NVIDIA-SMI stand-in (provision sandbox): 8 GPUs, compute capability {cap}" ;;
+esac
+"""
+
+
+def _standin_nvidia_smi(directory: Path, capability: str) -> None:
+    directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755)
+    smi = directory / "nvidia-smi"
+    smi.write_text(NVIDIA_SMI.format(cap=capability))
+    os.chmod(smi, 0o755)
 
 
 def _system_python_version() -> str:
@@ -1164,13 +1197,17 @@ class Sandbox:
                         f"root@{spec.name}", "-f", str(etc_ssh / "ssh_host_ed25519_key")],
                        check=True, capture_output=True)
         (etc_ssh / "sshd_config").write_text(SSHD_CONFIG.format(name=spec.name))
+        overlays = []
+        if spec.gpu_capability:
+            _standin_nvidia_smi(fs / "gpu-bin", spec.gpu_capability)
+            overlays.append("+/usr/bin=gpu-bin")
 
         log = state / "host.log"
         unshare_pid = _spawn_detached(
             ["/usr/bin/unshare", "--mount", "--pid", "--net", "--uts", "--fork", "--kill-child",
              "--mount-proc", "--propagation", "private", "--",
              SYSTEM_PYTHON, "-I", "-S", str(self.bin_dir / "init.py"), str(fs), str(state), spec.name,
-             *(f"{t}={s}" for t, s in MOUNTS.items())], log)
+             *overlays, *(f"{t}={s}" for t, s in MOUNTS.items())], log)
         host = SandboxHost(name=spec.name, address=spec.address, port=spec.port, state_dir=state,
                            init_pid=0, listener_pid=None, spec=spec, unshare_pid=unshare_pid,
                            unshare_start=_proc_start(unshare_pid),

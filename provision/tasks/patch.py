@@ -224,10 +224,10 @@ def _spec_rows(host: str, answer: dict, specs: list[PatchSpec], one) -> list[Hos
 
 
 def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False, diff=False, force=False,
-             sglang_path=None, python=None, verify_import=False, timeout=300.0, gpu_capability=None):
+             sglang_path=None, python=None, verify_import=False, timeout=300.0, gpu_capability=None, decided=False):
     """patch / unpatch of every spec a host carries: one row per host and spec. Specs whose
     `applies:` rule them out are `not-applicable` (patch only: unpatch takes our edit out
-    wherever it is)."""
+    wherever it is; `decided`: the caller has already ruled them out)."""
     from provision.tasks import specs as multi
 
     given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
@@ -236,7 +236,7 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
         hspecs = multi.specs_for(host, given)
         rows: list[HostResult] = []
         todo = hspecs
-        if op == "patch":
+        if op == "patch" and not decided:
             todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, sglang_path=sglang_path,
                                              python=python)
         if todo:

@@ -370,10 +370,10 @@ def summary_line(results: list[HostResult]) -> str:
 
 def host_line(r: HostResult) -> str:
     parts = [r.host, label(r) if r.verdict in ("patched", "repaired") else r.verdict]
-    if r.data.get("spec"):
-        parts.append(f"spec {r.data['spec']}")
     if r.version:
         parts.append(f"sglang {r.version}")
+    if r.data.get("spec"):
+        parts.append(f"spec {r.data['spec']}")
     if r.file:
         parts.append(r.file)
     if r.detail:

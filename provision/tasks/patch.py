@@ -103,12 +103,20 @@ def patch_state(p: Inspection) -> tuple[str, str]:
         return "error", str((p["error"] or {}).get("message") or p["error"])
     if not methods:
         return "error", "the engine reported no methods for the spec"
+    edit = p.get("kind") not in (None, "delegate")  # mapping-entry, replace: one edit, named in `methods`
     if all(v == "native" for v in methods.values()):
+        if edit:
+            via = "; ".join((p.get("native_via") or {}).values())
+            return "native", "upstream has it" + (f": {via}" if via else "")
         return "native", "every method is in the class itself"
     if block.get("present") and (block.get("matches") is False or missing):
         why = f"missing from it: {', '.join(missing)}" if missing else "it differs from the spec"
+        if edit:
+            return "stale", "provision's edit is there but differs from the spec or the file; `provision patch` re-renders it"
         return "stale", f"provision's block is there but {why}; `provision patch` re-renders it"
     if not missing:
+        if edit:
+            return "patched", f"provision's edit ({', '.join(methods)}) is in place and matches the spec"
         return "patched", "provision's block is in the class and matches the spec"
     if p.get("hand_patch"):
         return "hand-patch", ("a hand patch (`cat >>`) is there and does not bind the methods; "

@@ -142,10 +142,6 @@ def _render(base: str, lines: list, offs: list, pos: int, s: dict) -> str:
     return new
 
 
-def _sha(s: dict) -> str:
-    return specspec_sha(s)
-
-
 def remove(text: str, block: dict, s: dict) -> str:
     """The text with provision's replaced lines put back as they were (the `# was:` lines)."""
     lines = split_lines(text)

@@ -728,9 +728,9 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
 def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | None = None) -> Inspection:
     """Read-only facts for `status`."""
     try:
-        kind = _edit_kind(dict(spec))
+        kind = _edit_kind(spec)
         if kind is not None:
-            return cast("Inspection", edits.inspect(kind, source, dict(spec)))
+            return cast("Inspection", edits.inspect(kind, source, cast(dict, spec)))
         return cast("Inspection", _inspect(source, spec, resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,

@@ -132,10 +132,7 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if kind not in _KIND_PATCH_KEYS:
         raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")
     check_keys(data, _COMMON_PATCH_KEYS | _KIND_PATCH_KEYS[kind], _where(path, "patch"))
-    package = data.get("package") or "sglang"
-    if not isinstance(package, str) or not _IDENT.match(package):
-        raise ConfigError(f"{_where(path, 'patch.package')}: expected the import name of an installed package "
-                          f"(e.g. flashinfer), got {package!r}")
+    package = data.get("package") or "sglang"  # checked with the rest by the engine's validate_spec
     applies = data.get("applies")
     if applies is not None:
         from provision.host.engine.spec import EngineError, validate_applies

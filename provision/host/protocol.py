@@ -29,9 +29,15 @@ class MethodSpec(TypedDict, total=False):
 
 
 # A patch spec as the engine consumes it (PatchSpec.to_engine(); engine/spec.validate_spec).
-# `class` is a keyword, hence the functional form. file: relative to the sglang package.
+# `class` is a keyword, hence the functional form. file: relative to the `package` (sglang by
+# default). kind: "delegate" (class, delegate, methods), "mapping-entry" (mapping, key, value |
+# copy_of) or "replace" (scope, find, replace, native_if). applies: evaluated on the control side.
 Spec = TypedDict("Spec", {"name": str, "file": str, "class": str, "delegate": str,
-                          "methods": List[MethodSpec], "unit": Optional[str]}, total=False)
+                          "methods": List[MethodSpec], "unit": Optional[str],
+                          "kind": str, "package": str, "applies": Dict[str, Any],
+                          "mapping": str, "key": Any, "value": Optional[str], "copy_of": Any,
+                          "scope": Optional[str], "find": str, "replace": str, "native_if": Optional[str]},
+                 total=False)
 
 
 class Install(TypedDict, total=False):
@@ -44,6 +50,7 @@ class Install(TypedDict, total=False):
     direct_url: Any
     git: Optional[str]
     owner: Any
+    search_path: Optional[List[str]]  # the owning interpreter's sys.path, as the probe rebuilt it
 
 
 class Server(TypedDict, total=False):
@@ -72,6 +79,7 @@ class Facts(TypedDict, total=False):
     warnings: List[str]
     skipped: List[Skipped]
     error: Optional[ErrorInfo]
+    packages: Dict[str, "PackageInfo"]  # name -> where the chosen install's interpreter finds it
 
 
 class Request(TypedDict, total=False):
@@ -86,6 +94,7 @@ class Request(TypedDict, total=False):
     python: Optional[str]
     interpreters: List[str]
     timeout: float
+    packages: List[str]        # facts["packages"] also for these names (besides the specs' own)
     _stage: str                # "owner": the re-run under the install's own interpreter
 
 
@@ -113,7 +122,8 @@ Inspection = TypedDict("Inspection", {
     "class": Optional[str], "methods": Dict[str, str], "native_via": Dict[str, str], "block": BlockInfo,
     "hand_patch": bool, "hand_patch_form": Optional[str], "hand_patch_defs": List[Any],
     "module_level_leftovers": List[str], "notes": List[str], "planned_verdict": Optional[str],
-    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str}, total=False)
+    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str,
+    "kind": Optional[str], "package": Any}, total=False)
 
 
 class Core(TypedDict):
@@ -166,6 +176,7 @@ class FileResult(TypedDict, total=False):
     restart_needed: bool
     verify_import: Dict[str, str]
     chosen: Dict[str, Any]     # restore: the backup put back
+    package: "PackageInfo"     # the package the spec's file was found in (facts/packages.py)
 
 
 # --------------------------------------------------------------------------- patch ops
@@ -379,3 +390,16 @@ OPS: Dict[str, Any] = {
     "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
     "smoke": (ServerRequest, SmokeAnswer),
 }
+
+
+# --------------------------------------------------------------------------- spec kinds and packages (issue 11)
+
+class PackageInfo(TypedDict, total=False):
+    """Where a spec's `package` was found for an install (facts/packages.py): through the search
+    path of the interpreter that owns the SGLang install."""
+    name: str                  # the import name the spec says (sglang, flashinfer)
+    dir: Optional[str]         # the package's directory, or None when it is not installed there
+    version: Optional[str]     # from its dist-info (None when there is none)
+    dist_info: Optional[str]
+    error: Optional[ErrorInfo]  # kind "package-missing" when dir is None
+

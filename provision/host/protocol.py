@@ -178,6 +178,7 @@ class StatusRequest(Request, total=False):
 
 class StatusAnswer(Answer, total=False):
     patch: Inspection
+    overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -284,6 +285,10 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
+    overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
+    fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
+    import_timeout: float
 
 
 class ServerAnswer(Answer, total=False):
@@ -308,3 +313,45 @@ OPS: Dict[str, Any] = {
     "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
     "smoke": (ServerRequest, ServerAnswer),
 }
+
+
+# --------------------------------------------------------------------------- overlay mode (ops/overlay.py)
+
+class OverlayVerify(TypedDict, total=False):
+    """Importing the overlay as the server would (where torch imports), else why not."""
+    status: str                # "ok" | "not-verifiable" | "failed"
+    why: str
+    modules: List[Dict[str, Any]]
+
+
+class OverlayStage(TypedDict, total=False):
+    """One install's overlay: where it is, what it holds, the environment that switches it on."""
+    verdict: str               # "staged" | "unchanged" | "native" | "failed" | "removed" | "absent"
+    root: str                  # the directory that goes first on PYTHONPATH
+    package: str               # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
+    install: str
+    version: Optional[str]
+    modules: List[str]         # provision_overlay.<spec module>
+    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay), native, module
+    digest: str
+    env: Dict[str, str]
+    env_lines: List[str]
+    removed: bool
+    notes: List[str]
+    verify: OverlayVerify
+    current: bool              # status: the staged overlay is what the spec renders now
+    error: Optional[ErrorInfo]
+
+
+class OverlayRequest(Request, total=False):
+    spec: Spec
+    specs: List[Spec]
+    remove: bool               # take the overlay away instead
+    import_timeout: float
+
+
+class OverlayAnswer(Answer, total=False):
+    overlay: OverlayStage
+
+
+OPS["overlay"] = (OverlayRequest, OverlayAnswer)

@@ -197,6 +197,7 @@ class StatusRequest(Request, total=False):
 
 class StatusAnswer(Answer, total=False):
     patch: Inspection
+    overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -284,7 +285,8 @@ class AuditAnswer(Answer, total=False):
 class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
-    spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
+    specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -303,6 +305,10 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
+    overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
+    fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
+    import_timeout: float
 
 
 class Check(TypedDict, total=False):
@@ -317,6 +323,8 @@ class PreflightAnswer(Answer, total=False):
     record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
     install: Install
     survivors: List[int]       # pids of a dead server's tree that are still alive
+    fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
+    overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
 
 
 class StartAnswer(Answer, total=False):
@@ -403,3 +411,44 @@ class PackageInfo(TypedDict, total=False):
     dist_info: Optional[str]
     error: Optional[ErrorInfo]  # kind "package-missing" when dir is None
 
+
+# --------------------------------------------------------------------------- overlay mode (ops/overlay.py)
+
+class OverlayVerify(TypedDict, total=False):
+    """Importing the overlay as the server would (where torch imports), else why not."""
+    status: str                # "ok" | "not-verifiable" | "failed"
+    why: str
+    modules: List[Dict[str, Any]]
+
+
+class OverlayStage(TypedDict, total=False):
+    """One install's overlay: where it is, what it holds, the environment that switches it on."""
+    verdict: str               # "staged" | "unchanged" | "native" | "failed" | "removed" | "absent"
+    root: str                  # the directory that goes first on PYTHONPATH
+    package: str               # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
+    install: str
+    version: Optional[str]
+    modules: List[str]         # provision_overlay.<spec module>
+    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay), native, module
+    digest: str
+    env: Dict[str, str]
+    env_lines: List[str]
+    removed: bool
+    notes: List[str]
+    verify: OverlayVerify
+    current: bool              # status: the staged overlay is what the spec renders now
+    error: Optional[ErrorInfo]
+
+
+class OverlayRequest(Request, total=False):
+    spec: Spec
+    specs: List[Spec]
+    remove: bool               # take the overlay away instead
+    import_timeout: float
+
+
+class OverlayAnswer(Answer, total=False):
+    overlay: OverlayStage
+
+
+OPS["overlay"] = (OverlayRequest, OverlayAnswer)

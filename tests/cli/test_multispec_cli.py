@@ -233,3 +233,90 @@ def test_launch_requires_every_applicable_spec(sandbox_factory, ssh_env, tmp_pat
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     proc = run("launch", *ssh_env.cli_args, "--host", host.name, "--profile", str(tmp_path / "bad.yaml"))
     assert proc.returncode == 2 and "launch.requires: no-such-spec" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- the SM120 host of issue 11
+
+SM120 = ["kimi-k25-eagle3", "sm120-torch-symm-mem", "sm120-flashinfer-allreduce-fusion"]
+SYMM = "srt/distributed/device_communicators/all_reduce_utils.py"
+
+
+def sm120_files(host) -> dict:
+    return {"kimi-k25-eagle3": model_file(host, KIMI), "sm120-torch-symm-mem": model_file(host, SYMM),
+            "sm120-flashinfer-allreduce-fusion": host.hostpath(f"{host.site_packages}/flashinfer/jit/comm.py")}
+
+
+def test_sm120_host_gets_all_three_fixes_in_one_patch(sandbox_factory, ssh_env, tmp_path, sshd_log):
+    """A 0.5.9 venv host with flashinfer 0.6.3 beside it and SM120 GPUs (the stand-in nvidia-smi)."""
+    host = sandbox_factory.host(sglang="0.5.9", layout="venv", flashinfer="0.6.3", gpu_capability="12.0")
+    files = sm120_files(host)
+    pristine = {s: p.read_bytes() for s, p in files.items()}
+    inv = inventory(ssh_env, tmp_path, [host], **{host.name: {"specs": SM120}})
+    log = sshd_log(host)
+
+    proc, doc = run_json("patch", "-i", inv)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert [(h["data"]["spec"], h["verdict"]) for h in doc["hosts"]] == [(s, "patched") for s in SM120]
+    # one connection: the facts call (the specs' applies: needs the GPU), then one patch call for all three
+    assert log.counts() == (1, 2)
+    for s, p in files.items():
+        assert p.read_bytes() != pristine[s], s
+    patched = {s: p.read_bytes() for s, p in files.items()}
+    assert b"supported_major_versions=[9, 10, 12]" in patched["sm120-flashinfer-allreduce-fusion"]
+
+    log.mark()
+    proc, doc = run_json("patch", "-i", inv)
+    assert proc.returncode == 0
+    assert [h["verdict"] for h in doc["hosts"]] == ["unchanged"] * 3
+    assert log.counts() == (1, 2)
+    assert {s: p.read_bytes() for s, p in files.items()} == patched, "a second run writes nothing"
+
+    proc, doc = run_json("status", "-i", inv)
+    assert proc.returncode == 0 and [h["verdict"] for h in doc["hosts"]] == ["patched"] * 3, proc.stdout
+
+    # the launch profile that needs all three: preflight passes, the stand-in takes the two flags
+    prof = yaml.safe_load(open(inv).read())
+    prof["hosts"][host.name]["profile"] = "kimi-k25-eagle3-sm120"
+    with open(inv, "w") as fh:
+        yaml.safe_dump(prof, fh)
+    try:
+        proc = run("launch", "-i", inv, "--poll", "0.5")
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert "ready" in proc.stdout
+        argv = ssh_env.ssh(host, "cat /proc/$(cat /var/lib/provision/server/server-30000.pid)/cmdline | tr '\\0' ' '"
+                           ).stdout
+        assert "--enable-flashinfer-allreduce-fusion" in argv and "--enable-torch-symm-mem" in argv, argv
+    finally:
+        run("stop", "-i", inv)
+
+    # an upgrade (the pristine wheels reinstalled): reconcile puts all three back
+    host.reset_sglang()
+    assert {s: p.read_bytes() for s, p in files.items()} == pristine
+    proc = run("launch", "-i", inv, "--poll", "0.5")
+    assert proc.returncode == 3 and "refused" in proc.stdout, proc.stdout
+    for what in ("KimiK25ForConditionalGeneration lacks", "spec sm120-torch-symm-mem is not in place",
+                 "spec sm120-flashinfer-allreduce-fusion is not in place"):
+        assert what in proc.stdout, (what, proc.stdout)
+    proc, doc = run_json("reconcile", "-i", inv)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert [(h["data"]["spec"], h["verdict"]) for h in doc["hosts"]] == [(s, "patched") for s in SM120]
+    assert {s: p.read_bytes() for s, p in files.items()} == patched
+
+    # without the GPU fact (no nvidia-smi would say the same as another architecture) the SM120 specs stand aside
+    proc, doc = run_json("status", "-i", inv, "--gpu-capability", "9.0")
+    assert proc.returncode == 0
+    assert [h["verdict"] for h in doc["hosts"]] == ["patched", "not-applicable", "not-applicable"]
+
+
+def test_0523_delegation_native_while_symm_mem_applies(sandbox_factory, ssh_env, tmp_path):
+    host = sandbox_factory.host(sglang="0.5.23", layout="venv", gpu_capability="12.0")
+    specs = SM120[:2]
+    inv = inventory(ssh_env, tmp_path, [host], **{host.name: {"specs": specs}})
+    kimi_before = model_file(host, KIMI).read_bytes()
+    proc, doc = run_json("patch", "-i", inv)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert [(h["data"]["spec"], h["verdict"], h["version"]) for h in doc["hosts"]] == \
+        [("kimi-k25-eagle3", "native", "0.5.23"), ("sm120-torch-symm-mem", "patched", "0.5.23")]
+    assert model_file(host, KIMI).read_bytes() == kimi_before
+    proc, doc = run_json("patch", "-i", inv)
+    assert [h["verdict"] for h in doc["hosts"]] == ["native", "unchanged"]

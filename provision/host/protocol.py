@@ -229,6 +229,8 @@ class ReconcileRequest(Request, total=False):
     include_held: bool
     block_shas: List[str]
     spec_block_shas: Dict[str, List[str]]  # with specs: each spec's block_shas, by name
+    pending: List[str]         # specs whose applies: needs this host's facts: fast path only, else "pending"
+    gpu: bool                  # with pending: also the GPUs' compute capability (answer `gpu`)
 
 
 class ReconcileAnswer(Answer, total=False):
@@ -254,6 +256,7 @@ class ReconcileAnswer(Answer, total=False):
     classifier_input: Dict[str, Any]
     elapsed: float
     results: List["ReconcileAnswer"]
+    gpu: "GpuInfo"             # with pending (and gpu asked): what applies: is decided from
 
 
 class BackupsRequest(Request, total=False):

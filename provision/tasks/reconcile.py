@@ -116,27 +116,62 @@ def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=No
 
 def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
                  full=False, include_held=False, gpu_capability=None):
-    """Every spec a host carries, in one reconcile call (after the `facts` call when a spec's
-    `applies:` needs the host's facts): one row per host and spec."""
+    """Every spec a host carries, in one reconcile call: one row per host and spec.
+
+    A spec whose `applies:` needs the host's facts goes in the same call as "pending": its file
+    exactly as our last write left it is `unchanged` there and then (no discovery, as for any
+    spec); otherwise the answer brings the facts, the spec is decided here, and the ones that
+    apply go in one more call on the same connection."""
     from provision.tasks import specs as multi
 
     given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
 
+    def call(host, session, fleet, todo, pending=()) -> dict:
+        req = request(todo[0], host, check=check, force=force, sglang_path=sglang_path, python=python,
+                      full=full, include_held=include_held)
+        del req["spec"], req["block_shas"]
+        req["specs"] = [s.to_engine() for s in todo]
+        req["spec_block_shas"] = {s.name: list(block_shas(s)) for s in todo}
+        if pending:
+            req["pending"] = [s.name for s in pending]
+            req["gpu"] = multi.wants_gpu(list(pending), host, gpu_capability)
+        return call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+
+    def parts_of(ans: dict, todo: list) -> list:
+        parts = ans.get("results")
+        return [parts[i] if parts and i < len(parts) else {k: ans.get(k) for k in ("ok", "error", "facts")}
+                for i in range(len(todo))]
+
     def fn(host, session, fleet) -> list[HostResult]:
         hspecs = multi.specs_for(host, given)
-        todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, sglang_path=sglang_path,
-                                         python=python)
-        if todo:
-            req = request(todo[0], host, check=check, force=force, sglang_path=sglang_path, python=python,
-                          full=full, include_held=include_held)
-            del req["spec"], req["block_shas"]
-            req["specs"] = [s.to_engine() for s in todo]
-            req["spec_block_shas"] = {s.name: list(block_shas(s)) for s in todo}
-            ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-            parts = ans.get("results")
-            for i, s in enumerate(todo):
-                part = parts[i] if parts and i < len(parts) else {k: ans.get(k) for k in ("ok", "error", "facts")}
+        stated = multi.gpu_given(host, gpu_capability) is not None
+        ask = [s for s in hspecs if multi.needs_host(multi.applies_of(s), stated)]
+        rows: list[HostResult] = []
+        # what can be decided without the host (no applies:, or only a stated GPU)
+        known, no = multi.split([s for s in hspecs if s not in ask],
+                                multi.host_view({}, host, gpu_capability) if stated else None)
+        rows += [multi.not_applicable(host.name, s, no[s.name]) for s in hspecs if s.name in no]
+        todo = known + ask
+        if not todo:
+            return multi.in_order(hspecs, rows)
+        ans = call(host, session, fleet, todo, pending=ask)
+        later: list = []
+        for s, part in zip(todo, parts_of(ans, todo)):
+            if part.get("state") == "pending":
+                later.append(s)
+            else:
                 rows.append(result_from_answer(host.name, part, check=check, spec=s))
+        err = (ans.get("facts") or {}).get("error")
+        if later and err:  # no install to decide them on: the same failure for each
+            rows += [result_from_answer(host.name, {"ok": False, "error": err}, check=check, spec=s) for s in later]
+            later = []
+        if later:
+            ok, no = multi.split(later, multi.host_view(ans, host, gpu_capability))
+            rows += [multi.not_applicable(host.name, s, no[s.name], ans.get("facts")) for s in later if s.name in no]
+            if ok:
+                ans2 = call(host, session, fleet, ok)
+                rows += [result_from_answer(host.name, part, check=check, spec=s)
+                         for s, part in zip(ok, parts_of(ans2, ok))]
         return multi.in_order(hspecs, rows)
 
     return fn

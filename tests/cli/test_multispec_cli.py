@@ -274,6 +274,13 @@ def test_sm120_host_gets_all_three_fixes_in_one_patch(sandbox_factory, ssh_env, 
     proc, doc = run_json("status", "-i", inv)
     assert proc.returncode == 0 and [h["verdict"] for h in doc["hosts"]] == ["patched"] * 3, proc.stdout
 
+    # an unchanged reconcile: one call, the SM120 specs' applies: left undecided (our edits are intact)
+    log.mark()
+    proc, doc = run_json("reconcile", "-i", inv)
+    assert proc.returncode == 0 and [h["verdict"] for h in doc["hosts"]] == ["unchanged"] * 3, proc.stdout
+    assert [h["data"]["path"] for h in doc["hosts"]] == ["fast"] * 3
+    assert log.counts() == (1, 1)
+
     # the launch profile that needs all three: preflight passes, the stand-in takes the two flags
     prof = yaml.safe_load(open(inv).read())
     prof["hosts"][host.name]["profile"] = "kimi-k25-eagle3-sm120"
@@ -297,9 +304,11 @@ def test_sm120_host_gets_all_three_fixes_in_one_patch(sandbox_factory, ssh_env, 
     for what in ("KimiK25ForConditionalGeneration lacks", "spec sm120-torch-symm-mem is not in place",
                  "spec sm120-flashinfer-allreduce-fusion is not in place"):
         assert what in proc.stdout, (what, proc.stdout)
+    log.mark()
     proc, doc = run_json("reconcile", "-i", inv)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert [(h["data"]["spec"], h["verdict"]) for h in doc["hosts"]] == [(s, "patched") for s in SM120]
+    assert log.counts() == (1, 2), "the SM120 specs were decided from the first call's facts, patched in a second"
     assert {s: p.read_bytes() for s, p in files.items()} == patched
 
     # without the GPU fact (no nvidia-smi would say the same as another architecture) the SM120 specs stand aside

@@ -8,11 +8,12 @@ a stand-in nvidia-smi saying 12.0), patched once with the three specs
 * no-op `patch` with 1 spec, and with 3 specs given the GPU (`--gpu-capability 12.0`: no
   facts call, one remote call) and not given it (the SM120 specs' `applies:` names the GPU:
   one extra `facts` call on the same connection, nvidia-smi run on the host);
-* unchanged `reconcile`, the same three ways;
+* unchanged `reconcile`, the same three ways (without the GPU given, the SM120 specs go in the
+  one call as "pending": the fast path answers unchanged, no facts are gathered);
 * `status` with 3 specs (always one call: the facts come with the answer).
 
 Timing goals: the 3-spec no-op patch given the GPU within 1.3x of the 1-spec one (one call
-for all specs); the facts call adds at most 0.5 s. Prints a table, says met/MISSED, exits 0.
+for all specs); the facts call (and undecided specs on reconcile) add at most 0.5 s. Prints a table, says met/MISSED, exits 0.
 Loopback only: 127.0.2.180+.
 """
 
@@ -69,7 +70,7 @@ def main() -> int:
             "reconcile unchanged, 1 spec": cli + ["reconcile", *conn, *one],
             "reconcile unchanged, 3 specs, --gpu-capability": cli + ["reconcile", *conn, *three, "--gpu-capability",
                                                                      "12.0"],
-            "reconcile unchanged, 3 specs, nvidia-smi (facts + 1)": cli + ["reconcile", *conn, *three],
+            "reconcile unchanged, 3 specs, applies pending (1 call)": cli + ["reconcile", *conn, *three],
             "status, 3 specs (1 call)": cli + ["status", *conn, *three],
         }
         got: dict[str, list[float]] = {k: [] for k in cases}
@@ -84,10 +85,10 @@ def main() -> int:
         ratio = med["patch no-op, 3 specs, --gpu-capability (1 call)"] / med["patch no-op, 1 spec"]
         facts = med["patch no-op, 3 specs, nvidia-smi (facts + 1 call)"] - \
             med["patch no-op, 3 specs, --gpu-capability (1 call)"]
-        rfacts = med["reconcile unchanged, 3 specs, nvidia-smi (facts + 1)"] - \
+        rfacts = med["reconcile unchanged, 3 specs, applies pending (1 call)"] - \
             med["reconcile unchanged, 3 specs, --gpu-capability"]
         print(f"3 specs vs 1, one call: {ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'MISSED'})")
-        print(f"the facts call: +{facts:.2f} s on patch, +{rfacts:.2f} s on reconcile "
+        print(f"the facts call: +{facts:.2f} s on patch; undecided applies: on an unchanged reconcile: +{rfacts:.2f} s "
               f"(target <= 0.5 s: {'met' if max(facts, rfacts) <= 0.5 else 'MISSED'})")
     finally:
         box.down()

@@ -58,8 +58,9 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
     An unchanged host costs one short remote call: no
     interpreter is probed and nothing is written. Every spec a host carries
     (`--spec`, repeatable, or the inventory's `specs:`) goes in that one call,
-    one row each; a spec whose `applies:` needs the host's facts costs one
-    more call first, and is not-applicable where they rule it out.
+    one row each. A spec whose `applies:` needs the host's facts goes in it
+    too: intact, it is unchanged; else the answer brings the facts, and it
+    is patched in a second call where it applies, not-applicable elsewhere.
 
     A server started before its file changed is reported "restart needed";
     --restart restarts it through the launch machinery, in --serial batches,

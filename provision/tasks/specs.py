@@ -7,9 +7,10 @@ all of a host's specs in ONE remote call and turn its answer into one row per ho
 A spec with `applies:` is decided here, on the control machine, from the host's facts
 (config/applies.py, `packaging` specifiers). Where the host must be asked first (a version
 condition, or a GPU condition without `--gpu-capability` / the host's `gpu_capability`),
-patch and reconcile make ONE extra remote call on the same connection (the `facts` op:
+patch and launch make ONE extra remote call on the same connection (the `facts` op:
 discovery and nvidia-smi, nothing written) before the call that acts; status asks for the
-same facts in its one call and decides afterwards. A spec that does not apply is the row
+same facts in its one call and decides afterwards; reconcile sends such specs as "pending"
+in its one call (tasks/reconcile.py). A spec that does not apply is the row
 `not-applicable` with the reason, and counts as in the wanted state.
 """
 

@@ -308,3 +308,34 @@ OPS: Dict[str, Any] = {
     "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
     "smoke": (ServerRequest, ServerAnswer),
 }
+
+
+# --------------------------------------------------------------------------- container hosts
+# (ops/container.py: the profile's launch.container, and what a container server's record holds)
+
+class ContainerConfig(TypedDict, total=False):
+    """`launch.container` as the control side validated it (config/profile.py Container.to_request)."""
+    runtime: str               # docker | podman
+    image: str
+    name: str                  # default sglang-<port>
+    gpus: Optional[str]
+    ipc: Optional[str]
+    shm_size: Optional[str]
+    network: Optional[str]
+    volumes: List[str]         # SRC:DEST[:OPTIONS]
+    run_args: List[str]
+
+
+class ContainerImage(TypedDict, total=False):
+    """The image's SGLang, read from inside it (cached per image id in the state dir)."""
+    image: str
+    image_id: Optional[str]
+    sglang: Optional[str]      # the package dir in the image
+    version: Optional[str]
+    python: Optional[str]
+    spec_file: Optional[str]
+    file_b64: str              # the spec's file from the image (preflight only; never sent back)
+    file_error: str
+    pulled: bool
+    cached: bool
+    error: ErrorInfo

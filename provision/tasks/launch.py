@@ -106,7 +106,9 @@ def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
     req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
                                                       "env": prof.env, "module": prof.module,
                                                       "python": prof.python, "keep_logs": prof.keep_logs,
-                                                      "grace": prof.grace},
+                                                      "grace": prof.grace,
+                                                      "container": prof.container.to_request() if prof.container
+                                                      else None},
            "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),
            "sglang_path": opts.sglang_path or host.get("sglang_path"), "python": opts.python or host.get("python"),
            "log_dir": prof.log_dir, "health_timeout": prof.health_timeout, "grace": prof.grace}
@@ -362,7 +364,10 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         t0 = time.monotonic()
         notes: list[str] = []
         opts.stages[host.name] = "preflight"
-        if opts.patch and spec is not None:
+        if opts.patch and prof.container is not None:
+            notes.append("--patch edits the host's files: a container's server is fixed by the overlay or "
+                         "runs the image's own class (`provision patch --container NAME` edits a running one)")
+        elif opts.patch and spec is not None:
             opts.stages[host.name] = "patching"
             ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
                                timeout=300, sudo=sudo)
@@ -375,6 +380,10 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                            timeout=120, sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
+        if pre.get("image"):
+            img = pre["image"]
+            display.message(host.name, f"image {img.get('image')}: SGLang {img.get('version')} inside"
+                                       + (" (read from the image just now)" if not img.get("cached") else ""))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:
             if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
@@ -508,8 +517,15 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+        if ans.get("container") and ans.get("removed") and not ans.get("stopped"):
+            return HostResult(host.name, "stopped", f"container {ans['container']} was not running (exit status "
+                              f"{ans.get('exit')}); removed it")
         if not ans.get("stopped"):
             return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+        if ans.get("container"):
+            how = "it did not stop in the grace period: killed" if ans.get("escalated") else "SIGTERM"
+            return HostResult(host.name, "stopped", f"stopped and removed container {ans['container']} ({how}) in "
+                              f"{ans['elapsed']} s", data={"pids": ans["pids"], "container": ans["container"]})
         how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
         if ans.get("unit_removed"):
             how = f"systemd unit {ans['unit']} stopped, disabled and removed"
@@ -550,7 +566,18 @@ def server_status_fn(opts: LaunchOptions):
         h = ans.get("health")
         detail = (f"pid {rec.get('pid')} port {prof.port} health {h if h is not None else 'no answer'} "
                   f"model {rec.get('model')} uptime {ans.get('uptime')} s")
+        if rec.get("container"):
+            detail = container_text(rec, ans) + f", health {h if h is not None else 'no answer'} uptime " \
+                f"{ans.get('uptime')} s model {rec.get('model')}"
         return HostResult(host.name, "running", detail, data={"pid": rec.get("pid"), "health": h,
                                                               "uptime": ans.get("uptime"), "model": rec.get("model")})
 
     return fn
+
+
+def container_text(rec: dict, ans: dict) -> str:
+    """A container server as status shows it: the container, its image, the SGLang version inside."""
+    c = rec.get("container") or {}
+    now = ans.get("container") or {}
+    return (f"container {c.get('name')} ({c.get('runtime')}, id {c.get('id')}, {now.get('status') or 'gone'}) "
+            f"image {c.get('image')} with SGLang {c.get('sglang')}")

@@ -1,0 +1,482 @@
+"""A server in a container (the profile's ``launch.container``): preflight, start, state, logs, stop.  STDLIB ONLY.
+
+``ops/server.py`` hands over here when the profile (preflight, start) or the server's
+record (probe, status, logs, stop) names a container. The runtime (docker or podman:
+the same verbs) does the process work:
+
+* **start**: ``RUNTIME run -d --name NAME`` with the profile's options, labels saying it
+  is provision's (port, profile digest), and the server's command ``python3 -m
+  sglang.launch_server FLAGS``. Secrets never reach the runtime's command line or ``-e``
+  (``inspect`` shows both): ``--api-key``/``--admin-api-key`` go into a 0600 ``--config``
+  file, ``HF_TOKEN`` into a 0600 token file (``HF_TOKEN_PATH``), both in a 0700 directory
+  of the state dir mounted read-only at ``SECRETS_DIR``.
+* **state**: ``RUNTIME inspect`` (running, exit code, main pid); the log is ``RUNTIME logs``
+  (stdout and stderr into one pipe, so byte offsets are stable between polls).
+* **stop**: ``RUNTIME stop -t GRACE``, then ``RUNTIME rm``, and the secrets directory goes.
+* **the image's SGLang**: read from inside the image, by running the discovery probe
+  (``facts/installs.PROBE``: ``-I -S``, no site code) in a throw-away container with no
+  network, which also returns the spec's file, so the engine judges the image's own class.
+  Cached per image id in the state dir.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+from provision.host.facts import installs
+from provision.host.lib.paths import default_state_dir
+
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ContainerConfig, ContainerImage
+
+SECRETS_DIR = "/run/provision-secrets"  # in the container, read-only
+LABEL = "provision.managed"
+
+# Run in the image as `python3 -I -S -c IMAGE_PROBE '[]' FILE`: the discovery probe, then the
+# spec's file (relative to the sglang package it found), base64, in the same JSON line.
+IMAGE_PROBE = """
+import base64, contextlib, io, json, os, sys
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    exec(compile(PROBE, "<provision probe>", "exec"), {"__name__": "__main__"})
+out = json.loads(buf.getvalue().strip().splitlines()[-1])
+rel = sys.argv[2] if len(sys.argv) > 2 else ""
+if out.get("sglang") and rel:
+    try:
+        with open(os.path.join(out["sglang"], rel), "rb") as fh:
+            out["file_b64"] = base64.b64encode(fh.read()).decode()
+    except OSError as exc:
+        out["file_error"] = "%s: %s" % (os.path.join(out["sglang"], rel), exc.strerror)
+print(json.dumps(out))
+"""
+
+
+def runtime_path(runtime: str) -> str | None:
+    return shutil.which(runtime, path=installs.PROBE_ENV["PATH"])
+
+
+def missing_runtime(runtime: str) -> dict:
+    return {"kind": "no-runtime", "message": (
+        f"{runtime} is not installed on this host (no `{runtime}` on {installs.PROBE_ENV['PATH']}): install it, "
+        f"or set launch.container.runtime to the runtime the host has")}
+
+
+def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(installs.PROBE_ENV)
+    env["HOME"] = os.environ.get("HOME", "/root")
+    return subprocess.run(argv, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, cwd="/")
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    text = (proc.stderr or b"").decode("utf-8", "replace").strip() or (proc.stdout or b"").decode(
+        "utf-8", "replace").strip()
+    return (text.splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
+def inspect(runtime: str, name: str) -> dict | None:
+    """The container's `inspect` document, or None when there is no such container."""
+    rt = runtime_path(runtime)
+    if rt is None:
+        return None
+    p = _run([rt, "container", "inspect", name], timeout=30)
+    if p.returncode != 0:
+        return None
+    try:
+        data = json.loads(p.stdout)
+    except ValueError:
+        return None
+    return data[0] if isinstance(data, list) and data else None
+
+
+def _labels(doc: dict) -> dict:
+    return (doc.get("Config") or {}).get("Labels") or {}
+
+
+def summary(doc: dict | None) -> dict:
+    """What status shows of a container: name, id, image, running, exit code, main pid."""
+    if not doc:
+        return {"exists": False}
+    state = doc.get("State") or {}
+    cfg = doc.get("Config") or {}
+    return {"exists": True, "id": str(doc.get("Id", ""))[:12], "name": str(doc.get("Name", "")).lstrip("/"),
+            "image": doc.get("ImageName") or cfg.get("Image"), "image_id": str(doc.get("Image", "")),
+            "running": bool(state.get("Running")), "status": state.get("Status"),
+            "exit": state.get("ExitCode"), "pid": state.get("Pid") or None, "started": state.get("StartedAt"),
+            "ours": _labels(doc).get(LABEL) == "1"}
+
+
+def _image_id(rt: str, image: str) -> str | None:
+    p = _run([rt, "image", "inspect", "--format", "{{.Id}}", image], timeout=60)
+    return p.stdout.decode().strip() or None if p.returncode == 0 else None
+
+
+def image_sglang(req: dict, conf: ContainerConfig, spec_file: str | None) -> ContainerImage:
+    """The image's SGLang (path, version, the spec's file), read from inside it; cached by image id.
+    Pulls the image first when the host does not have it (not when the host is offline)."""
+    rt = runtime_path(conf["runtime"])
+    if rt is None:
+        return {"error": missing_runtime(conf["runtime"])}
+    image = conf["image"]
+    iid = _image_id(rt, image)
+    pulled = False
+    if iid is None:
+        if req.get("offline"):
+            return {"error": {"kind": "no-image", "message": f"image {image} is not on this host and the host is "
+                                                             f"marked offline: `{conf['runtime']} pull` it first"}}
+        p = _run([rt, "pull", image], timeout=3600)
+        iid = _image_id(rt, image) if p.returncode == 0 else None
+        if iid is None:
+            return {"error": {"kind": "no-image", "message": f"image {image}: not on this host and `{conf['runtime']} "
+                                                             f"pull` failed: {_why(p)}"}}
+        pulled = True
+    cache = os.path.join(req.get("state_dir") or default_state_dir(), "images",
+                         iid.replace(":", "-").replace("/", "-") + ".json")
+    try:
+        with open(cache) as fh:
+            cached = json.load(fh)
+        if cached.get("spec_file") == spec_file:
+            cached["cached"] = True
+            return cached
+    except (OSError, ValueError):
+        pass
+    script = f"PROBE = {installs.PROBE!r}\n" + IMAGE_PROBE
+    p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
+              "[]", spec_file or ""], timeout=300)
+    if p.returncode != 0:
+        return {"image_id": iid, "error": {"kind": "image-probe", "message": (
+            f"could not read SGLang's version inside image {image} (python3 -I -S in a throw-away container): "
+            f"{_why(p)}")}}
+    try:
+        found = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        found = {}
+    if not found.get("sglang"):
+        return {"image_id": iid, "error": {"kind": "not-found",
+                                           "message": f"image {image} has no SGLang that python3 imports"}}
+    out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["sglang"],
+                           "version": found.get("dist_version"), "python": found.get("version"),
+                           "spec_file": spec_file, "pulled": pulled}
+    if "file_b64" in found:
+        out["file_b64"] = found["file_b64"]
+    if found.get("file_error"):
+        out["file_error"] = found["file_error"]
+    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+    with open(cache + ".tmp", "w") as fh:
+        json.dump({k: v for k, v in out.items() if k != "pulled"}, fh)
+    os.replace(cache + ".tmp", cache)
+    return out
+
+
+def host_path(volumes: list[str], path: str) -> str | None:
+    """Where a container path is on the host, through the profile's volumes (pure); None when no
+    volume holds it (then it is the image's own file)."""
+    best = None
+    for vol in volumes:
+        parts = vol.split(":")
+        if len(parts) < 2:
+            continue
+        src, dst = parts[0], parts[1].rstrip("/") or "/"
+        if (path == dst or path.startswith(dst + "/")) and src.startswith("/"):
+            if best is None or len(dst) > len(best[1]):
+                best = (src, dst)
+    if best is None:
+        return None
+    return best[0].rstrip("/") + path[len(best[1]):] if best[1] != "/" else os.path.join(best[0], path.lstrip("/"))
+
+
+def run_argv(rt: str, conf: ContainerConfig, *, port: int, digest: str, python: str, module: str, flags: list[str],
+             env: dict, mounts: list[str], config_file: str | None) -> list[str]:
+    """`RUNTIME run -d ...` for the server (pure). No secret is in it: they are in mounted files."""
+    argv = [rt, "run", "-d", "--name", conf["name"], "--label", f"{LABEL}=1", "--label", f"provision.port={port}",
+            "--label", f"provision.profile={digest}"]
+    for opt, key in (("--gpus", "gpus"), ("--ipc", "ipc"), ("--shm-size", "shm_size"), ("--network", "network")):
+        if conf.get(key):
+            argv += [opt, str(conf[key])]
+    for vol in list(conf.get("volumes") or []) + mounts:
+        argv += ["-v", vol]
+    for k, v in sorted(env.items()):
+        argv += ["-e", f"{k}={v}"]
+    argv += list(conf.get("run_args") or [])
+    argv += [conf["image"], python, "-m", module, *flags]
+    if config_file:
+        argv += ["--config", config_file]  # the separate-token form: `--config=FILE` is silently ignored
+    return argv
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def secrets_dir(sroot: str, port: int) -> str:
+    return os.path.join(sroot, f"container-{port}")
+
+
+def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
+          extra_mounts: list[str] | None = None) -> dict:
+    """Run the server's container; returns {"ok", "record"} or {"ok": False, "error"}."""
+    prof = req["profile"]
+    conf: ContainerConfig = prof["container"]
+    rt = runtime_path(conf["runtime"])
+    if rt is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"])}
+    args = dict(prof["args"])
+    port = int(args.get("port", 30000))
+    old = summary(inspect(conf["runtime"], conf["name"]))
+    if old["exists"]:
+        if not old["ours"]:
+            return {"ok": False, "error": {"kind": "name-taken", "message": (
+                f"a container named {conf['name']} exists and provision did not start it: remove it, or set "
+                "launch.container.name")}}
+        p = _run([rt, "rm", "-f", conf["name"]], timeout=float(prof.get("grace", 30)) + 60)
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} rm {conf['name']}: "
+                                                                           f"{_why(p)}"}}
+    secrets = req.get("secrets") or {}
+    sdir = secrets_dir(sroot, port)
+    shutil.rmtree(sdir, ignore_errors=True)
+    os.makedirs(sdir, mode=0o700)
+    env = {str(k): str(v) for k, v in (prof.get("env") or {}).items()}
+    env.update(extra_env or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    config_file = None
+    if secrets.get("args"):
+        _write_private(os.path.join(sdir, "config.yaml"), "# written by provision; holds secrets\n" + "".join(
+            f"{k}: {json.dumps(str(v))}\n" for k, v in secrets["args"].items()))
+        config_file = f"{SECRETS_DIR}/config.yaml"
+    token = next((v for k, v in (secrets.get("env") or {}).items() if k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")),
+                 None)
+    if token:
+        _write_private(os.path.join(sdir, "hf_token"), str(token))
+        env["HF_TOKEN_PATH"] = f"{SECRETS_DIR}/hf_token"
+    mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
+    python = prof.get("python") or "python3"
+    argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
+                    module=prof.get("module") or "sglang.launch_server", flags=[str(f) for f in prof["flags"]],
+                    env=env, mounts=mounts, config_file=config_file)
+    t0 = time.time()
+    p = _run(argv, timeout=600)
+    if p.returncode != 0:
+        shutil.rmtree(sdir, ignore_errors=True)
+        return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} run failed: {_why(p)}"}}
+    cid = p.stdout.decode().strip().splitlines()[-1] if p.stdout.strip() else ""
+    now = summary(inspect(conf["runtime"], conf["name"]))
+    rec = {"container": {"runtime": conf["runtime"], "name": conf["name"], "id": cid[:12] or now.get("id"),
+                         "image": conf["image"], "image_id": image.get("image_id"), "sglang": image.get("version"),
+                         "sglang_path": image.get("sglang"), "secrets_dir": sdir},
+           "pid": now.get("pid"), "port": port, "host": str(args.get("host", "127.0.0.1")),
+           "log": f"{conf['runtime']} logs {conf['name']}", "log_offset": 0, "started_at": t0,
+           "run_seconds": round(time.time() - t0, 3),
+           "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
+           "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
+           "install": image.get("sglang"), "version": image.get("version"), "model": args.get("model-path"),
+           "tp": args.get("tp-size", 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
+           "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
+    return {"ok": True, "started": True, "record": rec}
+
+
+def state(rec: dict) -> dict:
+    """_server_state's answer for a container server."""
+    c = rec["container"]
+    s = summary(inspect(c["runtime"], c["name"]))
+    ours = s["exists"] and (not c.get("id") or str(s.get("id", "")).startswith(str(c["id"])[:12]))
+    running = bool(ours and s.get("running"))
+    out: dict = {"record": rec, "running": running, "survivors": [], "container": s if ours else {"exists": False}}
+    out["exit"] = s.get("exit") if ours and not running else None
+    if runtime_path(c["runtime"]) is None:
+        out["error"] = missing_runtime(c["runtime"])
+    return out
+
+
+def log_bytes(rec: dict) -> bytes:
+    """The container's whole log (`RUNTIME logs`, stdout and stderr in one pipe, in order)."""
+    c = rec["container"]
+    rt = runtime_path(c["runtime"])
+    if rt is None:
+        return b""
+    env = dict(installs.PROBE_ENV)
+    try:
+        p = subprocess.run([rt, "logs", c["name"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
+                           env=env, stdin=subprocess.DEVNULL, cwd="/")
+    except subprocess.TimeoutExpired:
+        return b""
+    return p.stdout if p.returncode == 0 else b""
+
+
+def stop(rec: dict, grace: float) -> dict:
+    """`RUNTIME stop -t GRACE`, then `rm`; the secrets directory goes too."""
+    c = rec["container"]
+    rt = runtime_path(c["runtime"])
+    if rt is None:
+        return {"ok": False, "error": missing_runtime(c["runtime"])}
+    s = summary(inspect(c["runtime"], c["name"]))
+    t0 = time.monotonic()
+    if not s["exists"]:
+        shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
+        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
+                "message": f"container {c['name']} is gone already"}
+    was_running = bool(s.get("running"))
+    if was_running:
+        p = _run([rt, "stop", "-t", str(int(grace)), c["name"]], timeout=grace + 60)
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} stop {c['name']}: {_why(p)}"}}
+    after = summary(inspect(c["runtime"], c["name"]))
+    p = _run([rt, "rm", "-f", c["name"]], timeout=60)
+    if p.returncode != 0:
+        return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} rm {c['name']}: {_why(p)}"}}
+    shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
+    return {"ok": True, "stopped": was_running, "pids": [s["pid"]] if s.get("pid") else [],
+            "escalated": was_running and after.get("exit") == 137, "elapsed": round(time.monotonic() - t0, 2),
+            "container": c["name"], "removed": True, "exit": after.get("exit")}
+
+
+def logs_tail(rec: dict, lines: int) -> dict:
+    data = log_bytes(rec)
+    text = data[-256 * 1024:].decode("utf-8", "replace").replace("\r", "\n")
+    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]) if lines else "",
+            "offset": len(data), "record": rec}
+
+
+def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
+    """The engine's inspection of the spec's class in the image's own file (None without a spec)."""
+    if not spec:
+        return None
+    if img.get("file_error") or "file_b64" not in img:
+        return {"error": {"kind": "file-missing", "message": img.get("file_error") or f"{spec['file']}: not in the image"}}
+    from provision.host.engine import core as engine
+
+    # The image's other modules are not on this host: base classes are not followed (resolve_module=None).
+    info: dict = dict(engine.inspect(base64.b64decode(img["file_b64"]), spec))
+    info["file"] = os.path.join(img.get("sglang") or "", spec["file"])
+    return info
+
+
+def op_preflight(req: dict, bundle: bytes) -> dict:
+    """Preflight of a container launch: runtime, image (and its SGLang, read from inside it), the
+    spec's class in the image, the container name, port, model paths through the volumes."""
+    from provision.host.ops import server as _server
+
+    prof = req["profile"]
+    conf: ContainerConfig = prof["container"]
+    args = prof["args"]
+    port = int(args.get("port", 30000))
+    bind = str(args.get("host", "127.0.0.1"))
+    if runtime_path(conf["runtime"]) is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"]), "checks": []}
+    spec = req.get("spec")
+    img = image_sglang(req, conf, spec["file"] if spec else None)
+    if img.get("error"):
+        return {"ok": False, "error": img["error"], "checks": []}
+    checks: list[dict] = [{"level": "ok", "check": "image", "message": (
+        f"image {conf['image']}: SGLang {img.get('version')} at {img.get('sglang')} (python {img.get('python')})"
+        + (", pulled" if img.get("pulled") else ""))}]
+    info = image_patch_state(img, spec)
+    fix: dict = {"kind": "none"}
+    if info is not None and spec is not None:
+        methods = info.get("methods") or {}
+        missing = [m for m, v in methods.items() if v == "missing"]
+        if info.get("error"):
+            checks.append({"level": "fail", "check": "patch", "message": f"{info['file']} in the image: "
+                                                                          f"{info['error'].get('message')}"})
+        elif missing:
+            fix = {"kind": "missing", "missing": missing}
+            checks.append({"level": "fail", "check": "patch", "message": (
+                f"{spec['class']} in the image's SGLang {img.get('version')} lacks {', '.join(missing)}: EAGLE-3 "
+                "will crash after the weights load")})
+        else:
+            states = sorted(set(methods.values()))
+            fix = {"kind": "native" if states == ["native"] else "in-image"}
+            checks.append({"level": "ok", "check": "patch", "message": (
+                f"{spec['class']} in the image: delegation methods in place ({', '.join(states)}); no fix needed")})
+    st = _server._server_state(req, port)
+    ours_running = st["running"]
+    doc = summary(inspect(conf["runtime"], conf["name"]))
+    rec = st["record"] or {}
+    if doc["exists"] and not doc["ours"]:
+        checks.append({"level": "fail", "check": "name", "message": (
+            f"a container named {conf['name']} exists and provision did not start it ({doc.get('status')}, image "
+            f"{doc.get('image')}): remove it, or set launch.container.name")})
+    if not ours_running and _server.port_open(bind, port):
+        checks.append({"level": "fail", "check": "port", "message": f"something is already listening on {bind}:{port}"})
+    elif not ours_running:
+        checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
+    vols = list(conf.get("volumes") or [])
+    offline = bool(req.get("offline"))
+    for key, what in (("model-path", "model"), ("speculative-draft-model-path", "drafter")):
+        path = str(args.get(key) or "")
+        if not path:
+            continue
+        if not path.startswith("/"):
+            checks += _server._check_model(path, what, offline)
+            continue
+        on_host = host_path(vols, path)
+        if on_host is None:
+            checks.append({"level": "info", "check": what, "message": (
+                f"{what} {path} is not on a volume: it must be in the image (not checked)")})
+        else:
+            checks += [dict(c, message=c["message"] + f" (in the container: {path})")
+                       for c in _server._check_model(on_host, what, offline)]
+    checks.append({"level": "info", "check": "gpus", "message": (
+        f"GPUs: {conf['gpus']} (the runtime's --gpus)" if conf.get("gpus") else "no --gpus in the profile")})
+    public = {k: v for k, v in img.items() if k != "file_b64"}
+    return {"ok": True, "checks": checks, "running": ours_running, "record": st["record"] if rec else None,
+            "survivors": st.get("survivors") or [], "image": public, "fix": fix, "facts": {}}
+
+
+def op_start(req: dict, bundle: bytes) -> dict:
+    from provision.host.ops import server as _server
+
+    prof = req["profile"]
+    port = int(prof["args"].get("port", 30000))
+    conf: ContainerConfig = prof["container"]
+    if runtime_path(conf["runtime"]) is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"])}
+    st = _server._server_state(req, port)
+    replaced = None
+    if st["running"]:
+        if not req.get("restart"):
+            return {"ok": True, "already": True, "record": st["record"],
+                    "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
+        stopped = _server._stop(req, st["record"], float(prof.get("grace", 30)))
+        if not stopped["ok"]:
+            return stopped
+        replaced = stopped["pids"]
+    spec = req.get("spec")
+    img = image_sglang(req, conf, spec["file"] if spec else None)
+    if img.get("error"):
+        return {"ok": False, "error": img["error"]}
+    sroot = _server.state_root(req)
+    os.makedirs(sroot, mode=0o700, exist_ok=True)
+    out = start(req, sroot, dict(img))
+    if out["ok"]:
+        _server.write_record(req, port, out["record"])
+        out["replaced"] = replaced
+    return out
+
+
+def op_probe(req: dict, rec: dict, st: dict) -> dict:
+    """probe for a container server: the log through `RUNTIME logs`, the rest as on the host."""
+    from provision.host.ops import server as _server
+
+    port = int(req.get("port", 30000))
+    offset = int(req.get("offset", 0))
+    data = log_bytes(rec)[offset:offset + int(req.get("max_bytes", 1 << 20))]
+    host = rec.get("host", "127.0.0.1")
+    up = _server.port_open(host, port)
+    code = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url")) \
+        if up and st["running"] else None
+    confirm = None
+    if code == 200 and req.get("confirm"):
+        time.sleep(float(req["confirm"]))
+        confirm = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url"))
+    return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": data.decode("utf-8", "replace"),
+            "offset": offset + len(data), "port_open": up, "health": code, "confirm": confirm, "record": rec,
+            "now": time.time(), "survivors": [], "container": st.get("container")}

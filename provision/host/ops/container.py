@@ -33,7 +33,7 @@ from provision.host.facts import installs
 from provision.host.lib.paths import default_state_dir
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
-    from provision.host.protocol import ContainerConfig, ContainerImage
+    from provision.host.protocol import ContainerConfig, ContainerImage, ErrorInfo
 
 SECRETS_DIR = "/run/provision-secrets"  # in the container, read-only
 LABEL = "provision.managed"
@@ -61,7 +61,7 @@ def runtime_path(runtime: str) -> str | None:
     return shutil.which(runtime, path=installs.PROBE_ENV["PATH"])
 
 
-def missing_runtime(runtime: str) -> dict:
+def missing_runtime(runtime: str) -> ErrorInfo:
     return {"kind": "no-runtime", "message": (
         f"{runtime} is not installed on this host (no `{runtime}` on {installs.PROBE_ENV['PATH']}): install it, "
         f"or set launch.container.runtime to the runtime the host has")}
@@ -195,9 +195,10 @@ def run_argv(rt: str, conf: ContainerConfig, *, port: int, digest: str, python: 
     """`RUNTIME run -d ...` for the server (pure). No secret is in it: they are in mounted files."""
     argv = [rt, "run", "-d", "--name", conf["name"], "--label", f"{LABEL}=1", "--label", f"provision.port={port}",
             "--label", f"provision.profile={digest}"]
-    for opt, key in (("--gpus", "gpus"), ("--ipc", "ipc"), ("--shm-size", "shm_size"), ("--network", "network")):
-        if conf.get(key):
-            argv += [opt, str(conf[key])]
+    for opt, value in (("--gpus", conf.get("gpus")), ("--ipc", conf.get("ipc")), ("--shm-size", conf.get("shm_size")),
+                       ("--network", conf.get("network"))):
+        if value:
+            argv += [opt, str(value)]
     for vol in list(conf.get("volumes") or []) + mounts:
         argv += ["-v", vol]
     for k, v in sorted(env.items()):

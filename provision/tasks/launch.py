@@ -427,6 +427,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                 raise
             res = interrupted_result(host, rec, opts)
         res.notes = notes + res.notes
+        if pre.get("image"):
+            res.data["image"] = pre["image"]
         replaced = start.get("replaced")
         change = "restarted" if replaced else "started"
         res.data.setdefault("pid", rec["pid"])

@@ -22,6 +22,7 @@ the same verbs) does the process work:
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -135,16 +136,24 @@ def image_sglang(req: dict, conf: ContainerConfig, spec_file: str | None) -> Con
             return {"error": {"kind": "no-image", "message": f"image {image}: not on this host and `{conf['runtime']} "
                                                              f"pull` failed: {_why(p)}"}}
         pulled = True
-    cache = os.path.join(req.get("state_dir") or default_state_dir(), "images",
-                         iid.replace(":", "-").replace("/", "-") + ".json")
+    # One cache file per image id and spec file; without a spec file (start) any of the image's will do.
+    cache_dir = os.path.join(req.get("state_dir") or default_state_dir(), "images")
+    key = iid.replace(":", "-").replace("/", "-")
+    cache = os.path.join(cache_dir, key + "-" + hashlib.sha256((spec_file or "").encode()).hexdigest()[:12] + ".json")
     try:
-        with open(cache) as fh:
-            cached = json.load(fh)
-        if cached.get("spec_file") == spec_file:
+        names = [os.path.basename(cache)] if spec_file else sorted(
+            n for n in os.listdir(cache_dir) if n.startswith(key + "-") and n.endswith(".json"))
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            with open(os.path.join(cache_dir, name)) as fh:
+                cached = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if cached.get("spec_file") == spec_file or not spec_file:
             cached["cached"] = True
             return cached
-    except (OSError, ValueError):
-        pass
     script = f"PROBE = {installs.PROBE!r}\n" + IMAGE_PROBE
     p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
               "[]", spec_file or ""], timeout=300)

@@ -1,0 +1,145 @@
+"""`provision launch / stop / logs / wait` of a server in a container (profile `launch.container`),
+over real sshd, with real podman on a sandbox host running the SGLang images."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.cli.helpers import run, run_json
+
+KEY = "sk-canary-container-7f3a9"
+SPEC = {"file": "srt/models/kimi_k25.py", "class": "KimiK25ForConditionalGeneration", "delegate": "language_model",
+        "methods": [{"name": "set_eagle3_layers_to_capture", "params": "self, layer_ids=None"},
+                    {"name": "get_embed_and_head", "params": "self"},
+                    {"name": "set_embed_and_head", "params": "self, embed, head"}]}
+
+
+def playbook(tmp_path, image, **container) -> str:
+    doc = {"name": "kimi-k25-eagle3-container", "patch": SPEC,
+           "launch": {"container": {"runtime": "podman", "image": image, "network": "host",
+                                    "volumes": ["/data:/data:ro"], **container},
+                      "args": {"model-path": "/data/models/Kimi-K2.5", "tp-size": 8,
+                               "speculative-algorithm": "EAGLE3",
+                               "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3",
+                               "speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                               "speculative-num-draft-tokens": 4, "host": "127.0.0.1", "port": 30000},
+                      "env": {"PROVISION_STANDIN_LOAD_SECONDS": "2"}}}
+    path = tmp_path / "container.yaml"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def inventory(tmp_path, ssh_env, host) -> str:
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {host.name: {"address": host.address, "port": host.port}}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+def containers(ssh_env, host) -> list[str]:
+    """`NAME running|exited|...` for every container on the host."""
+    out = ssh_env.ssh(host, "podman ps -a --format '{{.Names}}' | xargs -r podman inspect -f '{{.Name}} {{.State.Status}}'")
+    return out.stdout.splitlines()
+
+
+def http_status(host, path: str, key: str | None = None) -> int:
+    hdr = f", headers={{'Authorization': 'Bearer {key}'}}" if key else ""
+    code = ("import urllib.request, urllib.error\n"
+            f"r = urllib.request.Request('http://127.0.0.1:30000{path}'{hdr})\n"
+            "try:\n    print(urllib.request.urlopen(r, timeout=10).status)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code)\n")
+    return int(host.run(["/usr/bin/python3", "-c", code]).stdout.strip())
+
+
+def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_env, podman_host, sglang_images):
+    host = podman_host
+    pb, inv = playbook(tmp_path, sglang_images["0.5.10"]), inventory(tmp_path, ssh_env, host)
+    env = {"PROVISION_API_KEY": KEY}
+    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = doc["hosts"][0]
+    assert r["verdict"] == "ready", r
+    assert "speculative EAGLE3" in r["detail"]
+    assert r["data"]["progress_seen"] == {"target": 100.0, "draft": 100.0}  # followed through `podman logs`
+    assert r["data"]["image"]["version"] == "0.5.10"  # read from inside the image
+    assert r["data"]["image"]["sglang"] == "/sgl-workspace/sglang/python/sglang"
+    assert containers(ssh_env, host) == ["sglang-30000 running"]
+    cid = ssh_env.ssh(host, "podman inspect -f '{{.Id}}' sglang-30000").stdout.strip()
+
+    # The secret reached the server (it guards /v1/models) only through the mounted 0600 --config file:
+    # not in the container's command, environment or labels, not in any process's argv on the host.
+    assert http_status(host, "/v1/models") == 401
+    assert http_status(host, "/v1/models", KEY) == 200
+    inspect = ssh_env.ssh(host, "podman inspect sglang-30000").stdout
+    assert KEY not in inspect
+    cfg = json.loads(inspect)[0]
+    assert cfg["Config"]["Cmd"][-2:] == ["--config", "/run/provision-secrets/config.yaml"]
+    assert KEY not in host.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
+    mode = host.run("stat -c %a /var/lib/provision/server/container-30000/config.yaml").stdout.strip()
+    assert mode == "600"
+
+    # A second launch with the same profile is a no-op: same container, still running.
+    proc2, doc2 = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", env=env, timeout=300)
+    assert proc2.returncode == 0, proc2.stdout + proc2.stderr
+    assert doc2["hosts"][0]["verdict"] == "running"
+    assert "nothing to do" in doc2["hosts"][0]["detail"]
+    assert ssh_env.ssh(host, "podman inspect -f '{{.Id}}' sglang-30000").stdout.strip() == cid
+    assert "read from the image just now" not in proc2.stderr, proc2.stderr  # cached per image id
+
+    # logs: the container's log, the secret redacted (SGLang prints its server_args, api_key included).
+    logs = run("logs", "-i", inv, "--profile", pb, "-n", "400", env=env, check_rc=0).stdout
+    assert "The server is fired up and ready to roll!" in logs
+    assert KEY not in logs
+
+    # stop: RUNTIME stop -t GRACE, then rm: the container is gone, and so are the secret files.
+    proc3, doc3 = run_json("stop", "-i", inv, "--profile", pb, "--grace", "20", timeout=120)
+    assert proc3.returncode == 0, proc3.stdout + proc3.stderr
+    assert doc3["hosts"][0]["verdict"] == "stopped"
+    assert "stopped and removed container sglang-30000" in doc3["hosts"][0]["detail"]
+    assert containers(ssh_env, host) == []
+    assert host.run("test -e /var/lib/provision/server/container-30000", check=False).returncode != 0
+
+
+def test_container_crash_is_reported_from_the_container_log(tmp_path, ssh_env, podman_host, sglang_images):
+    """0.5.9's image lacks the methods: with --force past preflight, the stand-in crashes exactly as
+    SGLang does, and launch reports it from `podman logs` with the exit status."""
+    host = podman_host
+    pb, inv = playbook(tmp_path, sglang_images["0.5.9"]), inventory(tmp_path, ssh_env, host)
+    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=300)
+    assert proc.returncode == 3
+    r = doc["hosts"][0]
+    assert r["verdict"] == "refused"
+    assert "lacks set_eagle3_layers_to_capture" in r["detail"] and "SGLang 0.5.9" in r["detail"]
+    assert containers(ssh_env, host) == []  # nothing was started
+    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", "--force", timeout=300)
+    assert proc.returncode == 3
+    r = doc["hosts"][0]
+    assert r["verdict"] == "crashed", r
+    assert "set_eagle3_layers_to_capture" in r["data"]["log_tail"]
+    # The container exited with the server's failure; the next launch replaces it (it is provision's).
+    for _ in range(100):
+        if containers(ssh_env, host) == ["sglang-30000 exited"]:
+            break
+        time.sleep(0.1)
+    assert containers(ssh_env, host) == ["sglang-30000 exited"]
+    assert ssh_env.ssh(host, "podman inspect -f '{{.State.ExitCode}}' sglang-30000").stdout.strip() not in ("", "0")
+
+
+def test_missing_runtime_is_one_line(tmp_path, ssh_env, podman_host, sglang_images):
+    host = podman_host
+    pb, inv = playbook(tmp_path, sglang_images["0.5.10"]), inventory(tmp_path, ssh_env, host)
+    # podman vanishes from this host only (a bind mount in its own mount namespace).
+    host.run("mount --bind /dev/null /usr/bin/podman")
+    try:
+        proc = run("launch", "-i", inv, "--profile", pb, "--format", "lines", timeout=120)
+    finally:
+        host.run("umount /usr/bin/podman")
+    assert proc.returncode == 3
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(host.name)]
+    assert len(lines) == 1, proc.stdout
+    assert "podman is not installed on this host" in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -416,8 +416,9 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"
+        extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
         start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                  persistent=opts.persistent, tree_grace=opts.tree_grace),
+                                               persistent=opts.persistent, tree_grace=opts.tree_grace, **extra),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
@@ -573,6 +574,8 @@ def server_status_fn(opts: LaunchOptions):
         detail = (f"pid {rec.get('pid')} port {prof.port} health {h if h is not None else 'no answer'} "
                   f"model {rec.get('model')} uptime {ans.get('uptime')} s")
         if rec.get("container"):
+            from provision.tasks.container import container_text
+
             detail = container_text(rec, ans) + f", health {h if h is not None else 'no answer'} uptime " \
                 f"{ans.get('uptime')} s model {rec.get('model')}"
         return HostResult(host.name, "running", detail, data={"pid": rec.get("pid"), "health": h,
@@ -580,10 +583,3 @@ def server_status_fn(opts: LaunchOptions):
 
     return fn
 
-
-def container_text(rec: dict, ans: dict) -> str:
-    """A container server as status shows it: the container, its image, the SGLang version inside."""
-    c = rec.get("container") or {}
-    now = ans.get("container") or {}
-    return (f"container {c.get('name')} ({c.get('runtime')}, id {c.get('id')}, {now.get('status') or 'gone'}) "
-            f"image {c.get('image')} with SGLang {c.get('sglang')}")

@@ -90,6 +90,15 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert ssh_env.ssh(host, "podman inspect -f '{{.Id}}' sglang-30000").stdout.strip() == cid
     assert "read from the image just now" not in proc2.stderr, proc2.stderr  # cached per image id
 
+    # status: the container, its image, the SGLang version inside, and the image's class (native in 0.5.10).
+    proc_s, doc_s = run_json("status", "-i", inv, timeout=120)
+    assert proc_s.returncode == 0, proc_s.stdout + proc_s.stderr
+    st = doc_s["hosts"][0]
+    assert st["verdict"] == "native"
+    assert f"container sglang-30000 (podman, id {cid[:12]}, running) image {sglang_images['0.5.10']} with " \
+        "SGLang 0.5.10" in st["detail"]
+    assert st["data"]["server_state"] == "up"
+
     # logs: the container's log, the secret redacted (SGLang prints its server_args, api_key included).
     logs = run("logs", "-i", inv, "--profile", pb, "-n", "400", env=env, check_rc=0).stdout
     assert "The server is fired up and ready to roll!" in logs

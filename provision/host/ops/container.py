@@ -467,6 +467,12 @@ def op_start(req: dict, bundle: bytes) -> dict:
     os.makedirs(sroot, mode=0o700, exist_ok=True)
     out = start(req, sroot, dict(img))
     if out["ok"]:
+        info = image_patch_state(img, spec)
+        missing = [m for m, v in ((info or {}).get("methods") or {}).items() if v == "missing"]
+        states = sorted(set(((info or {}).get("methods") or {}).values()))
+        kind = "none" if info is None or info.get("error") else "missing" if missing else \
+            "native" if states == ["native"] else "in-image"
+        out["record"]["container"]["fix"] = {"kind": kind, "missing": missing, "file": (info or {}).get("file")}
         _server.write_record(req, port, out["record"])
         out["replaced"] = replaced
     return out

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision.sandbox.wheels import WheelUnavailable, dist_info, extracted
+from provision.sandbox.wheels import FLASHINFER, WheelUnavailable, dist_info, extracted
 
 DEFAULT_BASE_DIR = "/var/tmp/provision-sandbox"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -387,6 +387,7 @@ class HostSpec:
     git: bool = False
     stub_deps: bool = True  # SGLang's missing imports get stubs (see DEPS_STUB_PY)
     kind: str = "namespaces"  # or "systemd" (see KINDS)
+    flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
     podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
 
     def __post_init__(self) -> None:
@@ -400,6 +401,8 @@ class HostSpec:
             self.sglang = None
         elif self.sglang is None:
             self.layout = "none"
+        if self.flashinfer and self.layout != "venv":
+            raise SandboxError(f"host {self.name}: flashinfer is installed only into a venv layout host")
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise SandboxError(f"bad host name {self.name!r}")
 
@@ -901,7 +904,11 @@ def _sglang_trees(host: SandboxHost) -> list[tuple[Path, Path]]:
         dest = host.hostpath(f"{SOURCE_ROOT}/python")
         return [(src / n, dest / n) for n in names if not n.endswith(".dist-info")]
     site = host.hostpath(host.site_packages)
-    return [(src / n, site / n) for n in names]
+    trees = [(src / n, site / n) for n in names]
+    if spec.flashinfer:  # beside SGLang in the same venv, as pip installs SGLang's pinned flashinfer
+        fi = extracted(spec.flashinfer, FLASHINFER)
+        trees += [(fi / n, site / n) for n in sorted(p.name for p in fi.iterdir() if not p.name.startswith("."))]
+    return trees
 
 
 def _install_sglang(host: SandboxHost, fresh: bool) -> None:

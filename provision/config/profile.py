@@ -180,9 +180,14 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
     keep = launch.get("keep_logs", 5)
     if not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"{path}: launch.keep_logs: expected a whole number >= 1")
-    fix = launch.get("fix", "edit")
+    # Overlay is the default fix for containers: it survives recreating the container and a new tag.
+    fix = launch.get("fix", "overlay" if launch.get("container") is not None else "edit")
     if fix not in FIXES:
         raise ConfigError(f"{path}: launch.fix: expected one of {', '.join(FIXES)}, got {fix!r}")
+    if fix == "edit" and launch.get("container") is not None:
+        raise ConfigError(f"{path}: launch.fix: edit changes files on the host, and this profile's server runs in a "
+                          "container: use overlay (the default for containers), or bake the fix into the image "
+                          "(`RUN provision patch --local`)")
     prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"), fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,

@@ -482,9 +482,9 @@ class ContainerImage(TypedDict, total=False):
     sglang: Optional[str]      # the package dir in the image
     version: Optional[str]
     python: Optional[str]
-    spec_file: Optional[str]
-    file_b64: str              # the spec's file from the image (preflight only; never sent back)
-    file_error: str
+    files: Dict[str, str]      # the specs' files from the image, base64 (host side only; never sent back)
+    file_errors: Dict[str, str]
+    pythonpath: Optional[str]  # the image's own PYTHONPATH (kept after the overlay's)
     pulled: bool
     cached: bool
     error: ErrorInfo

@@ -400,10 +400,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         t0 = time.monotonic()
         notes: list[str] = []
         opts.stages[host.name] = "preflight"
-        if opts.patch and prof.container is not None:
-            notes.append("--patch edits the host's files: a container's server is fixed by the overlay or "
-                         "runs the image's own class (`provision patch --container NAME` edits a running one)")
-        elif opts.patch and spec is not None:
+        if opts.patch and spec is not None:
             opts.stages[host.name] = "patching"
             ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
                                timeout=300, sudo=sudo)

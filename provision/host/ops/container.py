@@ -39,22 +39,47 @@ if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
 SECRETS_DIR = "/run/provision-secrets"  # in the container, read-only
 LABEL = "provision.managed"
 
-# Run in the image as `python3 -I -S -c IMAGE_PROBE '[]' FILE`: the discovery probe, then the
-# spec's file (relative to the sglang package it found), base64, in the same JSON line.
+OVERLAY_DIR = "/run/provision-overlay"  # in the container, read-only: the overlay root (PYTHONPATH first)
+
+# Run in the image as `python3 -I -S -c IMAGE_PROBE '[]' '<json list of files>'`: the discovery
+# probe, then the specs' files (relative to the sglang package it found), base64, in one JSON line.
 IMAGE_PROBE = """
 import base64, contextlib, io, json, os, sys
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     exec(compile(PROBE, "<provision probe>", "exec"), {"__name__": "__main__"})
 out = json.loads(buf.getvalue().strip().splitlines()[-1])
-rel = sys.argv[2] if len(sys.argv) > 2 else ""
-if out.get("sglang") and rel:
+out["files"], out["file_errors"] = {}, {}
+for rel in (json.loads(sys.argv[2]) if len(sys.argv) > 2 else []):
+    if not out.get("sglang"):
+        break
     try:
         with open(os.path.join(out["sglang"], rel), "rb") as fh:
-            out["file_b64"] = base64.b64encode(fh.read()).decode()
+            out["files"][rel] = base64.b64encode(fh.read()).decode()
     except OSError as exc:
-        out["file_error"] = "%s: %s" % (os.path.join(out["sglang"], rel), exc.strerror)
+        out["file_errors"][rel] = "%s: %s" % (os.path.join(out["sglang"], rel), exc.strerror)
 print(json.dumps(out))
+"""
+
+# Run in the image with the overlay mounted and switched on, as `python3 -I -S -c OVERLAY_CHECK
+# '<json>'`: compile every overlay file with the image's interpreter, then import each module as
+# the server would (ops/overlay.IMPORT_SNIPPET: only where torch imports). One JSON line.
+OVERLAY_CHECK = """
+import json, subprocess, sys
+job = json.loads(sys.argv[1])
+p = subprocess.run([sys.executable, "-I", "-S", "-c", job["compile"]] + job["files"], capture_output=True, text=True)
+if p.returncode != 0:
+    print(json.dumps({"compile": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}))
+    sys.exit(0)
+out = []
+for mod, cls, names in job["modules"]:
+    p = subprocess.run([sys.executable, "-c", job["import"], mod, cls, names], capture_output=True, text=True,
+                       timeout=job["timeout"])
+    try:
+        out.append(dict(json.loads(p.stdout.strip().splitlines()[-1]), module=mod))
+    except (ValueError, IndexError):
+        out.append({"status": "failed", "why": (p.stderr.strip().splitlines() or ["no answer"])[-1], "module": mod})
+print(json.dumps({"modules": out}))
 """
 
 
@@ -112,36 +137,51 @@ def summary(doc: dict | None) -> dict:
             "ours": _labels(doc).get(LABEL) == "1"}
 
 
-def _image_id(rt: str, image: str) -> str | None:
-    p = _run([rt, "image", "inspect", "--format", "{{.Id}}", image], timeout=60)
-    return p.stdout.decode().strip() or None if p.returncode == 0 else None
+def _image_inspect(rt: str, image: str) -> tuple[str | None, list]:
+    """(the image's id, its Config.Env) or (None, []) when the host does not have it."""
+    p = _run([rt, "image", "inspect", "--format", "{{.Id}} {{json .Config.Env}}", image], timeout=60)
+    if p.returncode != 0 or not p.stdout.strip():
+        return None, []
+    iid, _, env = p.stdout.decode().strip().partition(" ")
+    try:
+        env_list = json.loads(env) if env else []
+    except ValueError:
+        env_list = []
+    return iid or None, env_list if isinstance(env_list, list) else []
 
 
-def image_sglang(req: dict, conf: ContainerConfig, spec_file: str | None) -> ContainerImage:
-    """The image's SGLang (path, version, the spec's file), read from inside it; cached by image id.
-    Pulls the image first when the host does not have it (not when the host is offline)."""
+def spec_files(req: dict) -> list[str]:
+    """The files (relative to the sglang package) of the request's specs, in order."""
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    return list(dict.fromkeys(str(s["file"]) for s in specs if s.get("file") and s.get("package", "sglang") == "sglang"))
+
+
+def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> ContainerImage:
+    """The image's SGLang (path, version, the specs' files), read from inside it; cached per image
+    id and file list (without files, any of the image's will do). Pulls the image first when the
+    host does not have it (not when the host is offline)."""
     rt = runtime_path(conf["runtime"])
     if rt is None:
         return {"error": missing_runtime(conf["runtime"])}
     image = conf["image"]
-    iid = _image_id(rt, image)
+    iid, image_env = _image_inspect(rt, image)
     pulled = False
     if iid is None:
         if req.get("offline"):
             return {"error": {"kind": "no-image", "message": f"image {image} is not on this host and the host is "
                                                              f"marked offline: `{conf['runtime']} pull` it first"}}
         p = _run([rt, "pull", image], timeout=3600)
-        iid = _image_id(rt, image) if p.returncode == 0 else None
+        iid, image_env = _image_inspect(rt, image) if p.returncode == 0 else (None, [])
         if iid is None:
             return {"error": {"kind": "no-image", "message": f"image {image}: not on this host and `{conf['runtime']} "
                                                              f"pull` failed: {_why(p)}"}}
         pulled = True
-    # One cache file per image id and spec file; without a spec file (start) any of the image's will do.
     cache_dir = os.path.join(req.get("state_dir") or default_state_dir(), "images")
     key = iid.replace(":", "-").replace("/", "-")
-    cache = os.path.join(cache_dir, key + "-" + hashlib.sha256((spec_file or "").encode()).hexdigest()[:12] + ".json")
+    want = sorted(files)
+    cache = os.path.join(cache_dir, key + "-" + hashlib.sha256(json.dumps(want).encode()).hexdigest()[:12] + ".json")
     try:
-        names = [os.path.basename(cache)] if spec_file else sorted(
+        names = [os.path.basename(cache)] if want else sorted(
             n for n in os.listdir(cache_dir) if n.startswith(key + "-") and n.endswith(".json"))
     except OSError:
         names = []
@@ -151,12 +191,13 @@ def image_sglang(req: dict, conf: ContainerConfig, spec_file: str | None) -> Con
                 cached = json.load(fh)
         except (OSError, ValueError):
             continue
-        if cached.get("spec_file") == spec_file or not spec_file:
+        if not want or sorted(cached.get("files") or {}) + sorted(cached.get("file_errors") or {}) == want \
+                or sorted(set(cached.get("files") or {}) | set(cached.get("file_errors") or {})) == want:
             cached["cached"] = True
             return cached
     script = f"PROBE = {installs.PROBE!r}\n" + IMAGE_PROBE
     p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
-              "[]", spec_file or ""], timeout=300)
+              "[]", json.dumps(want)], timeout=300)
     if p.returncode != 0:
         return {"image_id": iid, "error": {"kind": "image-probe", "message": (
             f"could not read SGLang's version inside image {image} (python3 -I -S in a throw-away container): "
@@ -168,18 +209,22 @@ def image_sglang(req: dict, conf: ContainerConfig, spec_file: str | None) -> Con
     if not found.get("sglang"):
         return {"image_id": iid, "error": {"kind": "not-found",
                                            "message": f"image {image} has no SGLang that python3 imports"}}
+    pythonpath = next((e.split("=", 1)[1] for e in image_env if isinstance(e, str) and e.startswith("PYTHONPATH=")),
+                      None)
     out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["sglang"],
                            "version": found.get("dist_version"), "python": found.get("version"),
-                           "spec_file": spec_file, "pulled": pulled}
-    if "file_b64" in found:
-        out["file_b64"] = found["file_b64"]
-    if found.get("file_error"):
-        out["file_error"] = found["file_error"]
+                           "files": found.get("files") or {}, "file_errors": found.get("file_errors") or {},
+                           "pythonpath": pythonpath, "pulled": pulled}
     os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
     with open(cache + ".tmp", "w") as fh:
         json.dump({k: v for k, v in out.items() if k != "pulled"}, fh)
     os.replace(cache + ".tmp", cache)
     return out
+
+
+def public(img: ContainerImage) -> dict:
+    """What goes back to the control side of the image facts (not the files)."""
+    return {k: v for k, v in img.items() if k != "files"}
 
 
 def host_path(volumes: list[str], path: str) -> str | None:
@@ -359,14 +404,141 @@ def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
     """The engine's inspection of the spec's class in the image's own file (None without a spec)."""
     if not spec:
         return None
-    if img.get("file_error") or "file_b64" not in img:
-        return {"error": {"kind": "file-missing", "message": img.get("file_error") or f"{spec['file']}: not in the image"}}
+    rel = spec["file"]
+    files = img.get("files") or {}
+    if rel not in files:
+        return {"error": {"kind": "file-missing",
+                          "message": (img.get("file_errors") or {}).get(rel) or f"{rel}: not in the image"}}
     from provision.host.engine import core as engine
 
     # The image's other modules are not on this host: base classes are not followed (resolve_module=None).
-    info: dict = dict(engine.inspect(base64.b64decode(img["file_b64"]), spec))
-    info["file"] = os.path.join(img.get("sglang") or "", spec["file"])
+    info: dict = dict(engine.inspect(base64.b64decode(files[rel]), spec))
+    info["file"] = os.path.join(img.get("sglang") or "", rel)
     return info
+
+
+def image_fix(info: dict | None) -> dict:
+    """What the image's class needs for a spec (pure): kind native | in-image (provision's block
+    baked into the image) | missing (+ the methods) | none (no spec, or not judged)."""
+    if info is None or info.get("error"):
+        return {"kind": "none", "missing": [], "file": (info or {}).get("file")}
+    methods = info.get("methods") or {}
+    missing = [m for m, v in methods.items() if v == "missing"]
+    states = sorted(set(methods.values()))
+    kind = "missing" if missing else "native" if states == ["native"] else "in-image"
+    return {"kind": kind, "missing": missing, "file": info.get("file")}
+
+
+def mirror_install(state_dir: str, img: ContainerImage) -> dict:
+    """The image's SGLang as an install record ops/overlay.py can stage an overlay for: the specs'
+    files from the image, written under <state>/images/<image id>/sglang (one overlay per image)."""
+    key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
+    pkg = os.path.join(state_dir, "images", key, "sglang")
+    for rel, b64 in (img.get("files") or {}).items():
+        path = os.path.join(pkg, rel)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        data = base64.b64decode(b64)
+        try:
+            with open(path, "rb") as fh:
+                if fh.read() == data:
+                    continue
+        except OSError:
+            pass
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".tmp", path)
+    return {"path": pkg, "version": img.get("version"), "interpreters": [], "pythonpath": os.path.dirname(pkg),
+            "kind": "image", "git": None, "dist_info": None}
+
+
+def overlay_env(img: ContainerImage, prof_env: dict | None) -> dict:
+    """The overlay's two variables in the container: our package, and OVERLAY_DIR first on
+    PYTHONPATH, the profile's (else the image's) PYTHONPATH kept after it."""
+    from provision.host.engine import overlay as render
+
+    return render.server_env(OVERLAY_DIR, (prof_env or {}).get("PYTHONPATH") or img.get("pythonpath"))
+
+
+def verify_in_image(rt: str, conf: ContainerConfig, img: ContainerImage, st: dict, prof_env: dict | None,
+                    timeout: float) -> dict:
+    """Compile the staged overlay with the image's interpreter and import it as the server would
+    (where torch imports there), in a throw-away container with the overlay mounted read-only."""
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    files = sorted(f"{OVERLAY_DIR}/{render.PACKAGE}/{n}" for n in os.listdir(os.path.join(st["root"], render.PACKAGE))
+                   if n.endswith(".py"))
+    modules = [[f"{render.PACKAGE}.{r['module']}", r["class"], ",".join(r["methods"])]
+               for r in st.get("specs") or [] if r.get("module")]
+    job = {"compile": overlay.COMPILE_SNIPPET, "import": overlay.IMPORT_SNIPPET, "files": files, "modules": modules,
+           "timeout": timeout}
+    argv = [rt, "run", "--rm", "--network", "none", "-v", f"{st['root']}:{OVERLAY_DIR}:ro"]
+    for k, v in sorted({**{str(a): str(b) for a, b in (prof_env or {}).items()}, **overlay_env(img, prof_env)}.items()):
+        argv += ["-e", f"{k}={v}"]
+    argv += ["--entrypoint", "python3", conf["image"], "-I", "-S", "-c", OVERLAY_CHECK, json.dumps(job)]
+    try:
+        p = _run(argv, timeout=timeout + 120)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "why": f"checking the overlay in image {conf['image']} took longer than "
+                                           f"{timeout + 120:g} s"}
+    try:
+        res = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"status": "failed", "why": f"the overlay check in image {conf['image']} gave no answer: {_why(p)}"}
+    if res.get("compile"):
+        return {"status": "failed", "why": f"the overlay does not compile with the image's python3: {res['compile']}"}
+    results = res.get("modules") or []
+    worst = next((r for r in results if r["status"] == "failed"), None) \
+        or next((r for r in results if r["status"] == "not-verifiable"), None) or (results[0] if results else None)
+    if worst is None:
+        return {"status": "ok", "why": "compiled with the image's python3; no module to import", "modules": []}
+    why = "compiled and imported with the image's python3; every method is callable"
+    if worst["status"] == "failed":
+        why = worst["why"]
+    elif worst["status"] == "not-verifiable":
+        why = f"compiled with the image's python3; import not verifiable here ({worst['why']}): checked statically"
+    return {"status": worst["status"], "why": why, "modules": results}
+
+
+def overlay_preflight(req: dict, conf: ContainerConfig, img: ContainerImage, checks: list) -> tuple:
+    """The overlay for a container (the default fix): staged from the image's own files, compiled
+    and imported in the image. Returns (the staged overlay or None, the fix the server will use)."""
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    prof_env = (req.get("profile") or {}).get("env") or {}
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    why = render.refusal_for_env(prof_env) or render.refusal_for_version(img.get("version"))
+    if why:
+        checks.append({"level": "fail", "check": "overlay", "message": f"image {conf['image']}: {why}"
+                       if "version" in why else why})
+        return None, "none"
+    state_dir = req.get("state_dir") or default_state_dir()
+    inst = mirror_install(state_dir, img)
+    st = dict(overlay.stage(inst, specs, state_dir))
+    for note in st.get("notes") or []:
+        checks.append({"level": "info", "check": "overlay", "message": note})
+    if st.get("verdict") == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
+        return None, "none"
+    if st.get("verdict") == "native":
+        checks.append({"level": "info", "check": "overlay", "message": (
+            f"the image's SGLang {img.get('version')} has every method natively: no overlay needed, the container "
+            "starts without one" + (" (the old overlay was removed)" if st.get("removed") else ""))})
+        return None, "native"
+    rt = runtime_path(conf["runtime"]) or conf["runtime"]
+    st["verify"] = verify_in_image(rt, conf, img, st, prof_env, float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
+    held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
+    if st["verify"]["status"] == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
+                       f"{st['verify']['why']}"})
+        return None, "none"
+    st["env"] = overlay_env(img, prof_env)
+    st["container_root"] = OVERLAY_DIR
+    checks.append({"level": "ok", "check": "overlay", "message": (
+        f"overlay {st['verdict']} in {st['root']} ({held}), mounted read-only at {OVERLAY_DIR}; "
+        f"{st['verify']['why']}")})
+    return st, "overlay"
 
 
 def op_preflight(req: dict, bundle: bytes) -> dict:
@@ -381,31 +553,32 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     bind = str(args.get("host", "127.0.0.1"))
     if runtime_path(conf["runtime"]) is None:
         return {"ok": False, "error": missing_runtime(conf["runtime"]), "checks": []}
-    spec = req.get("spec")
-    img = image_sglang(req, conf, spec["file"] if spec else None)
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    img = image_sglang(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"], "checks": []}
     checks: list[dict] = [{"level": "ok", "check": "image", "message": (
         f"image {conf['image']}: SGLang {img.get('version')} at {img.get('sglang')} (python {img.get('python')})"
         + (", pulled" if img.get("pulled") else ""))}]
-    info = image_patch_state(img, spec)
-    fix: dict = {"kind": "none"}
-    if info is not None and spec is not None:
-        methods = info.get("methods") or {}
-        missing = [m for m, v in methods.items() if v == "missing"]
-        if info.get("error"):
-            checks.append({"level": "fail", "check": "patch", "message": f"{info['file']} in the image: "
-                                                                          f"{info['error'].get('message')}"})
-        elif missing:
-            fix = {"kind": "missing", "missing": missing}
-            checks.append({"level": "fail", "check": "patch", "message": (
-                f"{spec['class']} in the image's SGLang {img.get('version')} lacks {', '.join(missing)}: EAGLE-3 "
-                "will crash after the weights load")})
-        else:
-            states = sorted(set(methods.values()))
-            fix = {"kind": "native" if states == ["native"] else "in-image"}
-            checks.append({"level": "ok", "check": "patch", "message": (
-                f"{spec['class']} in the image: delegation methods in place ({', '.join(states)}); no fix needed")})
+    staged = None
+    fix = "none"
+    if req.get("overlay") and specs:
+        staged, fix = overlay_preflight(req, conf, img, checks)
+    else:
+        for spec in specs:
+            info = image_patch_state(img, spec)
+            need = image_fix(info)
+            if info is not None and info.get("error"):
+                checks.append({"level": "fail", "check": "patch", "message": f"{info.get('file') or spec['file']} in "
+                               f"the image: {info['error'].get('message')}"})
+            elif need["kind"] == "missing":
+                checks.append({"level": "fail", "check": "patch", "message": (
+                    f"{spec['class']} in the image's SGLang {img.get('version')} lacks {', '.join(need['missing'])}: "
+                    "EAGLE-3 will crash after the weights load; launch with the overlay (`fix: overlay`)")})
+            else:
+                fix = "native" if need["kind"] == "native" else "edited file"
+                checks.append({"level": "ok", "check": "patch", "message": (
+                    f"{spec['class']} in the image: delegation methods in place ({need['kind']}); no fix needed")})
     st = _server._server_state(req, port)
     ours_running = st["running"]
     doc = summary(inspect(conf["runtime"], conf["name"]))
@@ -436,9 +609,8 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                        for c in _server._check_model(on_host, what, offline)]
     checks.append({"level": "info", "check": "gpus", "message": (
         f"GPUs: {conf['gpus']} (the runtime's --gpus)" if conf.get("gpus") else "no --gpus in the profile")})
-    public = {k: v for k, v in img.items() if k != "file_b64"}
     return {"ok": True, "checks": checks, "running": ours_running, "record": st["record"] if rec else None,
-            "survivors": st.get("survivors") or [], "image": public, "fix": fix, "facts": {}}
+            "survivors": st.get("survivors") or [], "image": public(img), "fix": fix, "overlay": staged, "facts": {}}
 
 
 def op_start(req: dict, bundle: bytes) -> dict:
@@ -459,21 +631,35 @@ def op_start(req: dict, bundle: bytes) -> dict:
         if not stopped["ok"]:
             return stopped
         replaced = stopped["pids"]
-    spec = req.get("spec")
-    img = image_sglang(req, conf, spec["file"] if spec else None)
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    img = image_sglang(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"]}
+    extra_env: dict = {}
+    extra_mounts: list[str] = []
+    staged = req.get("overlay_stage")
+    if staged:
+        from provision.host.engine import overlay as render
+
+        why = render.refusal_for_env(prof.get("env")) or (
+            None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
+            else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+        if why:
+            return {"ok": False, "error": {"kind": "overlay", "message": why}}
+        extra_env = overlay_env(img, prof.get("env"))
+        extra_mounts = [f"{staged['root']}:{OVERLAY_DIR}:ro"]
     sroot = _server.state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
-    out = start(req, sroot, dict(img))
+    out = start(req, sroot, dict(img), extra_env=extra_env, extra_mounts=extra_mounts)
     if out["ok"]:
-        info = image_patch_state(img, spec)
-        missing = [m for m, v in ((info or {}).get("methods") or {}).items() if v == "missing"]
-        states = sorted(set(((info or {}).get("methods") or {}).values()))
-        kind = "none" if info is None or info.get("error") else "missing" if missing else \
-            "native" if states == ["native"] else "in-image"
-        out["record"]["container"]["fix"] = {"kind": kind, "missing": missing, "file": (info or {}).get("file")}
-        _server.write_record(req, port, out["record"])
+        rec = out["record"]
+        needs = [dict(image_fix(image_patch_state(img, sp)), spec=sp.get("name")) for sp in specs]
+        rec["container"]["fix"] = needs[0] if needs else image_fix(None)
+        rec["container"]["fixes"] = needs
+        rec["fix"] = req.get("fix") or ("overlay" if staged else None)
+        rec["overlay"] = {k: staged.get(k) for k in ("root", "package", "modules", "digest", "container_root")} \
+            if staged else None
+        _server.write_record(req, port, rec)
         out["replaced"] = replaced
     return out
 

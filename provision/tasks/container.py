@@ -29,11 +29,17 @@ def container_status(host: str, answer: StatusAnswer) -> HostResult:
     c = rec.get("container") or {}
     fix = c.get("fix") or {}
     verdict = FIX_VERDICT.get(fix.get("kind"), "error")
+    if verdict == "missing" and rec.get("fix") == "overlay" and rec.get("overlay"):
+        verdict = "overlay"  # the image lacks the methods; the server runs with provision's overlay
     state = {"native": "native: the image's class has every method",
              "patched": "the image's class has the methods (provision's block)",
+             "overlay": "overlay: the image lacks " + ", ".join(fix.get("missing") or []) + "; provision's overlay "
+                        f"{(rec.get('overlay') or {}).get('root')} supplies them",
              "missing": "missing in the image: " + ", ".join(fix.get("missing") or []),
              "error": "the image's class was not judged (no spec at start)"}[verdict]
     server = container_text(rec, ours)
+    if rec.get("fix"):
+        server += f"; fix: {rec['fix']}"
     if ours.get("running"):
         h = ours.get("health")
         server += f", health {h if h is not None else 'no answer'}, up {ours.get('uptime')} s"
@@ -45,5 +51,6 @@ def container_status(host: str, answer: StatusAnswer) -> HostResult:
     return HostResult(host, verdict, f"{state}; server: {server}", version=c.get("sglang"), install=c.get("sglang_path"),
                       file=fix.get("file"), data={"patch": verdict, "patch_state": state, "server": server,
                                                   "server_state": short, "install_kind": "container",
+                                                  "fix": rec.get("fix"), "overlay": rec.get("overlay"),
                                                   "container": {**c, **(ours.get("container") or {})}},
                       error_kind="status" if verdict == "error" else None)

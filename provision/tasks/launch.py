@@ -422,6 +422,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                                        + (" (read from the image just now)" if not img.get("cached") else ""))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:
+            if prof.container is not None and c["level"] == "ok" and c.get("check") == "overlay":
+                display.message(host.name, f"preflight: {c['message']}")  # what goes into the container
             if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
                 display.message(host.name, f"preflight {c['level']}: {c['message']}")
         if pre.get("survivors") and not opts.restart:

@@ -8,7 +8,9 @@ address 127.0.2.<first>.. (checked by binding), a base dir under /tmp, and is to
 end (also on error or Ctrl-C).
 
 Each run is the real CLI in a subprocess: `provision launch --json` of a container profile
-(the 0.5.10 image, `--network host`, the stand-in loading for 1 s), then `provision stop`.
+(the 0.5.10 image, whose class is native: no overlay; then the 0.5.9 image, with the overlay,
+the default fix for containers: staged from the image's file and checked in a throw-away
+container before the start), `--network host`, the stand-in loading for 1 s; then `provision stop`.
   (a) launch -> container started: the CLI's start time (wall clock, this machine) to the
       container's `State.StartedAt` (podman, same clock). "cold": the first launch after the
       host's image facts cache was removed (the image's SGLang is read by running the discovery
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -66,11 +69,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--first-address", type=int, default=210)
     a = ap.parse_args()
-    t_img = time.monotonic()
-    image, built = sglang_image.ensure_sglang_image("0.5.10", log=print)
-    print(f"image {image}: " + (f"built in {built:.1f} s" if built else f"cached ({time.monotonic() - t_img:.2f} s)"))
+    images = {}
+    for version in ("0.5.10", "0.5.9"):
+        t_img = time.monotonic()
+        images[version], built = sglang_image.ensure_sglang_image(version, log=print)
+        print(f"image {images[version]}: " + (f"built in {built:.1f} s" if built
+                                               else f"cached ({time.monotonic() - t_img:.2f} s)"))
     base = Path(tempfile.mkdtemp(prefix="bench-container-"))
-    box = Sandbox(base / "box", owner_pid=__import__("os").getpid())
+    box = Sandbox(base / "box", owner_pid=os.getpid())
     port = ssh_port()
     try:
         for _ in range(5):
@@ -81,43 +87,47 @@ def main() -> int:
             except AddressInUse:
                 a.first_address += 1
         inv = box.write_inventory(base / "inv.yaml")
-        pb = playbook(base / "pb.yaml", image)
-        env = {"PROVISION_SSH_CONFIG": str(box.ssh_config_path)}
+        env = {**os.environ, "PROVISION_SSH_CONFIG": str(box.ssh_config_path)}
         cli = provision_argv()
-        cold, warm, run_only, ready, stop = [], [], [], [], []
-        for i in range(a.runs + 1):
-            if i % 2 == 0:
-                host.run("rm -rf /var/lib/provision/images")
-            t0 = time.time()
-            p = subprocess.run(cli + ["launch", "-i", str(inv), "--profile", str(pb), "--poll", "0.5", "--json"],
-                               capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=300)
-            t_end = time.time()
-            doc = json.loads(p.stdout)
-            r = doc["hosts"][0]
-            started = int(host.run(["podman", "inspect", "-f", "{{.State.StartedAt.UnixNano}}",
-                                    "sglang-30000"]).stdout.strip()) / 1e9
-            rec = json.loads(host.run("cat /var/lib/provision/server/server-30000.json").stdout)
-            t1 = time.time()
-            s = subprocess.run(cli + ["stop", "-i", str(inv), "--profile", str(pb)], capture_output=True, text=True,
-                               env={**__import__("os").environ, **env}, timeout=120)
-            t2 = time.time()
-            if r["verdict"] != "ready" or s.returncode != 0:
-                print(f"run {i}: launch {r['verdict']} {r['detail']}; stop rc {s.returncode} {s.stdout}")
-                continue
-            if i == 0:
-                continue  # warm-up (first SSH, first page cache)
-            (cold if i % 2 == 0 else warm).append(started - t0)
-            run_only.append(float(rec["run_seconds"]))
-            ready.append(t_end - t0)
-            stop.append(t2 - t1)
+        rows = []
+        for version, what in (("0.5.10", "no overlay (native)"), ("0.5.9", "with the overlay")):
+            pb = playbook(base / f"pb-{version}.yaml", images[version])
+            cold, warm, run_only, ready, stop = [], [], [], [], []
+            for i in range(a.runs + 1):
+                if i % 2 == 0:
+                    host.run("rm -rf /var/lib/provision/images")
+                t0 = time.time()
+                p = subprocess.run(cli + ["launch", "-i", str(inv), "--profile", str(pb), "--poll", "0.5", "--json"],
+                                   capture_output=True, text=True, env=env, timeout=300)
+                t_end = time.time()
+                r = json.loads(p.stdout)["hosts"][0]
+                started = int(host.run(["podman", "inspect", "-f", "{{.State.StartedAt.UnixNano}}",
+                                        "sglang-30000"]).stdout.strip()) / 1e9
+                rec = json.loads(host.run("cat /var/lib/provision/server/server-30000.json").stdout)
+                t1 = time.time()
+                s = subprocess.run(cli + ["stop", "-i", str(inv), "--profile", str(pb)], capture_output=True,
+                                   text=True, env=env, timeout=120)
+                t2 = time.time()
+                if r["verdict"] != "ready" or s.returncode != 0:
+                    print(f"{version} run {i}: launch {r['verdict']} {r['detail']}; stop rc {s.returncode} {s.stdout}")
+                    continue
+                if i == 0:
+                    continue  # warm-up (first SSH, first page cache)
+                (cold if i % 2 == 0 else warm).append(started - t0)
+                run_only.append(float(rec["run_seconds"]))
+                ready.append(t_end - t0)
+                stop.append(t2 - t1)
+            rows += [(f"{version} image, {what}: `launch` -> container started, image facts cached", med(warm)),
+                     (f"{version} image, {what}: `launch` -> container started, image read in a throw-away container",
+                      med(cold)),
+                     (f"{version} image: `podman run -d` alone (host op)", med(run_only)),
+                     (f"{version} image: `launch` -> ready (stand-in loads 1 s, --poll 0.5)", med(ready)),
+                     (f"{version} image: `stop` (stop -t, rm)", med(stop))]
         print()
         print("| what | measured |")
         print("|---|---|")
-        print(f"| `launch` -> container started, image facts cached (warm) | {med(warm)} |")
-        print(f"| `launch` -> container started, image probed in a throw-away container (cold) | {med(cold)} |")
-        print(f"| `podman run -d` alone (host op) | {med(run_only)} |")
-        print(f"| `launch` -> ready (stand-in loads 1 s, --poll 0.5) | {med(ready)} |")
-        print(f"| `stop` (stop -t, rm) | {med(stop)} |")
+        for what, val in rows:
+            print(f"| {what} | {val} |")
     finally:
         box.down()
         shutil.rmtree(base, ignore_errors=True)

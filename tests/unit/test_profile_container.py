@@ -85,3 +85,14 @@ def test_run_command_has_the_options_the_flags_and_no_secret():
 ])
 def test_a_container_path_is_found_on_the_host_through_the_volumes(volumes, path, expected):
     assert host_path(volumes, path) == expected
+
+
+def test_overlay_is_the_default_fix_for_containers_and_edit_is_refused():
+    p = build_profile(*launch_with({"image": "lmsysorg/sglang:v0.5.9-cu129"}), "kimi")
+    assert p.fix == "overlay"
+    assert build_profile(*launch_with(None), "kimi").fix == "edit"  # hosts keep editing the file by default
+    launch, path = launch_with({"image": "lmsysorg/sglang:v0.5.9-cu129"})
+    launch["fix"] = "edit"
+    with pytest.raises(ConfigError) as exc:
+        build_profile(launch, path, "kimi")
+    assert "launch.fix: edit changes files on the host" in str(exc.value)

@@ -12,6 +12,7 @@ import pytest
 from tests.cli.helpers import run, run_json
 
 KEY = "sk-canary-container-7f3a9"
+TOKEN = "hf_canaryContainerToken42"
 SPEC = {"file": "srt/models/kimi_k25.py", "class": "KimiK25ForConditionalGeneration", "delegate": "language_model",
         "methods": [{"name": "set_eagle3_layers_to_capture", "params": "self, layer_ids=None"},
                     {"name": "get_embed_and_head", "params": "self"},
@@ -59,7 +60,7 @@ def http_status(host, path: str, key: str | None = None) -> int:
 def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_env, podman_host, sglang_images):
     host = podman_host
     pb, inv = playbook(tmp_path, sglang_images["0.5.10"]), inventory(tmp_path, ssh_env, host)
-    env = {"PROVISION_API_KEY": KEY}
+    env = {"PROVISION_API_KEY": KEY, "PROVISION_HF_TOKEN": TOKEN}
     proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     r = doc["hosts"][0]
@@ -78,13 +79,17 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert http_status(host, "/v1/models") == 401
     assert http_status(host, "/v1/models", KEY) == 200
     inspect = ssh_env.ssh(host, "podman inspect sglang-30000").stdout
-    assert KEY not in inspect
+    assert KEY not in inspect and TOKEN not in inspect
+    # HF_TOKEN likewise: a 0600 token file the hub client reads through HF_TOKEN_PATH.
+    assert ssh_env.ssh(host, "podman exec sglang-30000 cat /run/provision-secrets/hf_token").stdout == TOKEN
+    assert "HF_TOKEN_PATH=/run/provision-secrets/hf_token" in json.loads(inspect)[0]["Config"]["Env"]
     cfg = json.loads(inspect)[0]
     assert cfg["Config"]["Cmd"][-2:] == ["--config", "/run/provision-secrets/config.yaml"]
     assert "SGLANG_EXTERNAL_MODEL_PACKAGE" not in inspect
     assert [m["Destination"] for m in cfg["Mounts"]] == ["/data", "/run/provision-secrets"] or \
         sorted(m["Destination"] for m in cfg["Mounts"]) == ["/data", "/run/provision-secrets"]
-    assert KEY not in host.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
+    cmdlines = host.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
+    assert KEY not in cmdlines and TOKEN not in cmdlines
     mode = host.run("stat -c %a /var/lib/provision/server/container-30000/config.yaml").stdout.strip()
     assert mode == "600"
 
@@ -109,6 +114,16 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     logs = run("logs", "-i", inv, "--profile", pb, "-n", "400", env=env, check_rc=0).stdout
     assert "The server is fired up and ready to roll!" in logs
     assert KEY not in logs
+
+    # wait re-attaches to the running container; --restart replaces it with a new one.
+    proc_w, doc_w = run_json("wait", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=120)
+    assert proc_w.returncode == 0 and doc_w["hosts"][0]["verdict"] == "ready", proc_w.stdout + proc_w.stderr
+    proc_r, doc_r = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", "--restart", env=env,
+                             timeout=300)
+    assert proc_r.returncode == 0 and doc_r["hosts"][0]["verdict"] == "ready", proc_r.stdout + proc_r.stderr
+    assert doc_r["hosts"][0]["data"]["server_change"] == "restarted"
+    assert ssh_env.ssh(host, "podman inspect -f '{{.Id}}' sglang-30000").stdout.strip() != cid
+    assert containers(ssh_env, host) == ["sglang-30000 running"]
 
     # stop: RUNTIME stop -t GRACE, then rm: the container is gone, and so are the secret files.
     proc3, doc3 = run_json("stop", "-i", inv, "--profile", pb, "--grace", "20", timeout=120)

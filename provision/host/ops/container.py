@@ -15,8 +15,12 @@ the same verbs) does the process work:
 * **stop**: ``RUNTIME stop -t GRACE``, then ``RUNTIME rm``, and the secrets directory goes.
 * **the image's SGLang**: read from inside the image, by running the discovery probe
   (``facts/installs.PROBE``: ``-I -S``, no site code) in a throw-away container with no
-  network, which also returns the spec's file, so the engine judges the image's own class.
-  Cached per image id in the state dir.
+  network, which also returns the specs' files, so the engine judges the image's own class.
+  Cached per image id in the state dir (``images/``).
+* **the fix**: the overlay (ops/overlay.py's ``stage``) rendered from those files, one per image
+  id, compiled and imported with the image's python3 in another throw-away container, and
+  mounted read-only at ``OVERLAY_DIR`` with its two variables; none for a native image.
+The server's interpreter is the image's ``python3`` (the official images' command).
 """
 
 from __future__ import annotations
@@ -313,7 +317,7 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
         _write_private(os.path.join(sdir, "hf_token"), str(token))
         env["HF_TOKEN_PATH"] = f"{SECRETS_DIR}/hf_token"
     mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
-    python = prof.get("python") or "python3"
+    python = "python3"  # the image's (the host's `python:` setting is a host path, not the image's)
     argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
                     module=prof.get("module") or "sglang.launch_server", flags=[str(f) for f in prof["flags"]],
                     env=env, mounts=mounts, config_file=config_file)
@@ -378,6 +382,9 @@ def stop(rec: dict, grace: float) -> dict:
         shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
         return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
                 "message": f"container {c['name']} is gone already"}
+    if not s["ours"]:
+        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
+                "message": f"container {c['name']} is not provision's (no {LABEL} label): left alone"}
     was_running = bool(s.get("running"))
     if was_running:
         p = _run([rt, "stop", "-t", str(int(grace)), c["name"]], timeout=grace + 60)

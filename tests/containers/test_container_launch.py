@@ -19,8 +19,8 @@ SPEC = {"file": "srt/models/kimi_k25.py", "class": "KimiK25ForConditionalGenerat
                     {"name": "set_embed_and_head", "params": "self, embed, head"}]}
 
 
-def playbook(tmp_path, image, env=None, **container) -> str:
-    doc = {"name": "kimi-k25-eagle3-container", "patch": SPEC,
+def playbook(tmp_path, image, env=None, spec=None, **container) -> str:
+    doc = {"name": "kimi-k25-eagle3-container", "patch": spec or SPEC,
            "launch": {"container": {"runtime": "podman", "image": image, "network": "host",
                                     "volumes": ["/data:/data:ro"], **container},
                       "args": {"model-path": "/data/models/Kimi-K2.5", "tp-size": 8,
@@ -171,6 +171,29 @@ def test_059_image_runs_with_the_overlay_by_default_and_its_files_stay_as_releas
     assert "SGLang 0.5.9" in st["detail"] and "fix: overlay" in st["detail"], st["detail"]
     run("stop", "-i", inv, "--profile", pb, check_rc=0)
     assert containers(ssh_env, host) == []
+
+
+def test_a_broken_overlay_in_a_container_is_reported_within_seconds_and_the_container_stopped(
+        tmp_path, ssh_env, podman_host, sglang_images):
+    """A default naming a constant of kimi_k25.py's own module: fine in the edited file, a NameError in
+    the overlay's module. Compiled and statically checked it passes (no torch in the image to import
+    it), and SGLang's registry skips it at start (`Ignore import error when loading provision_overlay...`):
+    that line is a crash of its own, and the container is stopped at once, not after the load."""
+    host = podman_host
+    broken = dict(SPEC, methods=[dict(SPEC["methods"][0], params="self, layer_ids=None, "
+                                      "limit=KIMIV_VT_INFER_MAX_PATCH_NUM")] + SPEC["methods"][1:])
+    pb = playbook(tmp_path, sglang_images["0.5.9"], env={"PROVISION_STANDIN_LOAD_SECONDS": "60"}, spec=broken)
+    inv = inventory(tmp_path, ssh_env, host)
+    t0 = time.monotonic()
+    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=180)
+    took = time.monotonic() - t0
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "crashed", proc.stdout + proc.stderr
+    assert r["data"]["crash_kind"] == "overlay-import"
+    assert "KIMIV_VT_INFER_MAX_PATCH_NUM" in r["detail"]
+    assert "the server was stopped at once" in r["detail"]
+    assert took < 30, took
+    assert containers(ssh_env, host) == []  # stopped and removed
 
 
 def test_a_crash_in_the_container_is_reported_from_its_log(tmp_path, ssh_env, podman_host, sglang_images):

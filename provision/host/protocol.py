@@ -305,6 +305,7 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    pull_timeout: float        # container hosts: how long preflight may pull an absent image
     overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
     fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 
 # Seconds the host may take to import the overlay module as the server would (where torch imports).
 OVERLAY_IMPORT_TIMEOUT = 180.0
+# Seconds a container launch's preflight may spend pulling an image the host does not have.
+IMAGE_PULL_TIMEOUT = 1800.0
 
 
 @dataclass
@@ -410,9 +412,10 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             display.message(host.name, f"patch: {pres.verdict}")
             opts.stages[host.name] = "preflight"
         overlay = uses_overlay(prof, opts)
+        pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
         pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
-                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT),
-                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0),
+                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull),
+                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull,
                            sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))

@@ -174,7 +174,12 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
         if req.get("offline"):
             return {"error": {"kind": "no-image", "message": f"image {image} is not on this host and the host is "
                                                              f"marked offline: `{conf['runtime']} pull` it first"}}
-        p = _run([rt, "pull", image], timeout=3600)
+        try:
+            p = _run([rt, "pull", image], timeout=float(req.get("pull_timeout") or 1800))
+        except subprocess.TimeoutExpired:
+            return {"error": {"kind": "no-image", "message": f"image {image}: `{conf['runtime']} pull` took longer "
+                                                             f"than {float(req.get('pull_timeout') or 1800):g} s; pull "
+                                                             "it first"}}
         iid, image_env = _image_inspect(rt, image) if p.returncode == 0 else (None, [])
         if iid is None:
             return {"error": {"kind": "no-image", "message": f"image {image}: not on this host and `{conf['runtime']} "

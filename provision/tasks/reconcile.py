@@ -167,6 +167,10 @@ def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, 
             detail = f"{state}: {reason}; patch {verdict}: {pr.detail}"
         return HostResult(host, verdict, detail, added=pr.added, notes=notes + pr.notes, diff=pr.diff,
                           error_kind=pr.error_kind, data=data, **base)
+    if action in ("restage", "remove-overlay"):  # overlay mode: the file is never edited
+        verdict = "staged" if action == "restage" else "removed"
+        detail = reason + ("; would be " if check else "; ") + ("regenerated" if verdict == "staged" else "removed")
+        return HostResult(host, verdict, detail, notes=notes, data=dict(data, overlay=ans.get("overlay")), **base)
     verdict = VERDICT_OF_STATE.get(state, "failed")
     detail = reason
     if action == "clean-state":
@@ -356,7 +360,7 @@ def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> 
         return EXIT_NOTHING
     if any(r.failed or r.verdict in ATTENTION or restart_failed(r) for r in results):
         return EXIT_FAILED
-    if check and any(r.verdict in ("patched", "repaired") for r in results):
+    if check and any(r.verdict in ("patched", "repaired", "staged", "removed") for r in results):
         return EXIT_CHANGES
     if check and restart and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
         return EXIT_CHANGES

@@ -100,13 +100,19 @@ def test_patch_overlay_prints_the_environment_a_server_started_by_hand_needs(tmp
     assert st.returncode == 0 and sdoc["hosts"][0]["verdict"] == "overlay", st.stdout
 
     # the user's own start, with exactly those two lines: EAGLE-3 works, nothing was edited
-    out = host.run(f"env {' '.join(lines)} PROVISION_STANDIN_LOAD_SECONDS=1 timeout 60 {host.python} -m "
-                   "sglang.launch_server --model-path /data/models/Kimi-K2.5 --speculative-algorithm EAGLE3 "
-                   "--speculative-draft-model-path /data/models/Kimi-K25-eagle3 --port 30123 "
-                   "> /tmp/own.log 2>&1 & for i in $(seq 200); do grep -q 'fired up' /tmp/own.log && break; "
-                   "grep -q 'Scheduler hit' /tmp/own.log && break; sleep 0.2; done; kill %1; cat /tmp/own.log",
-                   check=False, timeout=90).stdout
-    assert "The server is fired up and ready to roll!" in out and "Scheduler hit an exception" not in out, out
+    host.run(f"env {' '.join(lines)} PROVISION_STANDIN_LOAD_SECONDS=1 setsid {host.python} -m sglang.launch_server "
+             "--model-path /data/models/Kimi-K2.5 --speculative-algorithm EAGLE3 --speculative-draft-model-path "
+             "/data/models/Kimi-K25-eagle3 > /tmp/own.log 2>&1 < /dev/null & echo $! > /tmp/own.pid")
+    try:
+        out = host.run("for i in $(seq 200); do grep -q 'fired up' /tmp/own.log && break; "
+                       "grep -q 'Scheduler hit' /tmp/own.log && break; sleep 0.2; done; cat /tmp/own.log",
+                       timeout=90).stdout
+        assert "The server is fired up and ready to roll!" in out and "Scheduler hit an exception" not in out, out
+        # status tells which fix that server (not started by provision) uses, from its environment
+        st = run("status", "-i", inv, "--format", "lines").stdout
+        assert "up; fix: overlay" in st, st
+    finally:
+        host.run("kill -TERM -$(cat /tmp/own.pid); sleep 1", check=False)
 
     gone, gdoc = run_json("unpatch", "-i", inv, "--overlay")
     assert gone.returncode == 0 and gdoc["hosts"][0]["verdict"] == "removed"
@@ -201,3 +207,44 @@ def test_overlay_is_refused_below_0_5_6_naming_the_version(tmp_path, ssh_env, sa
         assert old.run("ls /var/lib/provision/overlay", check=False).stdout.strip() == ""
     finally:
         sandbox_factory.remove(old)
+
+
+def test_reconcile_keeps_the_overlay_current_and_removes_it_once_native(tmp_path, ssh_env, sandbox_factory):
+    from tests.cli.test_fleet_cli import install_release
+
+    h = sandbox_factory.host("ovlrec", sglang="0.5.9", layout="venv")
+    try:
+        inv = inventory(tmp_path, ssh_env, h)
+        kimi = f"{h.sglang_dir}/{KIMI}"
+        before = sha(h, kimi)
+        run("patch", "-i", inv, "--overlay", check_rc=0)
+        mod = "/var/lib/provision/overlay/*/provision_overlay/kimi_k25_eagle3.py"
+        proc, doc = run_json("reconcile", "-i", inv)
+        r = doc["hosts"][0]
+        assert proc.returncode == 0 and r["verdict"] == "unchanged" and "overlay mode" in r["detail"], proc.stdout
+        assert sha(h, kimi) == before   # overlay mode: never re-patched into the file
+
+        # the spec changed: the overlay is regenerated (check first: says so, writes nothing)
+        changed = _playbook(tmp_path, params="self, layer_ids=None, **kwargs")
+        old_text = h.run(f"cat {mod}").stdout
+        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed, "--check")
+        assert proc.returncode == 4 and doc["hosts"][0]["verdict"] == "staged"
+        assert h.run(f"cat {mod}").stdout == old_text
+        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        r = doc["hosts"][0]
+        assert proc.returncode == 0 and r["verdict"] == "staged" and "regenerated" in r["detail"], proc.stdout
+        assert "def set_eagle3_layers_to_capture(self, layer_ids=None, **kwargs):" in h.run(f"cat {mod}").stdout
+        st, sdoc = run_json("status", "-i", inv, "--spec", changed)
+        assert st.returncode == 0 and sdoc["hosts"][0]["verdict"] == "overlay"
+        assert sha(h, kimi) == before
+
+        # an upgrade to a release with the methods natively: the overlay goes
+        install_release(h, "0.5.10")
+        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        r = doc["hosts"][0]
+        assert proc.returncode == 0 and r["verdict"] == "removed" and "native" in r["detail"], proc.stdout
+        assert h.run("ls /var/lib/provision/overlay", check=False).stdout.strip() == ""
+        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        assert doc["hosts"][0]["verdict"] == "native"
+    finally:
+        sandbox_factory.remove(h)

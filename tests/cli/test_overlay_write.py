@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -17,6 +18,7 @@ from provision.config.playbook import PACKAGE_PLAYBOOKS
 from provision.sandbox import wheels
 from tests.cli.helpers import KIMI_CLASS, METHODS, run
 
+REPO = str(Path(__file__).resolve().parents[2])  # provision itself, for the stand-in's probe
 PROBE = r"""
 import json, sys
 from pathlib import Path
@@ -24,17 +26,18 @@ from provision.sandbox import standin
 probe = standin.probe_model(Path(sys.argv[1]), None)
 inst = probe.make_instance()
 calls = []
-for name in sys.argv[2].split(","):
+for name in sys.argv[2].split(",") if sys.argv[3] else []:
     getattr(inst, name)(*([None, None] if name == "set_embed_and_head" else []))
 print(json.dumps({"module": probe.cls.__module__, "bound": {n: n in vars(probe.cls) for n in sys.argv[2].split(",")},
                   "calls": inst.language_model.calls, "warnings": probe.warnings, "mro": [c.__module__ for c in probe.cls.__mro__[:2]]}))
 """
 
 
-def _probe(sglang_dir, root, env_pkg="provision_overlay"):
-    env = {"PYTHONPATH": f"{root}:{sys.path[0]}", "SGLANG_EXTERNAL_MODEL_PACKAGE": env_pkg, "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(sglang_dir), ",".join(METHODS)], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=str(root))
+def _probe(sglang_dir, root, env_pkg="provision_overlay", extra_env=None, call=True):
+    env = {"PYTHONPATH": f"{root}:{REPO}", "SGLANG_EXTERNAL_MODEL_PACKAGE": env_pkg, "PATH": "/usr/bin:/bin",
+           **(extra_env or {})}
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(sglang_dir), ",".join(METHODS), "1" if call else ""],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=str(root))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -66,13 +69,16 @@ def test_overlay_write_refuses_a_release_without_the_variable(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_stand_in_ignores_the_variable_where_the_installed_registry_does_not_read_it(tmp_path):
-    """0.5.5.post3's registry.py has no SGLANG_EXTERNAL_MODEL_PACKAGE; 0.5.9's and 0.5.23's do."""
-    from provision.sandbox.standin import reads_external_package
-
-    assert not reads_external_package(wheels.extracted("0.5.5.post3") / "sglang")
-    assert reads_external_package(wheels.extracted("0.5.9") / "sglang")
-    assert reads_external_package(wheels.extracted("0.5.23") / "sglang")
+def test_the_stand_in_honours_the_variable_only_where_the_installed_registry_reads_it(tmp_path):
+    """0.5.5.post3's registry.py has no SGLANG_EXTERNAL_MODEL_PACKAGE: there the built-in KimiVL class
+    (which lacks the methods) is what SGLang uses, overlay or not; 0.5.9's registry lets it win."""
+    out = tmp_path / "o"
+    run("overlay", "write", "--spec", "kimi-vl-eagle3", "--out", out, check_rc=0)
+    env = {"PROVISION_STANDIN_MODEL_CLASS": "KimiVLForConditionalGeneration"}
+    old = _probe(wheels.extracted("0.5.5.post3") / "sglang", out, extra_env=env, call=False)
+    assert old["module"] == "sglang.srt.models.kimi_vl" and old["bound"] == {m: False for m in METHODS}
+    new = _probe(wheels.extracted("0.5.9") / "sglang", out, extra_env=env)
+    assert new["module"] == "provision_overlay.kimi_vl_eagle3" and new["bound"] == {m: True for m in METHODS}
 
 
 # --------------------------------------------------------------------------- the shipped files

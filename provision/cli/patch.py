@@ -93,12 +93,13 @@ def status(ctx, spec, sglang_path, python_):
     Verdicts (the patch state of the spec's file):
       patched     provision's block is in the class and matches the spec
       native      the class has every method itself (SGLang 0.5.10+)
+      overlay     the file lacks them; the overlay staged for the install holds them
       missing     methods are missing: `provision patch` adds them
       stale       provision's block differs from the spec: `patch` re-renders it
       hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
       error       the file could not be judged (no SGLang, no such file, ...)
 
-    Exit 0 when every host is patched or native, 4 when a host is missing,
+    Exit 0 when every host is patched, native or overlay, 4 when a host is missing,
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the
     running server started before the file last changed.

@@ -140,6 +140,9 @@ def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, 
         if ans.get(k) is not None:
             data[k] = ans[k]
     notes = list(ans.get("notes") or [])
+    ov = ans.get("overlay") or {}
+    # an install in overlay mode keeps it: a restart goes through `launch --overlay` (unless now native)
+    data["overlay_mode"] = ov.get("verdict") in ("staged", "unchanged")
     if not ans.get("ok") or ans.get("error") and "state" not in ans:
         err = ans.get("error") or {}
         return HostResult(host, "failed", err.get("message", "reconcile failed on the host"),
@@ -246,7 +249,7 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
 
 
 def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profile=None, deadline=3600.0,
-                 stream=None, window=None, clock=None) -> None:
+                 stream=None, window=None, clock=None, spec=None) -> None:
     """Restart batch after batch through the launch code path (launch_fn with restart=True and the
     same multi-node flags as `launch`, health-gated). Before each batch the window is checked again
     (`clock`, default window_clock()); a batch that may not start, and every batch after one that did
@@ -258,7 +261,10 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
 
     by_name = {r.host: r for r in results}
     clock = clock or window_clock()
-    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0)
+    # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--spec, else the
+    # host's `spec:`), not one re-rendered from the profile's playbook.
+    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
+                         overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     everyone = [h for b in batches for h in b]
     try:
         multinode = MultiNode(everyone)

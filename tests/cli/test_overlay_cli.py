@@ -224,16 +224,26 @@ def test_reconcile_keeps_the_overlay_current_and_removes_it_once_native(tmp_path
         assert proc.returncode == 0 and r["verdict"] == "unchanged" and "overlay mode" in r["detail"], proc.stdout
         assert sha(h, kimi) == before   # overlay mode: never re-patched into the file
 
+        # a server runs with the overlay when the spec changes
+        proc, doc = run_json("launch", "-i", inv, "--overlay", "--poll", "0.5", timeout=240)
+        assert proc.returncode == 0, proc.stdout
+        pid = doc["hosts"][0]["data"]["pid"]
+
         # the spec changed: the overlay is regenerated (check first: says so, writes nothing)
         changed = _playbook(tmp_path, params="self, layer_ids=None, **kwargs")
         old_text = h.run(f"cat {mod}").stdout
         proc, doc = run_json("reconcile", "-i", inv, "--spec", changed, "--check")
         assert proc.returncode == 4 and doc["hosts"][0]["verdict"] == "staged"
         assert h.run(f"cat {mod}").stdout == old_text
-        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed, "--restart")
         r = doc["hosts"][0]
         assert proc.returncode == 0 and r["verdict"] == "staged" and "regenerated" in r["detail"], proc.stdout
         assert "def set_eagle3_layers_to_capture(self, layer_ids=None, **kwargs):" in h.run(f"cat {mod}").stdout
+        # ... and the running server, which imported the old one, was restarted in overlay mode
+        assert r["data"]["restart"]["verdict"] == "restarted", r
+        st = run("status", "-i", inv, "--spec", changed, "--format", "lines").stdout
+        assert "fix: overlay" in st and f"pid {pid} " not in st, st
+        run("stop", "-i", inv, check_rc=0)
         st, sdoc = run_json("status", "-i", inv, "--spec", changed)
         assert st.returncode == 0 and sdoc["hosts"][0]["verdict"] == "overlay"
         assert sha(h, kimi) == before

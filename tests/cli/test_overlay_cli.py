@@ -258,3 +258,24 @@ def test_reconcile_keeps_the_overlay_current_and_removes_it_once_native(tmp_path
         assert doc["hosts"][0]["verdict"] == "native"
     finally:
         sandbox_factory.remove(h)
+
+
+def test_where_torch_imports_the_overlay_is_imported_as_the_server_would(tmp_path, ssh_env, host):
+    # A host whose interpreter finds torch: the overlay module is really imported (with the
+    # server's environment) instead of only checked statically. Here torch is an empty package
+    # and SGLang's own imports then fail on it: the import check reports that and refuses.
+    torch = f"{host.site_packages}/torch"
+    host.run(f"mkdir -p {torch} && touch {torch}/__init__.py")
+    try:
+        inv = inventory(tmp_path, ssh_env, host)
+        proc, doc = run_json("patch", "-i", inv, "--overlay")
+        r = doc["hosts"][0]
+        assert proc.returncode == 3 and r["verdict"] == "failed", proc.stdout
+        assert "provision_overlay.kimi_k25_eagle3 does not import: AttributeError: module 'torch' has no attribute" \
+            in r["detail"], r["detail"]
+        proc, doc = run_json("launch", "-i", inv, "--overlay", "--poll", "0.5")
+        r = doc["hosts"][0]
+        assert proc.returncode == 3 and r["verdict"] == "refused" and "is broken" in r["detail"], proc.stdout
+        assert "launch_server" not in host.run("ps -eo args=").stdout
+    finally:
+        host.run(f"rm -rf {torch}")

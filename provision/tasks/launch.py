@@ -418,7 +418,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:
-            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
+            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force) or \
+                    (c["level"] == "ok" and c.get("check") == "overlay"):  # what the overlay holds, how checked
                 display.message(host.name, f"preflight {c['level']}: {c['message']}")
         if pre.get("survivors") and not opts.restart:
             msg = next((c["message"] for c in fails if c.get("check") == "survivors"),

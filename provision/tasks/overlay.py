@@ -37,7 +37,7 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
     err = answer.get("error") or ov.get("error")
     verdict = ov.get("verdict") or ("failed" if err else "ok")
     notes = list(ov.get("notes") or []) + discovery_notes(facts, skipped=False)
-    held = ", ".join(f"{r['class']}.{m}" for r in ov.get("specs") or [] for m in r.get("methods") or [])
+    held = "; ".join(f"{r['class']}: {', '.join(r['methods'])}" for r in ov.get("specs") or [] if r.get("methods"))
     root = ov.get("root")
     if err:
         verdict, detail = "failed", err.get("message", str(err))

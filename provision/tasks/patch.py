@@ -122,7 +122,7 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
     methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
     longer needed overlay is a note saying what rewrites or removes it."""
     held = {m for row in ov.get("specs") or [] for m in row.get("methods") or []}
-    missing = {k for k, v in methods.items() if v == "missing"}
+    missing = [k for k, v in methods.items() if v == "missing"]
     notes = []
     if not ov.get("current"):
         if ov.get("verdict") == "native":
@@ -133,8 +133,8 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
         else:
             notes.append(f"overlay {ov.get('root')} differs from the spec: `provision patch --overlay` or "
                          "`provision reconcile` rewrites it")
-    elif verdict == "missing" and missing <= held:
-        return "overlay", (f"the file lacks {', '.join(sorted(missing))}; the overlay {ov.get('root')} holds them "
+    elif verdict == "missing" and set(missing) <= held:
+        return "overlay", (f"the file lacks {', '.join(missing)}; the overlay {ov.get('root')} holds them "
                            f"(SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')})"), notes
     return verdict, why, notes
 

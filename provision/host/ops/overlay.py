@@ -195,6 +195,21 @@ def static_problems(inst: dict, specs: list, rows: list, files: dict) -> list:
     return out
 
 
+def _closed_to_others(root: str) -> str | None:
+    """The first directory on the way to the overlay that other users cannot enter (or None)."""
+    path = os.path.abspath(root)
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return path
+        except OSError:
+            pass  # not there (yet): look above it
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
 def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> OverlayStage:
     """Render, write (unless `check`), compile and check the overlay of one install.
 
@@ -338,6 +353,11 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
         return {"ok": True, "facts": facts, "overlay": {"verdict": "removed" if gone else "absent", "root": root,
                                                          "install": inst["path"], "version": inst.get("version")}}
     st = stage(inst, specs, state_dir, check=bool(req.get("check")))
+    closed = _closed_to_others(st["root"]) if st.get("verdict") in ("staged", "unchanged") else None
+    if closed:  # the user starts the server, maybe not as root
+        st.setdefault("notes", []).append(
+            f"{closed} is closed to other users: a server running as another user than root cannot import the "
+            "overlay from here; for one, write it where it can read it (`provision overlay write --out DIR`)")
     if st.get("verdict") in ("staged", "unchanged") and not req.get("check"):
         python, extra = installs.owner_python(inst)
         env = dict(os.environ, **extra)

@@ -254,6 +254,7 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
         return out
     else:
         pkg = os.path.join(root, render.PACKAGE)
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)  # the state dir stays root's, as fileops makes it
         os.makedirs(pkg, mode=0o755, exist_ok=True)
         for name in os.listdir(pkg):  # a module of a spec no longer asked for
             if name.endswith(".py") and f"{render.PACKAGE}/{name}" not in files:

@@ -29,9 +29,15 @@ class MethodSpec(TypedDict, total=False):
 
 
 # A patch spec as the engine consumes it (PatchSpec.to_engine(); engine/spec.validate_spec).
-# `class` is a keyword, hence the functional form. file: relative to the sglang package.
+# `class` is a keyword, hence the functional form. file: relative to the `package` (sglang by
+# default). kind: "delegate" (class, delegate, methods), "mapping-entry" (mapping, key, value |
+# copy_of) or "replace" (scope, find, replace, native_if). applies: evaluated on the control side.
 Spec = TypedDict("Spec", {"name": str, "file": str, "class": str, "delegate": str,
-                          "methods": List[MethodSpec], "unit": Optional[str]}, total=False)
+                          "methods": List[MethodSpec], "unit": Optional[str],
+                          "kind": str, "package": str, "applies": Dict[str, Any],
+                          "mapping": str, "key": Any, "value": Optional[str], "copy_of": Any,
+                          "scope": Optional[str], "find": str, "replace": str, "native_if": Optional[str]},
+                 total=False)
 
 
 class Install(TypedDict, total=False):
@@ -44,6 +50,7 @@ class Install(TypedDict, total=False):
     direct_url: Any
     git: Optional[str]
     owner: Any
+    search_path: Optional[List[str]]  # the owning interpreter's sys.path, as the probe rebuilt it
 
 
 class Server(TypedDict, total=False):
@@ -55,6 +62,13 @@ class Server(TypedDict, total=False):
     argv: List[str]
 
 
+class Skipped(TypedDict, total=False):
+    """An interpreter discovery refused to run (facts/installs.py trust rules)."""
+    path: str
+    reason: str
+    server_pid: int    # when it is the interpreter of a running server
+
+
 class Facts(TypedDict, total=False):
     """discover()'s answer."""
     installs: List[Install]
@@ -63,7 +77,9 @@ class Facts(TypedDict, total=False):
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]
+    skipped: List[Skipped]
     error: Optional[ErrorInfo]
+    packages: Dict[str, "PackageInfo"]  # name -> where the chosen install's interpreter finds it
 
 
 class Request(TypedDict, total=False):
@@ -78,6 +94,7 @@ class Request(TypedDict, total=False):
     python: Optional[str]
     interpreters: List[str]
     timeout: float
+    packages: List[str]        # facts["packages"] also for these names (besides the specs' own)
     _stage: str                # "owner": the re-run under the install's own interpreter
 
 
@@ -105,7 +122,8 @@ Inspection = TypedDict("Inspection", {
     "class": Optional[str], "methods": Dict[str, str], "native_via": Dict[str, str], "block": BlockInfo,
     "hand_patch": bool, "hand_patch_form": Optional[str], "hand_patch_defs": List[Any],
     "module_level_leftovers": List[str], "notes": List[str], "planned_verdict": Optional[str],
-    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str}, total=False)
+    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str,
+    "kind": Optional[str], "package": Any}, total=False)
 
 
 class Core(TypedDict):
@@ -158,6 +176,7 @@ class FileResult(TypedDict, total=False):
     restart_needed: bool
     verify_import: Dict[str, str]
     chosen: Dict[str, Any]     # restore: the backup put back
+    package: "PackageInfo"     # the package the spec's file was found in (facts/packages.py)
 
 
 # --------------------------------------------------------------------------- patch ops
@@ -268,7 +287,8 @@ class AuditAnswer(Answer, total=False):
 class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
-    spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
+    specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -293,15 +313,80 @@ class ServerRequest(Request, total=False):
     import_timeout: float
 
 
-class ServerAnswer(Answer, total=False):
-    """The server ops' answers: a state record and what was done (see ops/server.py)."""
-    server: Dict[str, Any]
-    state: str
-    pid: Optional[int]
-    port: int
+class Check(TypedDict, total=False):
+    level: str         # "ok" | "info" | "warn" | "error"
+    check: str
+    message: str
+
+
+class PreflightAnswer(Answer, total=False):
+    checks: List[Check]
+    running: bool              # our server already runs on the port
+    record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
+    install: Install
+    survivors: List[int]       # pids of a dead server's tree that are still alive
+    fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
+    overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
+
+
+class StartAnswer(Answer, total=False):
+    started: bool
+    already: bool              # a server of ours already runs on the port: nothing done
+    same_profile: bool         # ... and it was started from the same profile digest
+    record: Dict[str, Any]
+    pruned_logs: List[str]
+    replaced: Optional[List[int]]   # pids stopped first (--restart)
+
+
+class StopAnswer(Answer, total=False):
+    stopped: bool
+    message: str
+    pids: List[int]
+    escalated: bool            # SIGKILL was needed
+    elapsed: float
+    unit: str
+    unit_removed: bool
+
+
+class ProbeAnswer(Answer, total=False):
+    running: bool
+    exit: Optional[int]
+    chunk: str                 # the log from `offset` on
+    offset: int
+    port_open: bool
+    health: Optional[int]      # HTTP status of /health, or None
+    confirm: Any
+    record: Dict[str, Any]
+    now: float
+    survivors: List[int]
+
+
+class ServerStatusAnswer(Answer, total=False):
+    running: bool
+    record: Dict[str, Any]
+    exit: Optional[int]
+    survivors: List[int]
+    survivors_described: List[str]
+    reaped: Any
+    persistent: Dict[str, Any]     # unit, active, sub, enabled, restarts, result
+    port_open: bool
     health: Optional[int]
+    uptime: float
+
+
+class LogsAnswer(Answer, total=False):
     log: str
-    notes: List[str]
+    text: str
+    offset: int
+    record: Dict[str, Any]
+
+
+class SmokeAnswer(Answer, total=False):
+    elapsed: float
+    completion_tokens: int
+    tokens_per_s: Optional[float]
+    spec_accept_length: Optional[float]
+    spec_accept_rate: Optional[float]
 
 
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
@@ -310,11 +395,23 @@ OPS: Dict[str, Any] = {
     "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
     "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
     "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),
-    "preflight": (ServerRequest, ServerAnswer), "start": (ServerRequest, ServerAnswer),
-    "stop": (ServerRequest, ServerAnswer), "probe": (ServerRequest, ServerAnswer),
-    "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
-    "smoke": (ServerRequest, ServerAnswer),
+    "preflight": (ServerRequest, PreflightAnswer), "start": (ServerRequest, StartAnswer),
+    "stop": (ServerRequest, StopAnswer), "probe": (ServerRequest, ProbeAnswer),
+    "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
+    "smoke": (ServerRequest, SmokeAnswer),
 }
+
+
+# --------------------------------------------------------------------------- spec kinds and packages (issue 11)
+
+class PackageInfo(TypedDict, total=False):
+    """Where a spec's `package` was found for an install (facts/packages.py): through the search
+    path of the interpreter that owns the SGLang install."""
+    name: str                  # the import name the spec says (sglang, flashinfer)
+    dir: Optional[str]         # the package's directory, or None when it is not installed there
+    version: Optional[str]     # from its dist-info (None when there is none)
+    dist_info: Optional[str]
+    error: Optional[ErrorInfo]  # kind "package-missing" when dir is None
 
 
 # --------------------------------------------------------------------------- overlay mode (ops/overlay.py)

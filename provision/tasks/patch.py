@@ -74,8 +74,11 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
         detail = "removed a broken hand patch: " + "; ".join(res.get("repaired") or [])
     elif res.get("verify_import", {}).get("status") == "failed":
         verdict, detail = "failed", "verify-import: " + res["verify_import"]["why"]
+    pkg = res.get("package") or {}
+    if pkg and pkg.get("name") != "sglang":
+        notes.append(package_note(pkg))
     data = {k: res[k] for k in ("sha_before", "sha_after", "backup", "real_file", "kept", "native",
-                                "restart_needed", "module_level_leftovers") if k in res}
+                                "restart_needed", "module_level_leftovers", "package") if k in res}
     data["install_kind"] = inst.get("kind")
     data["interpreters"] = inst.get("interpreters")
     data["chosen_reason"] = facts.get("chosen_reason")
@@ -84,6 +87,11 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
     return HostResult(host=host, verdict=verdict, detail=detail, version=inst.get("version"),
                       install=inst.get("path"), file=res.get("file"), added=list(res.get("added") or []),
                       notes=notes, diff=res.get("diff"), error_kind=(err or {}).get("kind"), data=data)
+
+
+def package_note(pkg: dict) -> str:
+    """Which package (not sglang) a spec's file was found in, for the user."""
+    return f"file in package {pkg.get('name')} {pkg.get('version') or '(version unknown)'} at {pkg.get('dir')}"
 
 
 STATUS_WANTED = {"patched", "native", "overlay"}
@@ -104,12 +112,20 @@ def patch_state(p: Inspection) -> tuple[str, str]:
         return "error", str((p["error"] or {}).get("message") or p["error"])
     if not methods:
         return "error", "the engine reported no methods for the spec"
+    edit = p.get("kind") not in (None, "delegate")  # mapping-entry, replace: one edit, named in `methods`
     if all(v == "native" for v in methods.values()):
+        if edit:
+            via = "; ".join((p.get("native_via") or {}).values())
+            return "native", "upstream has it" + (f": {via}" if via else "")
         return "native", "every method is in the class itself"
     if block.get("present") and (block.get("matches") is False or missing):
         why = f"missing from it: {', '.join(missing)}" if missing else "it differs from the spec"
+        if edit:
+            return "stale", "provision's edit is there but differs from the spec or the file; `provision patch` re-renders it"
         return "stale", f"provision's block is there but {why}; `provision patch` re-renders it"
     if not missing:
+        if edit:
+            return "patched", f"provision's edit ({', '.join(methods)}) is in place and matches the spec"
         return "patched", "provision's block is in the class and matches the spec"
     if p.get("hand_patch"):
         return "hand-patch", ("a hand patch (`cat >>`) is there and does not bind the methods; "
@@ -199,6 +215,9 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
     notes = list(overlay_notes)
+    pkg = p.get("package") or {}
+    if pkg and pkg.get("name") != "sglang":
+        notes.append(package_note(pkg))
     stale_pids = answer.get("restart_needed") or []
     if stale_pids:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
@@ -208,7 +227,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             (fixes.get(str(servers[0]["pid"])) if servers else None), "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
-            "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids)}
+            "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
+            "package": pkg or None}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),

@@ -56,7 +56,7 @@ def module_for(spec_name: str) -> str:
 def is_overlayable(spec: dict) -> bool:
     """Only delegation specs become overlays: other kinds change module-level values or other
     packages' files, which a subclass cannot replace."""
-    return spec.get("kind", "delegate") == "delegate"
+    return spec.get("kind", "delegate") == "delegate" and spec.get("package", "sglang") == "sglang"
 
 
 def render_module(spec: dict, names: list, version: str | None = None) -> str:

@@ -121,3 +121,24 @@ def test_a_spec_whose_class_is_missing_is_refused_by_the_stage(tmp_path):
             "interpreters": ["/usr/bin/python3"], "pythonpath": ""}
     st = overlay.stage(inst, [dict(kimi(), **{"class": "NoSuchClass"})], str(tmp_path))
     assert st["verdict"] == "failed" and "NoSuchClass" in st["error"]["message"]
+
+
+def test_one_module_per_spec_and_a_spec_dropped_later_goes(tmp_path):
+    from provision.host.ops import overlay
+
+    inst = {"path": str(wheels.extracted("0.5.9") / "sglang"), "version": "0.5.9",
+            "interpreters": ["/usr/bin/python3"], "pythonpath": ""}
+    vl = load_patch_spec("kimi-vl-eagle3").to_engine()
+    st = overlay.stage(inst, [kimi(), vl], str(tmp_path))
+    assert st["verdict"] == "staged", st.get("error")
+    assert st["modules"] == ["provision_overlay.kimi_k25_eagle3", "provision_overlay.kimi_vl_eagle3"]
+    pkg = next((tmp_path / "overlay").glob("*/provision_overlay"))
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "kimi_k25_eagle3.py", "kimi_vl_eagle3.py"]
+    assert overlay.stage(inst, [kimi()], str(tmp_path))["verdict"] == "staged"   # kimi-vl no longer asked for
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "kimi_k25_eagle3.py"]
+
+
+def test_non_delegate_specs_are_not_overlays():
+    assert render.is_overlayable(kimi())
+    assert not render.is_overlayable(dict(kimi(), kind="replace"))
+    assert not render.is_overlayable(dict(kimi(), package="flashinfer"))

@@ -29,8 +29,9 @@ def write(specs, out, mount_path, sglang_version):
     """Write the overlay into DIR and print the environment the SGLang container needs.
 
     For a Kubernetes init container that fills a shared volume, or a Dockerfile step. Every
-    method of each spec goes in (there is no install here to ask which ones it lacks): use it
-    for SGLang 0.5.6 to 0.5.9, and leave it out for a release that has the methods natively.
+    method of each spec goes in (there is no install here to ask which ones it lacks): for
+    SGLang 0.5.6 and later, left out where the release has the methods natively (Kimi-K2.5
+    from 0.5.10).
 
     \b
     stdout: the two lines, KEY=VALUE (also written to DIR/overlay.env)

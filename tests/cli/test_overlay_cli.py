@@ -282,3 +282,22 @@ def test_where_torch_imports_the_overlay_is_imported_as_the_server_would(tmp_pat
         assert "launch_server" not in host.run("ps -eo args=").stdout
     finally:
         host.run(f"rm -rf {torch}")
+
+
+def test_a_source_checkout_keeps_its_own_pythonpath_after_the_overlay(tmp_path, ssh_env, sandbox_factory):
+    src = sandbox_factory.host("ovlsrc", sglang="0.5.9", layout="source")
+    try:
+        inv = inventory(tmp_path, ssh_env, src)
+        kimi = f"{src.sglang_dir}/{KIMI}"
+        before = sha(src, kimi)
+        proc, doc = run_json("launch", "-i", inv, "--overlay", "--poll", "0.5", timeout=240)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
+        pid = doc["hosts"][0]["data"]["pid"]
+        env = dict(kv.split("=", 1) for kv in src.run(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
+                   if "=" in kv)
+        root, *rest = env["PYTHONPATH"].split(":")
+        assert root.startswith("/var/lib/provision/overlay/") and rest == [src.sglang_dir.rsplit("/", 1)[0]]
+        run("stop", "-i", inv, check_rc=0)
+        assert sha(src, kimi) == before
+    finally:
+        sandbox_factory.remove(src)

@@ -198,6 +198,7 @@ class StatusRequest(Request, total=False):
 class StatusAnswer(Answer, total=False):
     patch: Inspection
     overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
+    server_fixes: Dict[str, str]       # pid -> the fix that server uses (engine/overlay.fix_in_use)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -242,6 +243,7 @@ class ReconcileAnswer(Answer, total=False):
     patch: PatchAnswer
     state_cleaned: bool
     state_refreshed: bool
+    overlay: "OverlayStage"    # overlay mode: the overlay as reconcile left it (ops/reconcile._overlay)
     classifier_input: Dict[str, Any]
     elapsed: float
 

@@ -1,8 +1,13 @@
 """Audit an installed SGLang ``models/`` directory for EAGLE-3 delegation gaps.
 
-This file is shipped as text to a GPU host and run there by the host's own
-python (3.10 or later). It therefore imports nothing but the standard library,
-and nothing from SGLang: every model file is read with ``ast``, never imported.
+Shipped to a GPU host in the bundle with the rest of provision/host/ and run there by the
+host's own python (3.10 or later). It imports nothing but the standard library and the
+engine's AST helpers (engine/pysource.py: statement blocks, imports made absolute, the same
+for every spec kind), and nothing from SGLang: every model file is read with ``ast``, never
+imported. (It used to run as a lone file, ``python3 audit.py``, from before the bundle
+carried the whole host package; nothing of provision uses that any more and it would need
+its own copy of those helpers, so it is gone. ``python3 -m provision.host.engine.audit``
+from a checkout does the same.)
 
 ``audit_models(models_dir)`` parses each ``*.py`` in ``sglang/srt/models/``
 once, builds the class graph across those files (bases resolved through each
@@ -22,7 +27,7 @@ EAGLE-3 target methods (``set_eagle3_layers_to_capture``, ``get_embed_and_head``
 ``spec_for(gap)`` turns a fixable gap into the patch-spec dict the patch engine
 consumes; ``spec_yaml(spec, note)`` renders it as a playbook without PyYAML.
 
-On a host: ``python3 audit.py [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as JSON.
+``python3 -m provision.host.engine.audit [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import os
 import re
 import sys
 import textwrap
+
+from provision.host.engine.pysource import body_statements, import_bindings
 
 TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
 PARITY_METHOD = "set_embed_and_head"  # called on the draft; injected for parity
@@ -95,55 +102,18 @@ class _Module:
         return self.name if self.is_pkg else self.name.rpartition(".")[0]
 
 
-def _block_stmts(body):
-    """Statements of a module or class body, looking inside if/try/with/for blocks."""
-    for node in body:
-        yield node
-        if isinstance(node, (ast.If, ast.For, ast.While)):
-            yield from _block_stmts(node.body)
-            yield from _block_stmts(node.orelse)
-        elif isinstance(node, ast.Try):
-            yield from _block_stmts(node.body)
-            for handler in node.handlers:
-                yield from _block_stmts(handler.body)
-            yield from _block_stmts(node.orelse)
-            yield from _block_stmts(node.finalbody)
-        elif isinstance(node, ast.With):
-            yield from _block_stmts(node.body)
-
-
-def _absolute(package: str, level: int, module: str | None) -> str | None:
-    if not level:
-        return module
-    parts = package.split(".") if package else []
-    if level - 1 > len(parts):
-        return None
-    base = parts[: len(parts) - (level - 1)]
-    if module:
-        base.append(module)
-    return ".".join(base) or None
-
-
 def _bind_import(imports: dict, node, package: str) -> None:
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            if alias.asname:
-                imports[alias.asname] = ("mod", alias.name)
-            else:
-                head = alias.name.partition(".")[0]
-                imports[head] = ("mod", head)
-        return
-    base = _absolute(package, node.level or 0, node.module)
-    if base is None:
-        return
-    for alias in node.names:
-        if alias.name != "*":
-            imports[alias.asname or alias.name] = ("from", base, alias.name)
+    """The audit's view of an import's bindings (pysource.import_bindings, one package known)."""
+    for name, b in import_bindings(node, [package]):
+        if b[0] == "module":
+            imports[name] = ("mod", b[1])
+        elif b[0] == "from" and b[1]:
+            imports[name] = ("from", b[1][0], b[2])
 
 
 def _build_module(mod: _Module, tree) -> None:
     package = mod.package()
-    for node in _block_stmts(tree.body):
+    for node in body_statements(tree.body):
         if isinstance(node, ast.ClassDef):
             mod.classes[node.name] = node
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -178,7 +148,7 @@ class _Class:
         self.name = node.name
         self.methods: dict = {}      # name -> FunctionDef, or None when bound by assignment
         self.class_attrs: dict = {}  # name -> value expr, or a nested ClassDef
-        for stmt in _block_stmts(node.body):
+        for stmt in body_statements(node.body):
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.methods[stmt.name] = stmt
             elif isinstance(stmt, ast.ClassDef):

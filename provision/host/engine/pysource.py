@@ -198,25 +198,17 @@ class Module:
 
     def _collect(self, stmts):
         b = self._bind
-        for st in stmts:
+        for st in body_statements(stmts):
             if isinstance(st, ast.ClassDef):
                 b[st.name] = ("class", st)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 b[st.name] = ("other", None)
-            elif isinstance(st, ast.Import):
-                for a in st.names:
-                    if a.asname:
-                        b[a.asname] = ("module", a.name)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                for name, binding in import_bindings(st, package_candidates(self.name, None)):
+                    if binding[0] == "*":
+                        self.stars.extend(binding[1])
                     else:
-                        top = a.name.split(".")[0]
-                        b[top] = ("module", top)
-            elif isinstance(st, ast.ImportFrom):
-                mods = self._absolute(st.module, st.level)
-                for a in st.names:
-                    if a.name == "*":
-                        self.stars.extend(mods)
-                    else:
-                        b[a.asname or a.name] = ("from", mods, a.name)
+                        b[name] = binding
             elif isinstance(st, ast.Assign):
                 if (len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
                         and isinstance(st.value, (ast.Name, ast.Attribute))):
@@ -227,32 +219,54 @@ class Module:
                         target_names(t, names)
                     for n in names:
                         b[n] = ("other", None)
-            elif isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-                self._collect(st.body)
-                self._collect(getattr(st, "orelse", []))
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                self._collect(st.body)
-                for h in st.handlers:
-                    self._collect(h.body)
-                self._collect(st.orelse)
-                self._collect(st.finalbody)
 
-    def _absolute(self, module, level) -> list:
-        """Candidate absolute module names for `from <level dots><module> import`."""
-        if not level:
-            return [module] if module else []
-        parts = self.name.split(".")
-        out = []
-        # As a plain module (x.py) the package is the parent; as a package
-        # (__init__.py) it is the module itself. We can't tell from bytes alone.
-        for pkg_parts in (parts[:-1], parts):
-            if level - 1 > len(pkg_parts):
-                continue
-            base = pkg_parts[: len(pkg_parts) - (level - 1)]
-            name = ".".join(base + ([module] if module else []))
-            if name and name not in out:
-                out.append(name)
+
+# --------------------------------------------------------------------------- imports
+
+def absolute_module(package: str, level: int, module: str | None) -> str | None:
+    """The absolute name `from <level dots><module> import ...` refers to, inside `package`
+    (the package the importing module is in); None when it climbs above the top."""
+    if not level:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    if module:
+        base.append(module)
+    return ".".join(base) or None
+
+
+def package_candidates(name: str, is_pkg: bool | None) -> list:
+    """The package(s) a module's relative imports are relative to: the parent for a plain
+    module (x.py), the module itself for a package (__init__.py); both when the caller cannot
+    tell (bytes alone do not say), the plain-module reading first."""
+    parent = name.rpartition(".")[0]
+    if is_pkg is None:
+        return list(dict.fromkeys([parent, name]))
+    return [name] if is_pkg else [parent]
+
+
+def import_bindings(node, packages: list) -> list:
+    """(bound name, binding) for each name an import statement binds: ("module", dotted) for
+    `import a.b` (binds a) or `import a.b as m`; ("from", [absolute module candidates], symbol)
+    for `from .x import y`; ("*", [candidates]) for `from x import *` (bound name None)."""
+    out: list = []
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                out.append((a.asname, ("module", a.name)))
+            else:
+                top = a.name.split(".")[0]
+                out.append((top, ("module", top)))
         return out
+    mods = [m for m in dict.fromkeys(absolute_module(p, node.level or 0, node.module) for p in packages) if m]
+    for a in node.names:
+        if a.name == "*":
+            out.append((None, ("*", mods)))
+        else:
+            out.append((a.asname or a.name, ("from", mods, a.name)))
+    return out
 
 
 class Resolver:

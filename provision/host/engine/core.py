@@ -781,12 +781,7 @@ def _inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
         out["hand_patch_defs"] = list(c["hand"]["removed"])
     out["module_level_leftovers"] = list(c["leftovers"])
     out["notes"] = list(c["notes"])
-    plan = plan_patch(source, spec, resolve_module)
-    out["would_change"] = plan["new"] is not None
-    out["planned_verdict"] = plan["verdict"]
-    if plan["error"]:
-        out["error"] = plan["error"]
-    return out
+    return edits.with_plan(out, plan_patch(source, spec, resolve_module))
 
 
 def unified_diff(old: bytes, new: bytes, path: str) -> str:

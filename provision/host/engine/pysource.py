@@ -120,64 +120,46 @@ def target_names(t, out):
 
 def scope_bindings(body) -> list:
     """(name, first line, node, kind) for every name a class/module body binds,
-    looking into if/try/with/for blocks (they run in the same scope) but not into
+    looking into if/try/with/for/match blocks (they run in the same scope) but not into
     function bodies."""
     out = []
-
-    def visit(stmts):
-        for st in stmts:
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((st.name, first_line(st), st, "def"))
-            elif isinstance(st, ast.ClassDef):
-                out.append((st.name, first_line(st), st, "class"))
-            elif isinstance(st, ast.Assign):
-                names = []
-                for t in st.targets:
-                    target_names(t, names)
-                kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
-                out.extend((n, st.lineno, st, kind) for n in names)
-            elif isinstance(st, ast.AnnAssign):
-                if st.value is not None and isinstance(st.target, ast.Name):
-                    out.append((st.target.id, st.lineno, st, "assignment"))
-            elif isinstance(st, ast.AugAssign):
-                names = []
-                target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)):
-                for a in st.names:
-                    if a.name != "*":
-                        out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
-            elif isinstance(st, ast.Delete):
-                names = []
-                for t in st.targets:
-                    target_names(t, names)
-                out.extend((n, st.lineno, st, "del") for n in names)
-            elif isinstance(st, (ast.For, ast.AsyncFor)):
-                names = []
-                target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, (ast.With, ast.AsyncWith)):
-                for item in st.items:
-                    if item.optional_vars is not None:
-                        names = []
-                        target_names(item.optional_vars, names)
-                        out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-            elif isinstance(st, (ast.If, ast.While)):
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                visit(st.body)
-                for h in st.handlers:
-                    visit(h.body)
-                visit(st.orelse)
-                visit(st.finalbody)
-            elif type(st).__name__ == "Match":
-                for case in st.cases:
-                    visit(case.body)
-    visit(body)
+    for st in body_statements(body):
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((st.name, first_line(st), st, "def"))
+        elif isinstance(st, ast.ClassDef):
+            out.append((st.name, first_line(st), st, "class"))
+        elif isinstance(st, ast.Assign):
+            names = []
+            for t in st.targets:
+                target_names(t, names)
+            kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
+            out.extend((n, st.lineno, st, kind) for n in names)
+        elif isinstance(st, ast.AnnAssign):
+            if st.value is not None and isinstance(st.target, ast.Name):
+                out.append((st.target.id, st.lineno, st, "assignment"))
+        elif isinstance(st, ast.AugAssign):
+            names = []
+            target_names(st.target, names)
+            out.extend((n, st.lineno, st, "assignment") for n in names)
+        elif isinstance(st, (ast.Import, ast.ImportFrom)):
+            for a in st.names:
+                if a.name != "*":
+                    out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
+        elif isinstance(st, ast.Delete):
+            names = []
+            for t in st.targets:
+                target_names(t, names)
+            out.extend((n, st.lineno, st, "del") for n in names)
+        elif isinstance(st, (ast.For, ast.AsyncFor)):
+            names = []
+            target_names(st.target, names)
+            out.extend((n, st.lineno, st, "assignment") for n in names)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            for item in st.items:
+                if item.optional_vars is not None:
+                    names = []
+                    target_names(item.optional_vars, names)
+                    out.extend((n, st.lineno, st, "assignment") for n in names)
     return out
 
 
@@ -409,7 +391,8 @@ class Resolver:
 
 def body_statements(body) -> list:
     """The statements of a module or class body that run in that scope, looking into
-    if/try/with/for/while blocks (not into function or class bodies), in source order."""
+    if/try/with/for/while/match blocks (not into function or class bodies), in source order
+    (a block's own statement before those inside it)."""
     out = []
 
     def visit(stmts):
@@ -426,7 +409,20 @@ def body_statements(body) -> list:
                     visit(h.body)
                 visit(st.orelse)
                 visit(st.finalbody)
+            elif type(st).__name__ == "Match":
+                for case in st.cases:
+                    visit(case.body)
     visit(body)
+    return out
+
+
+def line_offsets(lines: list) -> list:
+    """The character offset where each line starts, and the text's length last."""
+    out, pos = [], 0
+    for line in lines:
+        out.append(pos)
+        pos += len(line)
+    out.append(pos)
     return out
 
 

@@ -31,7 +31,9 @@ import re
 
 from provision.host.engine.edits import spec_sha
 from provision.host.engine.markers import begin_line, end_line, find_block
-from provision.host.engine.pysource import body, ending, find_scope, parse, scope_lines, split_lines, try_parse
+from provision.host.engine.pysource import (
+    body, ending, find_scope, line_offsets, parse, scope_lines, split_lines, try_parse,
+)
 from provision.host.engine.spec import EngineError
 
 _WAS = re.compile(r"([ \t\f]*)# was([:|]) ")
@@ -60,15 +62,6 @@ def _uncovered(seg: str, frag: str, find: str) -> list:
     return [i for i in _occurrences(seg, frag) if not any(a <= i and i + len(frag) <= b for a, b in spans)]
 
 
-def _offsets(lines: list) -> list:
-    out, pos = [], 0
-    for line in lines:
-        out.append(pos)
-        pos += len(line)
-    out.append(pos)
-    return out
-
-
 def _line_of(offsets: list, pos: int) -> int:
     """Index of the line holding character `pos`."""
     lo, hi = 0, len(offsets) - 2
@@ -94,7 +87,7 @@ def analyse(text: str, s: dict) -> dict:
     blines = split_lines(base)
     node = find_scope(tree, s["scope"], s["file"])
     lo, hi = scope_lines(node, len(blines))
-    offs = _offsets(blines)
+    offs = line_offsets(blines)
     start, stop = offs[lo - 1], offs[min(hi, len(blines))]
     seg = base[start:stop]
     out = {"base": base, "block": block, "native": False, "via": None, "want": None, "notes": []}

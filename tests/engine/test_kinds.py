@@ -315,3 +315,10 @@ def test_bad_specs_are_refused_by_the_engine_and_the_playbook(bad, says, tmp_pat
     body = {k: v for k, v in spec.items() if k != "name"}
     with pytest.raises(ConfigError, match=re.escape(says) if bad.get("kind") != "patch-it" else "patch.kind"):
         parse_playbook(yaml.safe_dump({"name": "x", "patch": body}), "x.yaml")
+
+
+def test_a_delegate_spec_is_sent_as_before():
+    # no kind/package/applies keys for today's specs: their sha (journal, state) stays the same
+    spec = load_patch_spec("kimi-k25-eagle3")
+    assert set(spec.to_engine()) == {"name", "file", "class", "delegate", "methods"}
+    assert spec.sha == "f654f9839785"  # as before the spec kinds (checked against the parent commit)

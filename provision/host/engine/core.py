@@ -58,6 +58,7 @@ from provision.host.engine.markers import (  # noqa: F401
     begin_line,
     end_line,
     find_block as _find_block,
+    marker_kind,
     pair as _pair,
     scan_markers as _scan_markers,
 )
@@ -237,8 +238,8 @@ def _other_blocks(lines: list, spec_name: str, lo: int, hi: int) -> list:
     hi (a class's region), oldest first. Raises block-corrupt for broken ones there."""
     out = []
     for name, marks in _scan_markers(lines).items():
-        if name == spec_name:
-            continue
+        if name == spec_name or any(marker_kind(lines[i]) != "delegate" for i, _ in marks["begins"]):
+            continue  # ours for this spec, or another kind's edit (mapping-entry, replace): not a block of methods
         at = [i for i, _ in marks["begins"]] + marks["ends"]
         if not any(lo < i < hi for i in at):
             continue

@@ -153,7 +153,7 @@ def _render(base: str, d, s: dict) -> str:
     else:
         value = _copied(base, lines, offs, d, s, indent)
     entry = indent + _key_src(s, d, base, lines, offs) + sep + value + "," + nl
-    block = (indent + begin_line(s["name"], spec_sha(s), COMMA_ADDED if comma_at is not None else "") + nl
+    block = (indent + begin_line(s["name"], spec_sha(s), "kind=mapping-entry" + (" " + COMMA_ADDED if comma_at is not None else "")) + nl
              + entry + indent + end_line(s["name"]) + nl)
     at = offs[close_line]
     if comma_at is not None:

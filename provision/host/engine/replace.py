@@ -123,7 +123,7 @@ def _render(base: str, lines: list, offs: list, pos: int, s: dict) -> str:
     head = base[offs[l1]:pos]
     tail = base[pos + len(find):offs[l2 + 1]]
     region = head + repl.replace("\n", nl) + tail + ("" if last_end else nl)
-    new = (base[:offs[l1]] + indent + begin_line(s["name"], spec_sha(s)) + nl + "".join(was) + region
+    new = (base[:offs[l1]] + indent + begin_line(s["name"], spec_sha(s), "kind=replace") + nl + "".join(was) + region
            + indent + end_line(s["name"]) + last_end + base[offs[l2 + 1]:])
     plain = base[:pos] + repl.replace("\n", nl) + base[pos + len(find):]
     plain_tree = try_parse(plain)

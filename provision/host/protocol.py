@@ -235,6 +235,7 @@ class ReconcileAnswer(Answer, total=False):
     state_refreshed: bool
     classifier_input: Dict[str, Any]
     elapsed: float
+    package: "PackageInfo"     # full path: the package the spec's file was found in
 
 
 class BackupsRequest(Request, total=False):

@@ -122,7 +122,7 @@ def scope_bindings(body) -> list:
     """(name, first line, node, kind) for every name a class/module body binds,
     looking into if/try/with/for/match blocks (they run in the same scope) but not into
     function bodies."""
-    out = []
+    out: list = []
     for st in body_statements(body):
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.append((st.name, first_line(st), st, "def"))

@@ -40,7 +40,7 @@ import re
 import sys
 import textwrap
 
-from provision.host.engine.pysource import body_statements, import_bindings
+from provision.host.engine.pysource import Module, Resolver, body_statements, import_bindings
 
 TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
 PARITY_METHOD = "set_embed_and_head"  # called on the draft; injected for parity
@@ -86,7 +86,7 @@ class _Func:
 
 
 class _Module:
-    __slots__ = ("name", "rel", "is_pkg", "classes", "functions", "imports", "assigns", "entry")
+    __slots__ = ("name", "rel", "is_pkg", "classes", "functions", "imports", "assigns", "entry", "src")
 
     def __init__(self, name: str, rel: str, is_pkg: bool) -> None:
         self.name = name
@@ -97,6 +97,7 @@ class _Module:
         self.imports: dict = {}
         self.assigns: dict = {}
         self.entry = None
+        self.src = Module(name, ast.Module(body=[], type_ignores=[]), is_pkg)  # the engine's bindings
 
     def package(self) -> str:
         return self.name if self.is_pkg else self.name.rpartition(".")[0]
@@ -112,6 +113,7 @@ def _bind_import(imports: dict, node, package: str) -> None:
 
 
 def _build_module(mod: _Module, tree) -> None:
+    mod.src = Module(mod.name, tree, mod.is_pkg)
     package = mod.package()
     for node in body_statements(tree.body):
         if isinstance(node, ast.ClassDef):
@@ -252,6 +254,18 @@ def _params(fn) -> str:
 # the index: parsed modules, class graph, name resolution
 # --------------------------------------------------------------------------
 
+class _IndexResolver(Resolver):
+    """The engine's resolver, reading modules through the index (each parsed once)."""
+
+    def __init__(self, index) -> None:
+        super().__init__(None, [])
+        self.index = index
+
+    def module(self, name: str):
+        mod = self.index.module(name) if name else None
+        return None if mod is None else mod.src
+
+
 class _Index:
     def __init__(self, package_root: str) -> None:
         self.root = os.path.abspath(package_root)
@@ -261,6 +275,7 @@ class _Index:
         self._classes: dict = {}
         self._fninfo: dict = {}
         self._located: dict = {}
+        self.resolver = _IndexResolver(self)
 
     def release(self) -> None:
         """Drop every parsed tree; break the class graph's reference cycles first."""
@@ -393,12 +408,20 @@ class _Index:
 
     # ---- class graph -------------------------------------------------------
     def bases(self, c: _Class) -> list:
+        """The class's bases that are SGLang classes, found as the patch engine finds them
+        (pysource.Resolver over this index's parsed modules)."""
         if c.bases is None:
             c.bases = []
             for b in c.node.bases:
-                r = self.resolve_expr(c.module, b)
-                if isinstance(r, _Class) and r is not c:
-                    c.bases.append(r)
+                r = self.resolver.resolve_class(c.module.src, b)
+                if r is None:
+                    continue
+                mod = self.modules.get(r[0].name)
+                if mod is None or r[1].name not in mod.classes or mod.classes[r[1].name] is not r[1]:
+                    continue
+                base = self.cls(mod, r[1].name)
+                if base is not c:
+                    c.bases.append(base)
         return c.bases
 
     def all_methods(self, c: _Class, _stack: tuple = ()) -> dict:

@@ -166,9 +166,14 @@ def scope_bindings(body) -> list:
 # --------------------------------------------------------------------------- base-class resolution
 
 class Module:
-    def __init__(self, name: str, tree):
+    """One parsed module's bindings (name -> what it is bound to), for name resolution.
+    `is_pkg`: the module is a package's __init__.py (None: not known, both readings of its
+    relative imports are tried)."""
+
+    def __init__(self, name: str, tree, is_pkg: bool | None = None):
         self.name = name
         self.tree = tree
+        self.is_pkg = is_pkg
         self._bind = None
         self.stars = []
 
@@ -186,7 +191,7 @@ class Module:
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 b[st.name] = ("other", None)
             elif isinstance(st, (ast.Import, ast.ImportFrom)):
-                for name, binding in import_bindings(st, package_candidates(self.name, None)):
+                for name, binding in import_bindings(st, package_candidates(self.name, self.is_pkg)):
                     if binding[0] == "*":
                         self.stars.extend(binding[1])
                     else:

@@ -86,15 +86,13 @@ class _Func:
 
 
 class _Module:
-    __slots__ = ("name", "rel", "is_pkg", "classes", "functions", "imports", "assigns", "entry", "src")
+    __slots__ = ("name", "rel", "is_pkg", "classes", "assigns", "entry", "src")
 
     def __init__(self, name: str, rel: str, is_pkg: bool) -> None:
         self.name = name
         self.rel = rel
         self.is_pkg = is_pkg
         self.classes: dict = {}
-        self.functions: dict = {}
-        self.imports: dict = {}
         self.assigns: dict = {}
         self.entry = None
         self.src = Module(name, ast.Module(body=[], type_ignores=[]), is_pkg)  # the engine's bindings
@@ -103,25 +101,11 @@ class _Module:
         return self.name if self.is_pkg else self.name.rpartition(".")[0]
 
 
-def _bind_import(imports: dict, node, package: str) -> None:
-    """The audit's view of an import's bindings (pysource.import_bindings, one package known)."""
-    for name, b in import_bindings(node, [package]):
-        if b[0] == "module":
-            imports[name] = ("mod", b[1])
-        elif b[0] == "from" and b[1]:
-            imports[name] = ("from", b[1][0], b[2])
-
-
 def _build_module(mod: _Module, tree) -> None:
     mod.src = Module(mod.name, tree, mod.is_pkg)
-    package = mod.package()
     for node in body_statements(tree.body):
         if isinstance(node, ast.ClassDef):
             mod.classes[node.name] = node
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            mod.functions[node.name] = node
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            _bind_import(mod.imports, node, package)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if node.value is None:
@@ -198,7 +182,9 @@ class _FnInfo:
         self.calls_init = False
         for node in nodes:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                _bind_import(self.imports, node, package)
+                for name, b in import_bindings(node, [package]):
+                    if b[0] == "module" or (b[0] == "from" and b[1]):
+                        self.imports[name] = b
             elif isinstance(node, ast.Return):
                 if node.value is not None:
                     self.returns.append(node.value)
@@ -261,9 +247,12 @@ class _IndexResolver(Resolver):
         super().__init__(None, [])
         self.index = index
 
-    def module(self, name: str):
-        mod = self.index.module(name) if name else None
+    def module(self, name: str, load: bool = True):
+        mod = self.index.module(name, load) if name else None
         return None if mod is None else mod.src
+
+    def is_module(self, name: str) -> bool:
+        return self.index.locate(name) is not None
 
 
 class _Index:
@@ -355,56 +344,21 @@ class _Index:
         return got
 
     # ---- name resolution: -> _Class | _Func | _ModRef | None ------------------
-    # ``load`` says whether modules outside the already parsed set (the models
-    # directory plus whatever base classes needed) may be parsed to answer.
-    def _binding(self, b: tuple, seen: set, load: bool):
-        if b[0] == "mod":
-            return _ModRef(b[1]) if self.locate(b[1]) is not None else None
-        _, modname, sym = b
-        sub = modname + "." + sym
-        if self.locate(sub) is not None:
-            return _ModRef(sub)
-        target = self.module(modname, load)
-        if target is None:
+    # The engine's resolver (pysource.Resolver) over this index's modules, its answers made the
+    # audit's objects. ``load`` says whether modules outside the already parsed set (the
+    # models directory plus whatever base classes needed) may be parsed to answer.
+    def resolve_expr(self, mod: _Module, expr, info: _FnInfo | None = None, load: bool = True):
+        r = self.resolver.resolve(mod.src, expr, info.imports if info is not None else None, load)
+        if r is None:
             return None
-        return self.resolve_name(target, sym, seen, load)
-
-    def resolve_name(self, mod: _Module, name: str, seen: set | None = None, load: bool = True):
-        seen = set() if seen is None else seen
-        key = (mod.name, name)
-        if key in seen or len(seen) > 64:
+        if r[0] == "module":
+            return _ModRef(r[1])
+        owner = self.modules.get(r[1].name)
+        if owner is None:
             return None
-        seen.add(key)
-        if name in mod.classes:
-            return self.cls(mod, name)
-        if name in mod.functions:
-            return _Func(mod, mod.functions[name])
-        b = mod.imports.get(name)
-        if b is not None:
-            return self._binding(b, seen, load)
-        values = mod.assigns.get(name)
-        if values and len(values) == 1 and isinstance(values[0], (ast.Name, ast.Attribute)):
-            return self.resolve_expr(mod, values[0], None, seen, load)
-        return None
-
-    def resolve_expr(self, mod: _Module, expr, info: _FnInfo | None = None, seen: set | None = None, load: bool = True):
-        seen = set() if seen is None else seen
-        if isinstance(expr, ast.Name):
-            if info is not None and expr.id in info.imports:
-                return self._binding(info.imports[expr.id], seen, load)
-            return self.resolve_name(mod, expr.id, seen, load)
-        if isinstance(expr, ast.Attribute):
-            base = self.resolve_expr(mod, expr.value, info, seen, load)
-            if isinstance(base, _ModRef):
-                sub = base.name + "." + expr.attr
-                if self.locate(sub) is not None:
-                    return _ModRef(sub)
-                target = self.module(base.name, load)
-                return None if target is None else self.resolve_name(target, expr.attr, seen, load)
-            return None
-        if isinstance(expr, ast.Subscript):  # Generic[T]-style bases
-            return self.resolve_expr(mod, expr.value, info, seen, load)
-        return None
+        if r[0] == "function":
+            return _Func(owner, r[2])
+        return self.cls(owner, r[2].name) if owner.classes.get(r[2].name) is r[2] else None
 
     # ---- class graph -------------------------------------------------------
     def bases(self, c: _Class) -> list:
@@ -413,15 +367,9 @@ class _Index:
         if c.bases is None:
             c.bases = []
             for b in c.node.bases:
-                r = self.resolver.resolve_class(c.module.src, b)
-                if r is None:
-                    continue
-                mod = self.modules.get(r[0].name)
-                if mod is None or r[1].name not in mod.classes or mod.classes[r[1].name] is not r[1]:
-                    continue
-                base = self.cls(mod, r[1].name)
-                if base is not c:
-                    c.bases.append(base)
+                r = self.resolve_expr(c.module, b)
+                if isinstance(r, _Class) and r is not c:
+                    c.bases.append(r)
         return c.bases
 
     def all_methods(self, c: _Class, _stack: tuple = ()) -> dict:

@@ -6,10 +6,12 @@ engine/replace.py) and the model auditor (engine/audit.py) need to find things i
 - the file's text: ``decode`` (bytes -> text and encoding, refusing what would not
   round-trip), ``split_lines`` (lines with their endings, as the tokenizer counts them);
 - the names a module or class body binds (``scope_bindings``, ``Module.bindings``), with
-  imports made absolute (``absolute_modules``);
+  imports made absolute (``absolute_module``, ``import_bindings``);
 - a dotted scope (``find_scope``: ``func``, ``Class``, ``Class.method``);
-- base classes followed into other SGLang modules (``Resolver``: ``resolve_class``,
-  ``inherited``, ``base_classes``).
+- what a name or dotted expression stands for, followed through imports into other SGLang
+  modules (``Resolver.resolve``: a class, a function or a module), and so base classes
+  (``resolve_class``, ``inherited``, ``base_classes``). The patch engine reads modules through
+  a callback (bytes in); the audit subclasses the resolver to read them through its index.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ class Module:
             if isinstance(st, ast.ClassDef):
                 b[st.name] = ("class", st)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                b[st.name] = ("other", None)
+                b[st.name] = ("function", st)
             elif isinstance(st, (ast.Import, ast.ImportFrom)):
                 for name, binding in import_bindings(st, package_candidates(self.name, self.is_pkg)):
                     if binding[0] == "*":
@@ -262,7 +264,8 @@ class Resolver:
         self.notes = notes
         self.cache = {}
 
-    def module(self, name: str):
+    def module(self, name: str, load: bool = True):
+        """The parsed SGLang module `name` (read through the callback once), or None."""
         if not name or name.split(".")[0] != PACKAGE or self.cb is None:
             return None
         if name in self.cache:
@@ -287,63 +290,68 @@ class Resolver:
         self.cache[name] = mod
         return mod
 
-    def _modules(self, names) -> list:
-        return [m for m in (self.module(n) for n in names) if m is not None]
+    def is_module(self, name: str) -> bool:
+        """Is `name` a module (so `from a import b` may bind the submodule a.b)?"""
+        return self.module(name) is not None
 
-    def resolve_class(self, mod: Module, expr, depth: int = 0):
-        """The (module, ClassDef) an expression names, or None."""
+    def resolve(self, mod: Module, expr, local: dict | None = None, load: bool = True, depth: int = 0):
+        """What an expression names: ("class", Module, ClassDef), ("function", Module, def),
+        ("module", dotted name), or None (not an SGLang name, or not known). `local`: bindings
+        that shadow the module's (a function's own imports); `load`: whether modules not read
+        yet may be read to answer."""
         if depth > MAX_BASE_DEPTH:
             return None
-        if isinstance(expr, ast.Subscript):
-            return self.resolve_class(mod, expr.value, depth + 1)
+        if isinstance(expr, ast.Subscript):  # Generic[T]-style bases
+            return self.resolve(mod, expr.value, local, load, depth + 1)
         if isinstance(expr, ast.Name):
-            return self._lookup(mod, expr.id, depth)
+            if local and expr.id in local:
+                return self._ref(mod, local[expr.id], load, depth + 1)
+            return self._name(mod, expr.id, load, depth + 1)
         if isinstance(expr, ast.Attribute):
-            for mname in self._module_of(mod, expr.value, depth):
-                target = self.module(mname)
-                if target is not None:
-                    r = self._lookup(target, expr.attr, depth + 1)
-                    if r is not None:
-                        return r
+            base = self.resolve(mod, expr.value, local, load, depth + 1)
+            if base is not None and base[0] == "module":
+                return self._in_module(base[1], expr.attr, load, depth + 1)
         return None
 
-    def _lookup(self, mod: Module, name: str, depth: int):
+    def resolve_class(self, mod: Module, expr):
+        """The (module, ClassDef) an expression names, or None."""
+        r = self.resolve(mod, expr)
+        return (r[1], r[2]) if r is not None and r[0] == "class" else None
+
+    def _name(self, mod: Module, name: str, load: bool, depth: int):
         if depth > MAX_BASE_DEPTH:
             return None
         b = mod.bindings().get(name)
         if b is None:
-            for star in self._modules(mod.stars):
-                r = self._lookup(star, name, depth + 1)
+            for star in mod.stars:
+                target = self.module(star, load)
+                r = None if target is None else self._name(target, name, load, depth + 1)
                 if r is not None:
                     return r
             return None
-        if b[0] == "class":
-            return (mod, b[1])
-        if b[0] == "alias":
-            return self.resolve_class(mod, b[1], depth + 1)
-        if b[0] == "from":
-            for src in self._modules(b[1]):
-                r = self._lookup(src, b[2], depth + 1)
+        return self._ref(mod, b, load, depth)
+
+    def _ref(self, mod: Module, b: tuple, load: bool, depth: int):
+        kind = b[0]
+        if kind in ("class", "function"):
+            return (kind, mod, b[1])
+        if kind == "module":
+            return ("module", b[1]) if self.is_module(b[1]) else None
+        if kind == "alias":
+            return self.resolve(mod, b[1], None, load, depth + 1)
+        if kind == "from":
+            for m in b[1]:
+                r = self._in_module(m, b[2], load, depth + 1)
                 if r is not None:
                     return r
         return None
 
-    def _module_of(self, mod: Module, expr, depth: int) -> list:
-        """Candidate dotted module names an expression (`y`, `a.b`) refers to."""
-        if depth > MAX_BASE_DEPTH:
-            return []
-        if isinstance(expr, ast.Name):
-            b = mod.bindings().get(expr.id)
-            if b is None:
-                return []
-            if b[0] == "module":
-                return [b[1]]
-            if b[0] == "from":
-                return [f"{m}.{b[2]}" for m in b[1]]
-            return []
-        if isinstance(expr, ast.Attribute):
-            return [f"{m}.{expr.attr}" for m in self._module_of(mod, expr.value, depth + 1)]
-        return []
+    def _in_module(self, modname: str, name: str, load: bool, depth: int):
+        sub = f"{modname}.{name}"
+        if self.is_module(sub):
+            return ("module", sub)
+        target = self.module(modname, load)
+        return None if target is None else self._name(target, name, load, depth)
 
     def inherited(self, mod: Module, cls) -> dict:
         """name -> ("module.Class", [(line, kind, node), ...]) for every name the SGLang bases

@@ -48,6 +48,8 @@ CRASH_KINDS = (
     "oom",
     "warmup-failed",
     "child-failed",
+    "sm120-torch-symm-mem",               # KeyError: 12 from torch_symm_mem.py (Crash.spec names the fix)
+    "sm120-flashinfer-allreduce-fusion",  # flashinfer's "No supported CUDA architectures ..."
     "exception",
 )
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")

@@ -62,6 +62,13 @@ class Server(TypedDict, total=False):
     argv: List[str]
 
 
+class Skipped(TypedDict, total=False):
+    """An interpreter discovery refused to run (facts/installs.py trust rules)."""
+    path: str
+    reason: str
+    server_pid: int    # when it is the interpreter of a running server
+
+
 class Facts(TypedDict, total=False):
     """discover()'s answer."""
     installs: List[Install]
@@ -70,6 +77,7 @@ class Facts(TypedDict, total=False):
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]
+    skipped: List[Skipped]
     error: Optional[ErrorInfo]
     packages: Dict[str, "PackageInfo"]  # name -> where the chosen install's interpreter finds it
 
@@ -189,6 +197,7 @@ class StatusRequest(Request, total=False):
 
 class StatusAnswer(Answer, total=False):
     patch: Inspection
+    overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -277,7 +286,8 @@ class AuditAnswer(Answer, total=False):
 class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
-    spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
+    specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -296,17 +306,86 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
+    overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
+    fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
+    import_timeout: float
 
 
-class ServerAnswer(Answer, total=False):
-    """The server ops' answers: a state record and what was done (see ops/server.py)."""
-    server: Dict[str, Any]
-    state: str
-    pid: Optional[int]
-    port: int
+class Check(TypedDict, total=False):
+    level: str         # "ok" | "info" | "warn" | "error"
+    check: str
+    message: str
+
+
+class PreflightAnswer(Answer, total=False):
+    checks: List[Check]
+    running: bool              # our server already runs on the port
+    record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
+    install: Install
+    survivors: List[int]       # pids of a dead server's tree that are still alive
+    fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
+    overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
+
+
+class StartAnswer(Answer, total=False):
+    started: bool
+    already: bool              # a server of ours already runs on the port: nothing done
+    same_profile: bool         # ... and it was started from the same profile digest
+    record: Dict[str, Any]
+    pruned_logs: List[str]
+    replaced: Optional[List[int]]   # pids stopped first (--restart)
+
+
+class StopAnswer(Answer, total=False):
+    stopped: bool
+    message: str
+    pids: List[int]
+    escalated: bool            # SIGKILL was needed
+    elapsed: float
+    unit: str
+    unit_removed: bool
+
+
+class ProbeAnswer(Answer, total=False):
+    running: bool
+    exit: Optional[int]
+    chunk: str                 # the log from `offset` on
+    offset: int
+    port_open: bool
+    health: Optional[int]      # HTTP status of /health, or None
+    confirm: Any
+    record: Dict[str, Any]
+    now: float
+    survivors: List[int]
+
+
+class ServerStatusAnswer(Answer, total=False):
+    running: bool
+    record: Dict[str, Any]
+    exit: Optional[int]
+    survivors: List[int]
+    survivors_described: List[str]
+    reaped: Any
+    persistent: Dict[str, Any]     # unit, active, sub, enabled, restarts, result
+    port_open: bool
     health: Optional[int]
+    uptime: float
+
+
+class LogsAnswer(Answer, total=False):
     log: str
-    notes: List[str]
+    text: str
+    offset: int
+    record: Dict[str, Any]
+
+
+class SmokeAnswer(Answer, total=False):
+    elapsed: float
+    completion_tokens: int
+    tokens_per_s: Optional[float]
+    spec_accept_length: Optional[float]
+    spec_accept_rate: Optional[float]
 
 
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
@@ -315,10 +394,10 @@ OPS: Dict[str, Any] = {
     "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
     "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
     "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),
-    "preflight": (ServerRequest, ServerAnswer), "start": (ServerRequest, ServerAnswer),
-    "stop": (ServerRequest, ServerAnswer), "probe": (ServerRequest, ServerAnswer),
-    "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
-    "smoke": (ServerRequest, ServerAnswer),
+    "preflight": (ServerRequest, PreflightAnswer), "start": (ServerRequest, StartAnswer),
+    "stop": (ServerRequest, StopAnswer), "probe": (ServerRequest, ProbeAnswer),
+    "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
+    "smoke": (ServerRequest, SmokeAnswer),
 }
 
 
@@ -333,3 +412,44 @@ class PackageInfo(TypedDict, total=False):
     dist_info: Optional[str]
     error: Optional[ErrorInfo]  # kind "package-missing" when dir is None
 
+
+# --------------------------------------------------------------------------- overlay mode (ops/overlay.py)
+
+class OverlayVerify(TypedDict, total=False):
+    """Importing the overlay as the server would (where torch imports), else why not."""
+    status: str                # "ok" | "not-verifiable" | "failed"
+    why: str
+    modules: List[Dict[str, Any]]
+
+
+class OverlayStage(TypedDict, total=False):
+    """One install's overlay: where it is, what it holds, the environment that switches it on."""
+    verdict: str               # "staged" | "unchanged" | "native" | "failed" | "removed" | "absent"
+    root: str                  # the directory that goes first on PYTHONPATH
+    package: str               # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
+    install: str
+    version: Optional[str]
+    modules: List[str]         # provision_overlay.<spec module>
+    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay), native, module
+    digest: str
+    env: Dict[str, str]
+    env_lines: List[str]
+    removed: bool
+    notes: List[str]
+    verify: OverlayVerify
+    current: bool              # status: the staged overlay is what the spec renders now
+    error: Optional[ErrorInfo]
+
+
+class OverlayRequest(Request, total=False):
+    spec: Spec
+    specs: List[Spec]
+    remove: bool               # take the overlay away instead
+    import_timeout: float
+
+
+class OverlayAnswer(Answer, total=False):
+    overlay: OverlayStage
+
+
+OPS["overlay"] = (OverlayRequest, OverlayAnswer)

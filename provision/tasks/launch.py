@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tenacity import (RetryError, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
                       wait_random)
@@ -19,6 +20,13 @@ from provision.config.profile import Profile, host_profile
 from provision.control.transport.ssh import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.output.results import HostResult
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import LogsAnswer, PreflightAnswer, ProbeAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer, StopAnswer
+
+
+# Seconds the host may take to import the overlay module as the server would (where torch imports).
+OVERLAY_IMPORT_TIMEOUT = 180.0
 
 
 @dataclass
@@ -41,6 +49,7 @@ class LaunchOptions:
     max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
     tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
     stop_on_interrupt: bool = False
+    overlay: bool = False       # launch --overlay (or the profile's `fix: overlay`): no file is edited
     # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
@@ -93,7 +102,25 @@ def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = Non
     overrides = dict(opts.overrides)
     if multinode is not None:
         overrides.update(multinode.args_for(host))
-    return host_profile(host, opts.profile, overrides, opts.python)
+    prof, spec = host_profile(host, opts.profile, overrides, opts.python)
+    if opts.overlay and prof.fix != "overlay":
+        from dataclasses import replace
+
+        prof = replace(prof, fix="overlay")
+    if prof.fix == "overlay" and opts.patch:
+        raise ConfigError(f"{prof.name}: --patch edits SGLang's file, overlay mode (--overlay or the profile's "
+                          "`fix: overlay`) leaves it untouched: choose one")
+    return prof, spec
+
+
+def uses_overlay(prof: Profile, opts: LaunchOptions) -> bool:
+    """launch --overlay, or the profile's `fix: overlay` (resolve() folds the flag into the profile)."""
+    return prof.fix == "overlay"
+
+
+def overlay_package(rec: dict | None) -> str | None:
+    """The overlay package a started server runs with (its record says), or None."""
+    return ((rec or {}).get("overlay") or {}).get("package")
 
 
 def secret_values(secrets: dict) -> list[str]:
@@ -168,13 +195,17 @@ def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -
 
 
 def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
-           sudo: bool = False, t_start: float | None = None) -> HostResult:
-    """Poll until healthy, dead, or the deadline. Returns the host's verdict."""
+           sudo: bool = False, t_start: float | None = None, overlay_package: str | None = None) -> HostResult:
+    """Poll until healthy, dead, or the deadline. Returns the host's verdict.
+
+    `overlay_package`: the server runs with that overlay; SGLang skipping one of its modules
+    (``Ignore import error when loading PKG...``) is a crash of its own, and the server is
+    stopped at once instead of loading weights for a class without the methods."""
     from provision.logs.loadlog import LoadLog, hint
     from provision.logs.redact import redact
 
     secrets = secret_values(opts.secrets)
-    parser = LoadLog(secrets=secrets)
+    parser = LoadLog(secrets=secrets, overlay_package=overlay_package)
     seen = {"phases": [], "progress": {}}
     t0 = t_start or time.monotonic()
     st = {"offset": offset, "ok_in_row": 0, "errors_open": 0, "seen_200": False, "bad_after_200": 0,
@@ -182,7 +213,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
 
     def poll():
         t_probe = time.monotonic()
-        ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
+        ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
                                     "health_timeout": prof.health_timeout, "health_url": opts.health_url,
                                     "confirm": 0.3 if opts.ready_checks > 1 else 0, "sglang_path": None},
                           timeout=2 * prof.health_timeout + 30, sudo=sudo, opts=opts, display=display, host=host,
@@ -222,6 +253,11 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             h = hint(crash, host.name, shipped_classes()) if crash is not None else None
             if h:
                 detail += "; hint: " + h
+            if crash is not None and crash.kind == "overlay-import" and ans["running"]:
+                stop = session.call({"op": "stop", "port": prof.port, "grace": prof.grace}, timeout=prof.grace + 60,
+                                    sudo=sudo)
+                detail += ("; the server was stopped at once" if stop.get("ok") else
+                           f"; stopping the server failed: {(stop.get('error') or {}).get('message')}")
             st["done"] = HostResult(host.name, "crashed", detail, data={
                 "log_tail": tail, "phase": state.phase, "log": (st["record"] or {}).get("log"),
                 "crash_kind": crash.kind if crash is not None else "exited", "exit_status": status,
@@ -321,7 +357,7 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
     st: dict = {}
     while not multinode.done[name].wait(timeout=opts.poll):
         try:
-            ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
+            ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
                                         "health_timeout": 1}, timeout=60, sudo=sudo, opts=opts, display=display,
                               host=host, st=st)
         except (ConnectError, UnknownOutcome) as exc:
@@ -371,8 +407,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                 return pres
             display.message(host.name, f"patch: {pres.verdict}")
             opts.stages[host.name] = "preflight"
-        pre = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
-                           timeout=120, sudo=sudo)
+        overlay = uses_overlay(prof, opts)
+        pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
+                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT),
+                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0),
+                           sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
@@ -390,7 +429,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             if not same:
                 return HostResult(host.name, "refused", f"a server started by provision with another profile is "
                                   f"running (pid {rec.get('pid')}); use --restart to replace it")
-            status = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+            status: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                                   sudo=sudo)
             if status.get("health") == 200:
                 return HostResult(host.name, "running", f"already running and healthy with this profile "
@@ -403,16 +442,18 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"
-        start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                  persistent=opts.persistent, tree_grace=opts.tree_grace),
+        start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
+                                  persistent=opts.persistent, tree_grace=opts.tree_grace,
+                                  overlay_stage=pre.get("overlay"), fix=pre.get("fix")),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
         rec = start["record"]
         opts.stages[host.name] = "started"
-        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}")
+        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
+                        + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
         try:
-            res = _follow_started(host, session, prof, sudo, t0)
+            res = _follow_started(host, session, prof, sudo, t0, rec)
         except (Interrupted, UnknownOutcome):
             if not session.cancelled:
                 raise
@@ -429,12 +470,13 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                        + f"; then {res.verdict}")})
         return res
 
-    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float) -> HostResult:
+    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float, rec: dict) -> HostResult:
         if multinode is not None and (multinode.rank(host) or 0) > 0:
             return follow_secondary(session, host, prof, multinode, opts, display, sudo)
-        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
+        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0,
+                     overlay_package=overlay_package(rec))
         if res.verdict == "ready" and opts.smoke:
-            sm = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
+            sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
             if sm.get("ok"):
                 res.data["smoke"] = sm
                 res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
@@ -488,14 +530,14 @@ def wait_fn(opts: LaunchOptions, display):
     def fn(host: Host, session, fleet) -> HostResult:
         sudo = fleet.uses_sudo(host, session)
         prof, _ = resolve(host, opts)
-        st = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
+        st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
         if not st.get("record"):
             return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
         t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
         # From the current start-up on: a persistent server systemd restarted has the earlier
         # ones (and their crash) above it in the same log.
         return follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
-                      sudo=sudo, t_start=t_start)
+                      sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
 
     return fn
 
@@ -504,7 +546,7 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
         g = prof.grace if grace is None else grace
-        ans = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
+        ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
@@ -524,7 +566,7 @@ def logs_fn(opts: LaunchOptions, lines: int):
 
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
-        ans = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
+        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", ans["error"]["message"])
@@ -537,7 +579,7 @@ def logs_fn(opts: LaunchOptions, lines: int):
 def server_status_fn(opts: LaunchOptions):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
-        ans = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+        ans: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                            sudo=fleet.uses_sudo(host, session))
         rec = ans.get("record") or {}
         if not ans.get("running") and ans.get("survivors"):

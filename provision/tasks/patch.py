@@ -13,7 +13,8 @@ from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
-    from provision.host.protocol import Facts, Inspection, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
+    from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, StatusAnswer,
+                                         StatusRequest)
 
 
 
@@ -93,7 +94,7 @@ def package_note(pkg: dict) -> str:
     return f"file in package {pkg.get('name')} {pkg.get('version') or '(version unknown)'} at {pkg.get('dir')}"
 
 
-STATUS_WANTED = {"patched", "native"}
+STATUS_WANTED = {"patched", "native", "overlay"}
 STATUS_DUE = {"missing", "stale", "hand-patch"}   # `provision patch` would change the file (exit 4)
 
 
@@ -132,6 +133,28 @@ def patch_state(p: Inspection) -> tuple[str, str]:
     return "missing", "missing: " + ", ".join(missing)
 
 
+def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tuple[str, str, list[str]]:
+    """The status verdict once the host's staged overlay is counted (pure): a file that lacks the
+    methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
+    longer needed overlay is a note saying what rewrites or removes it."""
+    held = {m for row in ov.get("specs") or [] for m in row.get("methods") or []}
+    missing = {k for k, v in methods.items() if v == "missing"}
+    notes = []
+    if not ov.get("current"):
+        if ov.get("verdict") == "native":
+            notes.append(f"overlay {ov.get('root')} is no longer needed (the install has the methods natively): "
+                         "`provision reconcile` removes it")
+        elif ov.get("verdict") == "failed":
+            notes.append(f"overlay {ov.get('root')}: {(ov.get('error') or {}).get('message')}")
+        else:
+            notes.append(f"overlay {ov.get('root')} differs from the spec: `provision patch --overlay` or "
+                         "`provision reconcile` rewrites it")
+    elif verdict == "missing" and missing <= held:
+        return "overlay", (f"the file lacks {', '.join(sorted(missing))}; the overlay {ov.get('root')} holds them "
+                           f"(SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')})"), notes
+    return verdict, why, notes
+
+
 def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
@@ -142,8 +165,12 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
     verdict, why = patch_state(p)
+    ov = answer.get("overlay")
+    overlay_notes: list[str] = []
+    if ov:
+        verdict, why, overlay_notes = overlay_state(verdict, why, methods, ov)
     # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
-    state = verdict if verdict in STATUS_WANTED else why if verdict == "missing" else f"{verdict}: {why}"
+    state = verdict if verdict in ("patched", "native") else why if verdict == "missing" else f"{verdict}: {why}"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
     ours = answer.get("server") or {}
@@ -151,7 +178,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     if ours.get("running"):
         h = ours.get("health")
         server = (f"pid {rec.get('pid')} port {rec.get('port')} health {h if h is not None else 'no answer'} "
-                  f"up {ours.get('uptime')} s model {rec.get('model')}")
+                  f"up {ours.get('uptime')} s model {rec.get('model')}"
+                  + (f"; fix: {rec['fix']}" if rec.get("fix") else ""))
     elif ours.get("survivors"):
         server = server_survivors_text(ours)
     elif servers:
@@ -183,7 +211,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         rp = ours["reaped"]
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
-    notes = []
+    notes = list(overlay_notes)
     pkg = p.get("package") or {}
     if pkg and pkg.get("name") != "sglang":
         notes.append(package_note(pkg))
@@ -192,6 +220,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
     data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
+            "fix": rec.get("fix") if ours.get("running") else None, "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),

@@ -67,6 +67,9 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
             info["package"] = pkg
             out["patch"] = info
             out["restart_needed"] = _stale_servers(facts, inst, path)
+            from provision.host.ops import overlay
+
+            out["overlay"] = overlay.status(inst, [spec], state_dir)
     if req.get("port"):
         from provision.host.ops import server
 

@@ -5,7 +5,12 @@ and run by their own interpreter. It does no file IO; a caller that wants base
 classes followed into other SGLang modules passes ``resolve_module(dotted_name)
 -> bytes | None``.
 
-What it does: inject delegation methods into a wrapper class, inside a marked
+The spec kinds: this module is the delegation (``kind: delegate``, the default) and the
+dispatch: ``plan_patch``, ``plan_unpatch``, ``check_structure`` and ``inspect`` hand a
+``mapping-entry`` or ``replace`` spec to engine/mapping_entry.py or engine/replace.py (through
+engine/edits.py), with the same answer shapes, so the ops never look at the kind.
+
+What the delegation does: inject delegation methods into a wrapper class, inside a marked
 block, one level deeper than the ``class`` line and right after the class's last
 statement, preserving every other byte (line endings, comments, a missing final
 newline, code after the class). ``plan_unpatch`` removes exactly that block, so
@@ -15,8 +20,8 @@ Error kinds: "spec", "encoding", "too-large", "syntax", "class-missing",
 "class-ambiguous", "class-layout", "delegate-missing", "block-corrupt",
 "block-other-spec", "not-a-method", "internal".
 
-Every provision-managed block inside the class counts as provision's, whatever
-spec name its markers carry: a patch under a new spec name replaces a block
+Every provision-managed delegation block inside the class counts as provision's, whatever
+spec name its markers carry (another kind's edit, marked `kind=...`, is left alone): a patch under a new spec name replaces a block
 written under an old one (when the new spec provides every method the old block
 holds) or refuses; it is never taken for the class's own code. A name counts as
 native only when the class or an SGLang base binds it to a function; a property,
@@ -28,11 +33,7 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
-import io
-import keyword
-import re
 import textwrap
-import tokenize
 from typing import Any, Mapping, TYPE_CHECKING, cast
 
 from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in one namespace)

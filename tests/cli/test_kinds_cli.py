@@ -93,3 +93,18 @@ def test_reconcile_puts_the_flashinfer_fix_back_after_a_reinstall(sm120_host, ss
     assert proc.returncode == 0 and rec["verdict"] == "patched" and rec["data"]["state"] == "wiped", rec
     assert "the file is the release's own again (flashinfer reinstalled); re-patched" in rec["detail"]
     assert comm.read_bytes() == patched
+
+
+def test_the_latest_release_still_needs_the_symm_mem_entry(sandbox_factory, ssh_env):
+    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv")
+    try:
+        path = host.hostpath(f"{host.sglang_dir}/{SYMM}")
+        before = path.read_bytes()
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem")
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
+        assert doc["hosts"][0]["version"] == "0.5.23"
+        assert b"    12: {\n" in path.read_bytes()
+        run("unpatch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem", check_rc=0)
+        assert path.read_bytes() == before
+    finally:
+        sandbox_factory.remove(host)

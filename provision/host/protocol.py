@@ -246,6 +246,7 @@ class ReconcileAnswer(Answer, total=False):
     overlay: "OverlayStage"    # overlay mode: the overlay as reconcile left it (ops/reconcile._overlay)
     classifier_input: Dict[str, Any]
     elapsed: float
+    package: "PackageInfo"     # full path: the package the spec's file was found in
 
 
 class BackupsRequest(Request, total=False):

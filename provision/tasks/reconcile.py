@@ -136,7 +136,7 @@ def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, 
             "servers": ans.get("servers") or [], "check": check, "remote_elapsed": ans.get("elapsed")}
     if spec is not None:
         data["spec"], data["spec_hash"] = spec.name, spec.sha
-    for k in ("reference", "kind", "git", "state_cleaned", "state_refreshed"):
+    for k in ("reference", "kind", "git", "state_cleaned", "state_refreshed", "package"):
         if ans.get(k) is not None:
             data[k] = ans[k]
     notes = list(ans.get("notes") or [])

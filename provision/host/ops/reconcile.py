@@ -149,7 +149,7 @@ def classify(f: dict) -> dict:
         if moved:
             why = f"SGLang changed{moved}"
         elif f.get("pristine"):
-            why = "the file is the release's own again (SGLang reinstalled)"
+            why = f"the file is the release's own again ({f.get('package') or 'SGLang'} reinstalled)"
         else:
             why = "the file was replaced"
         return out("wiped", "patch", f"our block is gone: {why}")
@@ -286,7 +286,8 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
     f = {"exists": os.path.isfile(real), "force": bool(req.get("force")), "version": inst.get("version"),
          "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
          "recorded_version": entry.get("sglang_version"), "recorded_by": entry.get("by"),
-         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held"))}
+         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held")),
+         "package": None if pkg["name"] == "sglang" else pkg["name"]}
     if f["exists"]:
         try:
             src = _read(real)

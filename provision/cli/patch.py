@@ -11,6 +11,14 @@ from provision.cli.main import (check_option, check_specs, diff_option, fleet_op
                                 load_spec, main, run_fleet, specs_option)
 
 
+OVERLAY_HELP = {
+    "patch": "Leave SGLang's files alone: stage the fix as an overlay package (SGLang 0.5.6+) in the host's state "
+             "directory and print the two environment lines a server you start yourself needs "
+             "(SGLANG_EXTERNAL_MODEL_PACKAGE, PYTHONPATH).",
+    "unpatch": "Remove the overlay `patch --overlay` staged for the install (SGLang's files are not touched).",
+}
+
+
 def _patch_like(command: str):
     def deco(fn):
         if command == "patch":  # unpatch takes our edit out wherever it is: applicability is not asked
@@ -22,16 +30,28 @@ def _patch_like(command: str):
         @check_option
         @diff_option
         @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
+        @click.option("--overlay", is_flag=True, help=OVERLAY_HELP[command])
         @functools.wraps(fn)
-        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, gpu_capability=None, **kw):
+        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, overlay, gpu_capability=None, **kw):
             from provision.tasks.patch import do_patch
 
             pspec = load_spec(spec)
             check_specs(ctx, pspec)
             extra = fn(ctx, **kw) or {}
-            op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                             python=python_, timeout=ctx.conn.command_timeout, gpu_capability=gpu_capability,
-                             **extra)
+            if overlay:
+                from provision.errors import UsageError
+                from provision.tasks.overlay import do_overlay
+
+                if diff:
+                    raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
+                if pspec is not None and len(pspec) > 1:
+                    raise UsageError("--overlay stages one delegation spec's overlay: give one --spec")
+                op_fn = do_overlay(pspec[0] if pspec else None, check=check, remove=command == "unpatch",
+                                   sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+            else:
+                op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                                 python=python_, timeout=ctx.conn.command_timeout, gpu_capability=gpu_capability,
+                                 **extra)
             code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
                              columns=["host", "spec", "verdict", "version", "methods", "detail", "elapsed"])
             sys.exit(code)
@@ -59,7 +79,8 @@ def patch(ctx, verify_import=False):
     `applies:` rules the host out is not-applicable (with the reason).
 
     \b
-    Verdicts: patched, unchanged, native, repaired, not-applicable, failed, unknown.
+    Verdicts: patched, unchanged, native, repaired, not-applicable, failed, unknown;
+    with --overlay: staged, unchanged, native, failed.
     """
     return {"verify_import": verify_import}
 
@@ -83,6 +104,7 @@ def status(ctx, spec, gpu_capability, sglang_path, python_):
     Verdicts (the patch state of the spec's file):
       patched     provision's block is in the class and matches the spec
       native      the class has every method itself (SGLang 0.5.10+)
+      overlay     the file lacks them; the overlay staged for the install holds them
       missing     methods are missing: `provision patch` adds them
       stale       provision's block differs from the spec: `patch` re-renders it
       hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
@@ -90,7 +112,7 @@ def status(ctx, spec, gpu_capability, sglang_path, python_):
       not-applicable  the spec's `applies:` rules the host out (the reason says why)
 
     One row per host and spec (`--spec` repeatable, or the inventory's `specs:`).
-    Exit 0 when every row is patched, native or not-applicable, 4 when one is missing,
+    Exit 0 when every row is patched, native, overlay or not-applicable, 4 when one is missing,
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the
     running server started before the file last changed.

@@ -202,6 +202,7 @@ class StatusAnswer(Answer, total=False):
     patches: List["SpecStatus"]
     gpu: "GpuInfo"
     overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
+    server_fixes: Dict[str, str]       # pid -> the fix that server uses (engine/overlay.fix_in_use)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -253,10 +254,12 @@ class ReconcileAnswer(Answer, total=False):
     patch: PatchAnswer
     state_cleaned: bool
     state_refreshed: bool
+    overlay: "OverlayStage"    # overlay mode: the overlay as reconcile left it (ops/reconcile._overlay)
     classifier_input: Dict[str, Any]
     elapsed: float
     results: List["ReconcileAnswer"]
     gpu: "GpuInfo"             # with pending (and gpu asked): what applies: is decided from
+    package: "PackageInfo"     # full path: the package the spec's file was found in
 
 
 class BackupsRequest(Request, total=False):
@@ -320,6 +323,7 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    pull_timeout: float        # container hosts: how long preflight may pull an absent image
     overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
     fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
@@ -340,6 +344,7 @@ class PreflightAnswer(Answer, total=False):
     survivors: List[int]       # pids of a dead server's tree that are still alive
     fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
     overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
+    image: Dict[str, Any]      # container hosts: the image's SGLang (ContainerImage, without the file)
 
 
 class StartAnswer(Answer, total=False):
@@ -359,6 +364,9 @@ class StopAnswer(Answer, total=False):
     elapsed: float
     unit: str
     unit_removed: bool
+    container: str             # container hosts: the container stopped (then removed)
+    removed: bool
+    exit: Optional[int]        # the container's exit code after the stop
 
 
 class ProbeAnswer(Answer, total=False):
@@ -372,6 +380,7 @@ class ProbeAnswer(Answer, total=False):
     record: Dict[str, Any]
     now: float
     survivors: List[int]
+    container: Dict[str, Any]  # container hosts: ops/container.py summary()
 
 
 class ServerStatusAnswer(Answer, total=False):
@@ -385,6 +394,7 @@ class ServerStatusAnswer(Answer, total=False):
     port_open: bool
     health: Optional[int]
     uptime: float
+    container: Dict[str, Any]  # container hosts: ops/container.py summary()
 
 
 class LogsAnswer(Answer, total=False):
@@ -427,6 +437,7 @@ class SpecStatus(TypedDict, total=False):
     patch: Inspection
     restart_needed: List[int]
     overlay: Optional["OverlayStage"]
+    server_fixes: Dict[str, str]
 
 
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
@@ -495,3 +506,33 @@ class OverlayAnswer(Answer, total=False):
 
 
 OPS["overlay"] = (OverlayRequest, OverlayAnswer)
+
+# --------------------------------------------------------------------------- container hosts
+# (ops/container.py: the profile's launch.container, and what a container server's record holds)
+
+class ContainerConfig(TypedDict, total=False):
+    """`launch.container` as the control side validated it (config/profile.py Container.to_request)."""
+    runtime: str               # docker | podman
+    image: str
+    name: str                  # default sglang-<port>
+    gpus: Optional[str]
+    ipc: Optional[str]
+    shm_size: Optional[str]
+    network: Optional[str]
+    volumes: List[str]         # SRC:DEST[:OPTIONS]
+    run_args: List[str]
+
+
+class ContainerImage(TypedDict, total=False):
+    """The image's SGLang, read from inside it (cached per image id in the state dir)."""
+    image: str
+    image_id: Optional[str]
+    sglang: Optional[str]      # the package dir in the image
+    version: Optional[str]
+    python: Optional[str]
+    files: Dict[str, str]      # the specs' files from the image, base64 (host side only; never sent back)
+    file_errors: Dict[str, str]
+    pythonpath: Optional[str]  # the image's own PYTHONPATH (kept after the overlay's)
+    pulled: bool
+    cached: bool
+    error: ErrorInfo

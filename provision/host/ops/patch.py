@@ -51,8 +51,8 @@ def specs_of(req: dict) -> list:
 
 
 def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
-    """One spec's read-only view of its file (engine.inspect), with the file, its package,
-    the servers that started before it changed and the overlay's state."""
+    """One spec's read-only view of its file (engine.inspect), with the file, its package, the
+    servers that started before it changed, the overlay's state and the fix each server uses."""
     out: dict = {"spec": str(spec.get("name"))}
     path, pkg, resolver = _spec_file(inst, spec)
     try:
@@ -69,9 +69,13 @@ def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
     info["package"] = pkg
     out["patch"] = info
     out["restart_needed"] = _stale_servers(facts, inst, path)
+    from provision.host.engine import overlay as render
     from provision.host.ops import overlay
 
-    out["overlay"] = overlay.status(inst, [spec], state_dir)
+    out["overlay"] = overlay.status(inst, [spec], state_dir) if render.is_overlayable(spec) else None
+    out["server_fixes"] = {str(s["pid"]): render.fix_in_use(procfs.environ(s["pid"]), info.get("methods") or {},
+                                                           s["pid"] in out["restart_needed"])
+                           for s in facts.get("servers", []) if s.get("install") == inst["path"]}
     return out
 
 
@@ -84,13 +88,18 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
         out["gpu"] = compute_capability()
     inst = installs.chosen_install(facts)
     if inst is None:
+        if req.get("port"):  # no SGLang on the host itself: its server may run in a container
+            from provision.host.ops import server
+
+            out["server"] = server.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
+                                                         "health_timeout": req.get("health_timeout", 30)}, b"")
         return out
     state_dir = req.get("state_dir") or default_state_dir()
     if "specs" in req:  # several specs: one view each, in order
         out["patches"] = [_inspect_one(inst, spec, facts, state_dir) for spec in specs_of(req)]
     elif req.get("spec"):
         one = _inspect_one(inst, req["spec"], facts, state_dir)
-        for key in ("patch", "restart_needed", "overlay"):
+        for key in ("patch", "restart_needed", "overlay", "server_fixes"):
             if key in one:
                 out[key] = one[key]
     if req.get("port"):

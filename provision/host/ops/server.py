@@ -209,6 +209,10 @@ def _server_state(req: dict, port: int) -> dict:
     out = {"record": rec, "running": False}
     if not rec:
         return out
+    if rec.get("container"):  # a server in a container: the runtime knows its state (ops/container.py)
+        from provision.host.ops import container
+
+        return container.state(rec)
     if rec.get("unit") and not rec.get("stopped_at"):
         rec = out["record"] = _refresh_persistent(req, port, rec)
         out["unit"] = unit_state(rec["unit"])
@@ -322,6 +326,10 @@ def _patch_check(spec: dict, inst: dict) -> tuple:
 
 
 def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
+    if (req.get("profile") or {}).get("container"):  # launch.container: the server runs in a container
+        from provision.host.ops import container
+
+        return container.op_preflight(req, bundle)
     checks: list[Check] = []
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
@@ -405,7 +413,8 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     from provision.host.ops import overlay
 
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    why = render.refusal_for_env((req.get("profile") or {}).get("env"))
+    why = render.refusal_for_env((req.get("profile") or {}).get("env")) or (
+        None if specs else "overlay mode needs a patch spec, and the profile's playbook has no `patch:` section")
     if why:
         checks.append({"level": "fail", "check": "overlay", "message": why})
         return None, "none"
@@ -423,7 +432,7 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     env = _server_env(req, inst)
     st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"))),
                                          float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
-    held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
+    held = "; ".join(f"{r['class']}: {', '.join(r['methods'])}" for r in st["specs"] if r["methods"])
     if st["verify"]["status"] == "failed":
         checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
                        f"{st['verify']['why']}"})
@@ -486,7 +495,10 @@ def _server_env(req: ServerRequest, inst: dict) -> dict:
 
 
 def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
+    if (req.get("profile") or {}).get("container"):  # launch.container: `RUNTIME run -d` (ops/container.py)
+        from provision.host.ops import container
 
+        return container.op_start(req, bundle)
     prof = req["profile"]
     args = dict(prof["args"])
     port = int(args.get("port", 30000))
@@ -774,6 +786,10 @@ def _remove_unit(req: dict, rec: dict, grace: float) -> dict | None:
 
 
 def _stop(req: dict, rec: dict, grace: float) -> dict:
+    if rec.get("container"):  # `RUNTIME stop -t GRACE`, then rm (ops/container.py)
+        from provision.host.ops import container
+
+        return container.stop(rec, grace)
     if rec.get("unit") and systemd_available():
         rec = _refresh_persistent(req, int(rec.get("port") or 30000), rec)
         before, t0 = tree_pids(rec), time.monotonic()
@@ -838,6 +854,10 @@ def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
     rec = st["record"]
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
+    if rec.get("container"):  # the log is `RUNTIME logs` (ops/container.py)
+        from provision.host.ops import container
+
+        return container.op_probe(req, rec, st)
     offset = int(req.get("offset", 0))
     chunk = ""
     try:
@@ -872,6 +892,8 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
            "survivors": st.get("survivors") or [], "reaped": st.get("reaped")}
     if out["survivors"]:
         out["survivors_described"] = _describe_pids(out["survivors"])
+    if st.get("container") is not None:
+        out["container"] = st["container"]
     if st.get("unit") is not None:
         u = st["unit"]
         out["persistent"] = {"unit": rec["unit"], "active": u.get("ActiveState"), "sub": u.get("SubState"),
@@ -891,6 +913,10 @@ def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
     lines = int(req.get("lines", 100))
+    if rec.get("container"):  # `RUNTIME logs` (ops/container.py)
+        from provision.host.ops import container
+
+        return container.logs_tail(rec, lines)
     try:
         with open(rec["log"], "rb") as fh:
             fh.seek(0, 2)

@@ -323,7 +323,10 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     by_name = row_per_host(results)
     clock = clock or window_clock()
     # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--spec, else the
-    # host's `spec:`), not one re-rendered from the profile's playbook.
+    # host's `spec:`), not one re-rendered from the profile's playbook. Of several --spec, the
+    # overlay is the delegation spec's (the other kinds have none).
+    if isinstance(spec, list):
+        spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)
     opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
                          overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     everyone = [h for b in batches for h in b]

@@ -97,7 +97,7 @@ def test_reconcile_puts_the_flashinfer_fix_back_after_a_reinstall(sm120_host, ss
 
 
 def test_the_latest_release_still_needs_the_symm_mem_entry(sandbox_factory, ssh_env):
-    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv")
+    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv", gpu_capability="12.0")
     try:
         path = host.hostpath(f"{host.sglang_dir}/{SYMM}")
         before = path.read_bytes()

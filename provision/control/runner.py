@@ -196,8 +196,10 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult:
         if session is not None:
             fleet.track(session, False)
             session.close()
-    if session is not None and session.kind == "container":
-        res.host = session.label  # HOST/NAME: the container's file is not the host's
+    if session is not None:
+        res.data.setdefault("transport", session.kind)  # ssh, local or container
+        if session.kind == "container":
+            res.host = session.label  # HOST/NAME: the container's file is not the host's
     res.elapsed = round(time.monotonic() - t0, 3)
     return res
 

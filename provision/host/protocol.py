@@ -177,6 +177,7 @@ class StatusRequest(Request, total=False):
 
 
 class StatusAnswer(Answer, total=False):
+    containers: "ContainersFacts"  # running SGLang-server containers (transport section, below)
     patch: Inspection
     restart_needed: List[int]
     server: Dict[str, Any]
@@ -308,3 +309,21 @@ OPS: Dict[str, Any] = {
     "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
     "smoke": (ServerRequest, ServerAnswer),
 }
+
+
+# --------------------------------------------------------------------------- transport: containers on a host
+
+class SglangContainer(TypedDict, total=False):
+    """A running container whose command is an SGLang server (facts/containers.py)."""
+    runtime: str               # docker | podman
+    name: str
+    id: str
+    image: str
+    command: List[str]
+    state: str
+    port: Optional[int]
+
+
+class ContainersFacts(TypedDict, total=False):
+    containers: List[SglangContainer]
+    notes: List[str]           # runtimes skipped (not root's) or that did not answer

@@ -78,3 +78,14 @@ def environ(pid: int | str) -> dict[str, str]:
             k, v = item.split(b"=", 1)
             env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     return env
+
+
+def same_root(pid: int | str) -> bool | None:
+    """Does the process see the same root directory as we do? False: it is in a container
+    (or a chroot), and the paths it names are not ours. None: cannot tell (gone, no access)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/root")
+        ours = os.stat("/")
+    except OSError:
+        return None
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)

@@ -39,8 +39,11 @@ def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
 
 
 def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
+    from provision.host.facts.containers import sglang_containers
+
     facts = installs.for_request(req)
-    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
+    out: StatusAnswer = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
+                         "containers": sglang_containers()}
     inst = installs.chosen_install(facts)
     if inst is None:
         return out

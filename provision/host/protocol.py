@@ -55,6 +55,13 @@ class Server(TypedDict, total=False):
     argv: List[str]
 
 
+class Skipped(TypedDict, total=False):
+    """An interpreter discovery refused to run (facts/installs.py trust rules)."""
+    path: str
+    reason: str
+    server_pid: int    # when it is the interpreter of a running server
+
+
 class Facts(TypedDict, total=False):
     """discover()'s answer."""
     installs: List[Install]
@@ -63,6 +70,7 @@ class Facts(TypedDict, total=False):
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]
+    skipped: List[Skipped]
     error: Optional[ErrorInfo]
 
 
@@ -287,15 +295,78 @@ class ServerRequest(Request, total=False):
     max_new_tokens: int
 
 
-class ServerAnswer(Answer, total=False):
-    """The server ops' answers: a state record and what was done (see ops/server.py)."""
-    server: Dict[str, Any]
-    state: str
-    pid: Optional[int]
-    port: int
+class Check(TypedDict, total=False):
+    level: str         # "ok" | "info" | "warn" | "error"
+    check: str
+    message: str
+
+
+class PreflightAnswer(Answer, total=False):
+    checks: List[Check]
+    running: bool              # our server already runs on the port
+    record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
+    install: Install
+    survivors: List[int]       # pids of a dead server's tree that are still alive
+
+
+class StartAnswer(Answer, total=False):
+    started: bool
+    already: bool              # a server of ours already runs on the port: nothing done
+    same_profile: bool         # ... and it was started from the same profile digest
+    record: Dict[str, Any]
+    pruned_logs: List[str]
+    replaced: Optional[List[int]]   # pids stopped first (--restart)
+
+
+class StopAnswer(Answer, total=False):
+    stopped: bool
+    message: str
+    pids: List[int]
+    escalated: bool            # SIGKILL was needed
+    elapsed: float
+    unit: str
+    unit_removed: bool
+
+
+class ProbeAnswer(Answer, total=False):
+    running: bool
+    exit: Optional[int]
+    chunk: str                 # the log from `offset` on
+    offset: int
+    port_open: bool
+    health: Optional[int]      # HTTP status of /health, or None
+    confirm: Any
+    record: Dict[str, Any]
+    now: float
+    survivors: List[int]
+
+
+class ServerStatusAnswer(Answer, total=False):
+    running: bool
+    record: Dict[str, Any]
+    exit: Optional[int]
+    survivors: List[int]
+    survivors_described: List[str]
+    reaped: Any
+    persistent: Dict[str, Any]     # unit, active, sub, enabled, restarts, result
+    port_open: bool
     health: Optional[int]
+    uptime: float
+
+
+class LogsAnswer(Answer, total=False):
     log: str
-    notes: List[str]
+    text: str
+    offset: int
+    record: Dict[str, Any]
+
+
+class SmokeAnswer(Answer, total=False):
+    elapsed: float
+    completion_tokens: int
+    tokens_per_s: Optional[float]
+    spec_accept_length: Optional[float]
+    spec_accept_rate: Optional[float]
 
 
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
@@ -304,10 +375,10 @@ OPS: Dict[str, Any] = {
     "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
     "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
     "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),
-    "preflight": (ServerRequest, ServerAnswer), "start": (ServerRequest, ServerAnswer),
-    "stop": (ServerRequest, ServerAnswer), "probe": (ServerRequest, ServerAnswer),
-    "server_status": (ServerRequest, ServerAnswer), "logs": (ServerRequest, ServerAnswer),
-    "smoke": (ServerRequest, ServerAnswer),
+    "preflight": (ServerRequest, PreflightAnswer), "start": (ServerRequest, StartAnswer),
+    "stop": (ServerRequest, StopAnswer), "probe": (ServerRequest, ProbeAnswer),
+    "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
+    "smoke": (ServerRequest, SmokeAnswer),
 }
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from provision.output.results import HostResult
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import AuditAnswer
 
 
 def known_specs(extra: str | None = None) -> list:
@@ -55,7 +60,7 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
 def audit_fn(specs: list, *, sglang_path=None, python=None, timeout=300.0):
     """The per-host audit: one remote call, the answer as a HostResult (gaps or ok)."""
     def fn(host, session, fleet) -> HostResult:
-        ans = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
+        ans: AuditAnswer = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
                             "sglang_path": sglang_path or host.get("sglang_path"),
                             "python": python or host.get("python")},
                            timeout=timeout, sudo=fleet.uses_sudo(host, session))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tenacity import (RetryError, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_exponential,
                       wait_random)
@@ -19,6 +20,9 @@ from provision.config.profile import Profile, host_profile
 from provision.control.transport.ssh import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.output.results import HostResult
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import LogsAnswer, PreflightAnswer, ProbeAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer, StopAnswer
 
 
 @dataclass
@@ -182,7 +186,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
 
     def poll():
         t_probe = time.monotonic()
-        ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
+        ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
                                     "health_timeout": prof.health_timeout, "health_url": opts.health_url,
                                     "confirm": 0.3 if opts.ready_checks > 1 else 0, "sglang_path": None},
                           timeout=2 * prof.health_timeout + 30, sudo=sudo, opts=opts, display=display, host=host,
@@ -321,7 +325,7 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
     st: dict = {}
     while not multinode.done[name].wait(timeout=opts.poll):
         try:
-            ans = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
+            ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
                                         "health_timeout": 1}, timeout=60, sudo=sudo, opts=opts, display=display,
                               host=host, st=st)
         except (ConnectError, UnknownOutcome) as exc:
@@ -371,7 +375,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                 return pres
             display.message(host.name, f"patch: {pres.verdict}")
             opts.stages[host.name] = "preflight"
-        pre = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
+        pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
                            timeout=120, sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
@@ -390,7 +394,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             if not same:
                 return HostResult(host.name, "refused", f"a server started by provision with another profile is "
                                   f"running (pid {rec.get('pid')}); use --restart to replace it")
-            status = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+            status: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                                   sudo=sudo)
             if status.get("health") == 200:
                 return HostResult(host.name, "running", f"already running and healthy with this profile "
@@ -403,7 +407,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"
-        start = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
+        start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
                                   persistent=opts.persistent, tree_grace=opts.tree_grace),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
@@ -434,7 +438,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return follow_secondary(session, host, prof, multinode, opts, display, sudo)
         res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
         if res.verdict == "ready" and opts.smoke:
-            sm = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
+            sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
             if sm.get("ok"):
                 res.data["smoke"] = sm
                 res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
@@ -488,7 +492,7 @@ def wait_fn(opts: LaunchOptions, display):
     def fn(host: Host, session, fleet) -> HostResult:
         sudo = fleet.uses_sudo(host, session)
         prof, _ = resolve(host, opts)
-        st = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
+        st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
         if not st.get("record"):
             return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
         t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
@@ -504,7 +508,7 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
         g = prof.grace if grace is None else grace
-        ans = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
+        ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
@@ -524,7 +528,7 @@ def logs_fn(opts: LaunchOptions, lines: int):
 
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
-        ans = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
+        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", ans["error"]["message"])
@@ -537,7 +541,7 @@ def logs_fn(opts: LaunchOptions, lines: int):
 def server_status_fn(opts: LaunchOptions):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
-        ans = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+        ans: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                            sudo=fleet.uses_sudo(host, session))
         rec = ans.get("record") or {}
         if not ans.get("running") and ans.get("survivors"):

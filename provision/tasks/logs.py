@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import LogsAnswer, ProbeAnswer
 
 
 class _Notes:
@@ -26,7 +30,7 @@ def follow_logs(host, conn, opts, lines: int) -> int:
     session = fleet.session(host).open()
     try:
         sudo = fleet.uses_sudo(host, session)
-        ans = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60, sudo=sudo)
+        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60, sudo=sudo)
         if not ans.get("ok"):
             click.echo(f"error: {ans['error']['message']}", err=True)
             return 3
@@ -36,7 +40,7 @@ def follow_logs(host, conn, opts, lines: int) -> int:
         outage: dict = {}  # a dropped connection is reconnected (--max-outage of launch's default)
         while True:
             time.sleep(1.0)
-            p = steady_call(session, {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1},
+            p: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1},
                             timeout=60, sudo=sudo, opts=opts, display=_Notes(), host=host, st=outage)
             offset = p.get("offset", offset)
             text = pending + (p.get("chunk") or "").replace("\r", "\n")

@@ -42,8 +42,8 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
     from provision.host.facts.containers import sglang_containers
 
     facts = installs.for_request(req)
-    out: StatusAnswer = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
-                         "containers": sglang_containers()}
+    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
+           "containers": sglang_containers()}
     inst = installs.chosen_install(facts)
     if inst is None:
         return out

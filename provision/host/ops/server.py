@@ -27,7 +27,8 @@ from provision.host.lib import procfs
 from provision.host.lib.procfs import starttime as proc_starttime
 from provision.host.lib.paths import default_state_dir
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
-    from provision.host.protocol import ServerRequest
+    from provision.host.protocol import (Check, ErrorInfo, LogsAnswer, PreflightAnswer, ProbeAnswer, ServerRequest, ServerStatusAnswer,
+                                         SmokeAnswer, StartAnswer, StopAnswer)
 
 WATCHER = r"""
 import json, os, subprocess, sys, signal, time
@@ -281,15 +282,15 @@ def _check_model(path: str, what: str, offline: bool) -> list[dict]:
     return items
 
 
-def op_preflight(req: ServerRequest, bundle: bytes) -> dict:
+def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     from provision.host.engine import core as engine
     from provision.host.lib.modules import make_resolver
 
-    checks: list[dict] = []
+    checks: list[Check] = []
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
-        err = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
+        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
         return {"ok": False, "facts": facts, "error": err, "checks": []}
     prof = req["profile"]
     args = prof["args"]
@@ -408,7 +409,7 @@ def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
     return gone
 
 
-def op_start(req: ServerRequest, bundle: bytes) -> dict:
+def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
 
     prof = req["profile"]
     args = dict(prof["args"])
@@ -416,7 +417,8 @@ def op_start(req: ServerRequest, bundle: bytes) -> dict:
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
-        return {"ok": False, "error": facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}}
+        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
+        return {"ok": False, "error": err}
     owner, env_extra = installs.owner_python(inst)
     python = prof.get("python") or owner
     st = _server_state(req, port)
@@ -733,7 +735,7 @@ def _stop(req: dict, rec: dict, grace: float) -> dict:
             "elapsed": round(time.monotonic() - t0, 2)}
 
 
-def op_stop(req: ServerRequest, bundle: bytes) -> dict:
+def op_stop(req: ServerRequest, bundle: bytes) -> StopAnswer:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -746,7 +748,7 @@ def op_stop(req: ServerRequest, bundle: bytes) -> dict:
     return res
 
 
-def op_probe(req: ServerRequest, bundle: bytes) -> dict:
+def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
     """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
@@ -779,7 +781,7 @@ def op_probe(req: ServerRequest, bundle: bytes) -> dict:
             "survivors": st.get("survivors") or []}
 
 
-def op_server_status(req: ServerRequest, bundle: bytes) -> dict:
+def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
     port = int(req.get("port", 30000))
     st = _server_state(req, port)
     rec = st["record"]
@@ -800,7 +802,7 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> dict:
     return out
 
 
-def op_logs(req: ServerRequest, bundle: bytes) -> dict:
+def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
     port = int(req.get("port", 30000))
     rec = read_record(req, port)
     if not rec:
@@ -823,7 +825,7 @@ OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": o
        "server_status": op_server_status, "logs": op_logs}
 
 
-def op_smoke(req: ServerRequest, bundle: bytes) -> dict:
+def op_smoke(req: ServerRequest, bundle: bytes) -> SmokeAnswer:
     """One short native /generate request, timed; speculative stats from meta_info or /metrics."""
     port = int(req.get("port", 30000))
     rec = read_record(req, port) or {}

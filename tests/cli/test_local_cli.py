@@ -110,3 +110,15 @@ def test_schedule_local_installs_a_timer_whose_command_reconciles_this_machine(t
     proc = subprocess.run(argv, capture_output=True, text=True, cwd="/", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert class_methods((tree / KIMI).read_bytes(), KIMI_CLASS)[-3:] == METHODS
+
+
+def test_a_step_killed_mid_write_is_unknown_then_status_says_which_way_it_went(tree, tmp_path):
+    # The host side SIGKILLs itself right after os.replace: over SSH that is `unknown`; locally too.
+    kimi = tree / KIMI
+    proc, doc = run_json("patch", *_local(tree, tmp_path), env={"PROVISION_FAILPOINTS": "after_replace"})
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    (rec,) = doc["hosts"]
+    assert rec["verdict"] == "unknown" and "provision status" in rec["detail"], rec
+    assert class_methods(kimi.read_bytes(), KIMI_CLASS)[-3:] == METHODS  # it was replaced: as intended
+    proc, doc = run_json("status", *_local(tree, tmp_path))
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched"

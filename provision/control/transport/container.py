@@ -64,7 +64,7 @@ def exec_command(runtime: str, name: str, command: str) -> str:
         pick = f"r={shlex.quote(runtime)}; "
         missing = (f"if ! command -v \"$r\" >/dev/null 2>&1; then echo '{MISSING}: {runtime}' >&2; "
                    "exit 127; fi; ")
-    return "sh -c " + shlex.quote(pick + missing + inner)
+    return "/bin/sh -c " + shlex.quote(pick + missing + inner)
 
 
 def not_started_reason(label: str, name: str, runtime: str, rc: int, err: str, python: str) -> RemoteError | None:

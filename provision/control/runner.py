@@ -15,15 +15,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from provision.control.transport import settings as sshconfig
 from provision.errors import ProvisionError, UnknownOutcome, UsageError
-from provision.control.transport.hostkeys import KnownHosts
 from provision.config.inventory import Host
 from provision.output.results import HostResult
 from provision.control.transport.base import Transport
-from provision.control.transport.ssh import GatewayPool, Session
+
+if TYPE_CHECKING:  # paramiko and fabric are imported only when a host is reached over SSH
+    from provision.control.transport.hostkeys import KnownHosts
+    from provision.control.transport.ssh import GatewayPool
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Fleet:
     def __init__(self, opts: ConnOptions):
         self.opts = opts
         self.config = sshconfig.load_ssh_config(None if opts.local else opts.ssh_config)
-        self.gateways = GatewayPool(known_for=self.known_for)
+        self.gateways: GatewayPool | None = None  # opened with the first SSH session
         self._known: dict[tuple, KnownHosts] = {}
         self._lock = threading.Lock()
         self.warnings: list[str] = []
@@ -75,6 +77,8 @@ class Fleet:
         self._targets: dict[str, sshconfig.Target] = {}
 
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
+        from provision.control.transport.hostkeys import KnownHosts
+
         key = target.known_hosts
         with self._lock:
             if key not in self._known:
@@ -105,8 +109,13 @@ class Fleet:
 
             transport = LocalTransport(host.name, sudo_password=self.password_for(host), state_dir=self.opts.state_dir)
         else:
+            from provision.control.transport.ssh import GatewayPool, Session
+
             target = self.target(host)
             assert target is not None
+            with self._lock:
+                if self.gateways is None:
+                    self.gateways = GatewayPool(known_for=self.known_for)
             known = self.known_for(target)
             append = target.known_hosts[0] if target.known_hosts else None
             transport = Session(target, known=known, accept_append=append, gateways=self.gateways,
@@ -150,7 +159,8 @@ class Fleet:
         return session.default_sudo
 
     def close(self) -> None:
-        self.gateways.close()
+        if self.gateways is not None:
+            self.gateways.close()
         self.config.close()
 
 

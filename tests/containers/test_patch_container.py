@@ -1,0 +1,105 @@
+"""`patch|unpatch|audit|status --container NAME`: the host-side step run inside a running container
+on a sandbox host (podman over SSH), with the same engine, safe write, backup and journal; and
+discovery naming the SGLang containers beside the host's installs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, class_methods, module_level_functions, run, run_json
+
+SGLANG_DIR = "/sgl-workspace/sglang/python/sglang"
+FILE = f"{SGLANG_DIR}/{KIMI}"
+NAME = "sglang-30000"
+
+pytestmark = pytest.mark.ssh
+
+
+def _start(ssh_env, host, image, name=NAME, command="sleep 3600"):
+    ssh_env.ssh(host, f"podman run -d --name {name} --network host {image} {command}", timeout=180)
+
+
+def _file(ssh_env, host, name=NAME) -> bytes:
+    return ssh_env.ssh(host, f"podman exec {name} cat {FILE}").stdout.encode()
+
+
+def test_patch_container_then_restart_still_has_the_methods(podman_host, sglang_images, ssh_env):
+    host = podman_host
+    _start(ssh_env, host, sglang_images["0.5.9"])
+    original = _file(ssh_env, host)
+    args = [*ssh_env.cli_args, "--host", host.name, "--container", NAME]
+
+    proc, doc = run_json("patch", *args)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    (rec,) = doc["hosts"]
+    assert rec["host"] == f"{host.name}/{NAME}" and rec["verdict"] == "patched", rec
+    assert rec["version"] == "0.5.9" and rec["file"] == FILE and rec["added"] == METHODS
+    assert rec["data"]["transport"] == "container" and rec["data"]["install_kind"] == "editable"
+    after = _file(ssh_env, host)
+    assert class_methods(after, KIMI_CLASS)[-3:] == METHODS
+    assert not set(METHODS) & set(module_level_functions(after))
+    # the backup is in the container's own state dir; the host's has none
+    backups = ssh_env.ssh(host, f"podman exec {NAME} sh -c 'cat /var/lib/provision/backups/*/*'", check=False)
+    assert original.decode() in backups.stdout
+    assert not host.hostpath("/var/lib/provision/backups").exists()
+    # the journal on the control machine names HOST/NAME
+    last = json.loads(run("history", "--json", check_rc=0).stdout.splitlines()[-1])
+    assert (last["host"], last["command"], last["verdict"]) == (f"{host.name}/{NAME}", "patch", "patched")
+
+    # a second run is a no-op
+    proc, doc = run_json("patch", *args)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged"
+
+    # `podman restart`: the writable layer stays, so do the methods
+    ssh_env.ssh(host, f"podman restart -t 0 {NAME}", timeout=120)
+    assert class_methods(_file(ssh_env, host), KIMI_CLASS)[-3:] == METHODS
+    proc, doc = run_json("status", *args)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", (proc.stdout, proc.stderr)
+
+    # audit reads the container's SGLang; unpatch gives its original bytes back
+    proc, doc = run_json("audit", *args)
+    gaps = {g["class"]: g for g in doc["hosts"][0]["data"]["gaps"]}
+    assert gaps and KIMI_CLASS not in gaps or gaps[KIMI_CLASS]["patch_state"] == "patched", gaps.get(KIMI_CLASS)
+    run("unpatch", *args, check_rc=0)
+    assert _file(ssh_env, host) == original
+
+
+def test_a_native_image_is_left_alone(podman_host, sglang_images, ssh_env):
+    _start(ssh_env, podman_host, sglang_images["0.5.10"])
+    before = _file(ssh_env, podman_host)
+    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", podman_host.name, "--container", NAME)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "native", doc["hosts"][0]
+    assert _file(ssh_env, podman_host) == before
+
+
+def test_what_cannot_be_reached_is_one_sentence(podman_host, sglang_images, ssh_env):
+    host = podman_host
+    base = [*ssh_env.cli_args, "--host", host.name]
+    cases = [(["--container", "nosuch"], "no container named nosuch on this host"),
+             (["--container", NAME, "--runtime", "docker"], "docker is not installed on this host")]
+    _start(ssh_env, host, sglang_images["0.5.9"])
+    ssh_env.ssh(host, f"podman stop -t 0 {NAME}", timeout=120)
+    cases.append((["--container", NAME], f"container {NAME} is not running; start it (`podman start {NAME}`)"))
+    for extra, words in cases:
+        proc = run("patch", *base, *extra)
+        assert proc.returncode == 3, (extra, proc.stdout, proc.stderr)
+        lines = proc.stdout.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "failed" in lines[0], (extra, proc.stdout)
+
+
+def test_status_names_the_sglang_containers_beside_the_host_installs(podman_host, sglang_images, ssh_env):
+    host = podman_host
+    image = sglang_images["0.5.9"]
+    _start(ssh_env, host, image, command="python3 -m sglang.launch_server --model-path /tmp --port 30000")
+    _start(ssh_env, host, image, name="idle")  # not an SGLang server: not named
+    proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name)
+    (rec,) = doc["hosts"]
+    assert [(c["name"], c["runtime"], c["port"]) for c in rec["data"]["containers"]] == [(NAME, "podman", 30000)], rec
+    assert rec["data"]["containers"][0]["image"].startswith("localhost/provision-sglang")
+    proc = run("status", *ssh_env.cli_args, "--host", host.name)
+    assert f"container {NAME} (podman, image " in proc.stdout
+    assert f"`provision status --container {NAME}` looks inside" in proc.stdout
+    # the container's server is not taken for one of the host's (the host has no SGLang of its own)
+    assert rec["verdict"] == "error" and "no SGLang install found" in rec["detail"]

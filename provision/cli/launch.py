@@ -109,6 +109,10 @@ def _run_with_display(ctx, command, make_fn, columns):
 @fleet_options
 @_profile_options
 @click.option("--patch", "do_patch", is_flag=True, help="Apply the playbook's patch first if it is missing.")
+@click.option("--overlay", is_flag=True,
+              help="Fix EAGLE-3 without editing SGLang's files: stage an overlay package (SGLang 0.5.6+) in the "
+                   "host's state directory and start the server with SGLANG_EXTERNAL_MODEL_PACKAGE and "
+                   "PYTHONPATH set (as the profile's `fix: overlay`).")
 @click.option("--force", is_flag=True, help="Start even when preflight checks fail.")
 @click.option("--restart", is_flag=True, help="Replace a server provision started earlier.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
@@ -125,8 +129,8 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
               help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
-def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force, restart, deadline, poll, smoke,
-           persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
+def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, overlay, force, restart, deadline, poll,
+           smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
     """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
 
     Preflight first (patch in place, port free, weights present, GPUs free,
@@ -143,7 +147,8 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, force
     from provision.tasks.launch import MultiNode, launch_fn, stop_fn
 
     multinode = MultiNode(selected_hosts(ctx))
-    opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, force=force, restart=restart,
+    opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
+                    restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
                     max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt)
     check_profiles(ctx, opts, multinode)

@@ -33,7 +33,13 @@ DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TOP_KEYS = {"name", "description", "patch", "launch"}
-_PATCH_KEYS = {"file", "class", "delegate", "methods"}
+_COMMON_PATCH_KEYS = {"kind", "package", "file", "applies"}
+# the keys each spec kind may carry (engine/spec.py KIND_KEYS says the same for the host)
+_KIND_PATCH_KEYS = {
+    "delegate": {"class", "delegate", "methods"},
+    "mapping-entry": {"mapping", "key", "value", "copy_of"},
+    "replace": {"scope", "find", "replace", "native_if"},
+}
 _METHOD_KEYS = {"name", "params"}
 
 
@@ -45,22 +51,36 @@ class MethodSpec:
 
 @dataclass(frozen=True)
 class PatchSpec:
+    """One spec. `kind` is delegate (cls, delegate, methods), mapping-entry or replace (their
+    fields in `edit`, as the playbook says them); `package` is the installed package `file` is
+    relative to; `applies` (package name -> specifier text, "gpu_capability" -> ["12.0", ...])
+    is evaluated on the control side, never by the host."""
     name: str
     file: str
     cls: str
     delegate: str
     methods: tuple[MethodSpec, ...]
     source: str = ""
+    kind: str = "delegate"
+    package: str = "sglang"
+    applies: dict | None = field(default=None, hash=False)
+    edit: dict = field(default_factory=dict, hash=False)
 
     def to_engine(self) -> Spec:
-        """The plain dict the remote engine consumes."""
-        return {
-            "name": self.name,
-            "file": self.file,
-            "class": self.cls,
-            "delegate": self.delegate,
-            "methods": [{"name": m.name, "params": m.params} for m in self.methods],
-        }
+        """The plain dict the remote engine consumes (a delegate spec in sglang without
+        `applies` is exactly today's dict, so its sha and journal entries stay the same)."""
+        out: dict[str, Any] = {"name": self.name, "file": self.file}
+        if self.kind == "delegate":
+            out.update({"class": self.cls, "delegate": self.delegate,
+                        "methods": [{"name": m.name, "params": m.params} for m in self.methods]})
+        else:
+            out["kind"] = self.kind
+            out.update(self.edit)
+        if self.package != "sglang":
+            out["package"] = self.package
+        if self.applies is not None:
+            out["applies"] = self.applies
+        return out  # type: ignore[return-value]
 
     @property
     def sha(self) -> str:
@@ -93,16 +113,50 @@ def _check_params(path: str, where: str, params: str) -> None:
         raise ConfigError(f"{_where(path, where)}: the first parameter must be `self`, got {params!r}")
 
 
+def _engine_check(spec: PatchSpec, path: str) -> None:
+    """The host-side engine's own validation, run here too: a spec the host would reject is
+    rejected at load (exit 2), once, not once per host."""
+    from provision.host.engine.spec import EngineError, validate_spec
+
+    try:
+        validate_spec(spec.to_engine())
+    except EngineError as exc:
+        raise ConfigError(f"{path}: patch: {exc.message}") from None
+
+
 def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if not isinstance(data, dict):
-        raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods")
-    check_keys(data, _PATCH_KEYS, _where(path, "patch"))
+        raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods "
+                          "(or kind: mapping-entry | replace and their fields)")
+    kind = data.get("kind") or "delegate"
+    if kind not in _KIND_PATCH_KEYS:
+        raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")
+    check_keys(data, _COMMON_PATCH_KEYS | _KIND_PATCH_KEYS[kind], _where(path, "patch"))
+    package = data.get("package") or "sglang"  # checked with the rest by the engine's validate_spec
+    applies = data.get("applies")
+    if applies is not None:
+        from provision.host.engine.spec import EngineError, validate_applies
+
+        try:
+            applies = validate_applies(applies)
+        except EngineError as exc:
+            raise ConfigError(f"{path}: patch: {exc.message}") from None
+    if kind != "delegate":
+        file = data.get("file")
+        if not isinstance(file, str):
+            raise ConfigError(f"{_where(path, 'patch.file')}: missing (required): a .py path relative to the "
+                              f"{package} package")
+        edit = {k: data[k] for k in sorted(_KIND_PATCH_KEYS[kind]) if data.get(k) is not None}
+        spec = PatchSpec(name=name, file=file, cls="", delegate="", methods=(), source=path, kind=kind,
+                         package=package, applies=applies, edit=edit)
+        _engine_check(spec, path)
+        return spec
     for key in ("file", "class", "delegate", "methods"):
         if key not in data:
             raise ConfigError(f"{_where(path, 'patch.' + key)}: missing (required)")
     file = data["file"]
     if not isinstance(file, str) or not file.endswith(".py") or file.startswith("/") or ".." in file.split("/"):
-        raise ConfigError(f"{_where(path, 'patch.file')}: expected a .py path relative to the sglang package "
+        raise ConfigError(f"{_where(path, 'patch.file')}: expected a .py path relative to the {package} package "
                           f"(e.g. srt/models/kimi_k25.py), got {file!r}")
     for key in ("class", "delegate"):
         val = data[key]
@@ -134,15 +188,8 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
         _check_params(path, where + ".params", params)
         out.append(MethodSpec(mname, params.strip()))
     spec = PatchSpec(name=name, file=file, cls=data["class"], delegate=data["delegate"],
-                     methods=tuple(out), source=path)
-    # The host-side engine's own validation, run here too: a spec the host would reject is
-    # rejected at load (exit 2), once, not once per host.
-    from provision.host.engine.spec import EngineError, validate_spec
-
-    try:
-        validate_spec(spec.to_engine())
-    except EngineError as exc:
-        raise ConfigError(f"{path}: patch: {exc.message}") from None
+                     methods=tuple(out), source=path, package=package, applies=applies)
+    _engine_check(spec, path)
     return spec
 
 
@@ -209,6 +256,6 @@ def shipped_patch_classes() -> set[str]:
             pb = load_playbook(str(path))
         except ConfigError:
             continue
-        if pb.patch is not None:
+        if pb.patch is not None and pb.patch.kind == "delegate":
             out.add(pb.patch.cls)
     return out

@@ -18,7 +18,8 @@ from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
-                "offline"}
+                "offline", "fix"}
+FIXES = ("edit", "overlay")  # how launch gets the EAGLE-3 methods in: edit the file, or an overlay package
 SECRET_ARGS = ("api-key", "admin-api-key")
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -35,6 +36,7 @@ class Profile:
     keep_logs: int = 5
     health_timeout: float = 30.0
     grace: float = 30.0
+    fix: str = "edit"
 
     @property
     def port(self) -> int:
@@ -51,6 +53,8 @@ class Profile:
     def digest(self) -> str:
         """Identifies the profile as started (secrets excluded: only whether they are set)."""
         body = {"module": self.module, "python": self.python, "args": self.args, "env": sorted(self.env)}
+        if self.fix != "edit":  # (the digest of an edit-mode profile is as before)
+            body["fix"] = self.fix
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -99,7 +103,10 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
     keep = launch.get("keep_logs", 5)
     if not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"{path}: launch.keep_logs: expected a whole number >= 1")
-    prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"),
+    fix = launch.get("fix", "edit")
+    if fix not in FIXES:
+        raise ConfigError(f"{path}: launch.fix: expected one of {', '.join(FIXES)}, got {fix!r}")
+    prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"), fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
                    health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)))

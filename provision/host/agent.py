@@ -21,6 +21,7 @@ OP_MODULES = {
     "audit": "audit",
     "reconcile": "reconcile",
     "backups": "restore", "restore": "restore",
+    "overlay": "overlay",
 }
 
 

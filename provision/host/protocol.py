@@ -29,9 +29,15 @@ class MethodSpec(TypedDict, total=False):
 
 
 # A patch spec as the engine consumes it (PatchSpec.to_engine(); engine/spec.validate_spec).
-# `class` is a keyword, hence the functional form. file: relative to the sglang package.
+# `class` is a keyword, hence the functional form. file: relative to the `package` (sglang by
+# default). kind: "delegate" (class, delegate, methods), "mapping-entry" (mapping, key, value |
+# copy_of) or "replace" (scope, find, replace, native_if). applies: evaluated on the control side.
 Spec = TypedDict("Spec", {"name": str, "file": str, "class": str, "delegate": str,
-                          "methods": List[MethodSpec], "unit": Optional[str]}, total=False)
+                          "methods": List[MethodSpec], "unit": Optional[str],
+                          "kind": str, "package": str, "applies": Dict[str, Any],
+                          "mapping": str, "key": Any, "value": Optional[str], "copy_of": Any,
+                          "scope": Optional[str], "find": str, "replace": str, "native_if": Optional[str]},
+                 total=False)
 
 
 class Install(TypedDict, total=False):
@@ -44,6 +50,7 @@ class Install(TypedDict, total=False):
     direct_url: Any
     git: Optional[str]
     owner: Any
+    search_path: Optional[List[str]]  # the owning interpreter's sys.path, as the probe rebuilt it
 
 
 class Server(TypedDict, total=False):
@@ -72,6 +79,7 @@ class Facts(TypedDict, total=False):
     warnings: List[str]
     skipped: List[Skipped]
     error: Optional[ErrorInfo]
+    packages: Dict[str, "PackageInfo"]  # name -> where the chosen install's interpreter finds it
 
 
 class Request(TypedDict, total=False):
@@ -86,6 +94,7 @@ class Request(TypedDict, total=False):
     python: Optional[str]
     interpreters: List[str]
     timeout: float
+    packages: List[str]        # facts["packages"] also for these names (besides the specs' own)
     _stage: str                # "owner": the re-run under the install's own interpreter
 
 
@@ -113,7 +122,8 @@ Inspection = TypedDict("Inspection", {
     "class": Optional[str], "methods": Dict[str, str], "native_via": Dict[str, str], "block": BlockInfo,
     "hand_patch": bool, "hand_patch_form": Optional[str], "hand_patch_defs": List[Any],
     "module_level_leftovers": List[str], "notes": List[str], "planned_verdict": Optional[str],
-    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str}, total=False)
+    "would_change": Optional[bool], "error": Optional[ErrorInfo], "file": str,
+    "kind": Optional[str], "package": Any}, total=False)
 
 
 class Core(TypedDict):
@@ -166,6 +176,7 @@ class FileResult(TypedDict, total=False):
     restart_needed: bool
     verify_import: Dict[str, str]
     chosen: Dict[str, Any]     # restore: the backup put back
+    package: "PackageInfo"     # the package the spec's file was found in (facts/packages.py)
 
 
 # --------------------------------------------------------------------------- patch ops
@@ -187,6 +198,7 @@ class StatusRequest(Request, total=False):
 class StatusAnswer(Answer, total=False):
     containers: "ContainersFacts"  # running SGLang-server containers (transport section, below)
     patch: Inspection
+    overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -274,7 +286,8 @@ class AuditAnswer(Answer, total=False):
 class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
-    spec: Dict[str, Any]       # the launch spec (argv, env, model paths), not a patch spec
+    spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
+    specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -293,6 +306,10 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
+    overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
+    fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
+    import_timeout: float
 
 
 class Check(TypedDict, total=False):
@@ -307,6 +324,8 @@ class PreflightAnswer(Answer, total=False):
     record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
     install: Install
     survivors: List[int]       # pids of a dead server's tree that are still alive
+    fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
+    overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
 
 
 class StartAnswer(Answer, total=False):
@@ -380,6 +399,60 @@ OPS: Dict[str, Any] = {
     "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
     "smoke": (ServerRequest, SmokeAnswer),
 }
+
+
+# --------------------------------------------------------------------------- spec kinds and packages (issue 11)
+
+class PackageInfo(TypedDict, total=False):
+    """Where a spec's `package` was found for an install (facts/packages.py): through the search
+    path of the interpreter that owns the SGLang install."""
+    name: str                  # the import name the spec says (sglang, flashinfer)
+    dir: Optional[str]         # the package's directory, or None when it is not installed there
+    version: Optional[str]     # from its dist-info (None when there is none)
+    dist_info: Optional[str]
+    error: Optional[ErrorInfo]  # kind "package-missing" when dir is None
+
+
+# --------------------------------------------------------------------------- overlay mode (ops/overlay.py)
+
+class OverlayVerify(TypedDict, total=False):
+    """Importing the overlay as the server would (where torch imports), else why not."""
+    status: str                # "ok" | "not-verifiable" | "failed"
+    why: str
+    modules: List[Dict[str, Any]]
+
+
+class OverlayStage(TypedDict, total=False):
+    """One install's overlay: where it is, what it holds, the environment that switches it on."""
+    verdict: str               # "staged" | "unchanged" | "native" | "failed" | "removed" | "absent"
+    root: str                  # the directory that goes first on PYTHONPATH
+    package: str               # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
+    install: str
+    version: Optional[str]
+    modules: List[str]         # provision_overlay.<spec module>
+    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay), native, module
+    digest: str
+    env: Dict[str, str]
+    env_lines: List[str]
+    removed: bool
+    notes: List[str]
+    verify: OverlayVerify
+    current: bool              # status: the staged overlay is what the spec renders now
+    error: Optional[ErrorInfo]
+
+
+class OverlayRequest(Request, total=False):
+    spec: Spec
+    specs: List[Spec]
+    remove: bool               # take the overlay away instead
+    import_timeout: float
+
+
+class OverlayAnswer(Answer, total=False):
+    overlay: OverlayStage
+
+
+OPS["overlay"] = (OverlayRequest, OverlayAnswer)
 
 
 # --------------------------------------------------------------------------- transport: containers on a host

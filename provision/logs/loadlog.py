@@ -51,7 +51,7 @@ CRASH_KINDS = (
     "exception",
 )
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
-_SPECIFIC = {"missing-eagle3-method", "architecture-not-supported", "oom", "warmup-failed"}
+_SPECIFIC = {"missing-eagle3-method", "architecture-not-supported", "oom", "warmup-failed", "overlay-import"}
 MAX_CRASH_LINES = 30
 MAX_WARNINGS = 50
 
@@ -206,8 +206,11 @@ class _Traceback:
 class LoadLog:
     """Incremental SGLang start-up log parser."""
 
-    def __init__(self, secrets: Iterable[str] = ()):
+    def __init__(self, secrets: Iterable[str] = (), overlay_package: str | None = None):
+        """`overlay_package`: the server runs with provision's overlay (SGLANG_EXTERNAL_MODEL_PACKAGE);
+        SGLang skipping one of its modules is then a crash ("overlay-import"), not a warning."""
         self._secrets = tuple(secrets)
+        self._overlay = overlay_package
         self._buf = ""
         self._s = LoadState()
         self._phase_i = 0
@@ -444,6 +447,12 @@ class LoadLog:
         imp = _IMPORT_ERROR.search(msg)
         if imp:
             self._set(import_errors=self._s.import_errors + (self._red(msg),))
+            mod = imp.group("mod")
+            if self._overlay and (mod == self._overlay or mod.startswith(self._overlay + ".")):
+                self._crash("overlay-import", f"SGLang skipped the overlay module {mod} (it does not import: "
+                            f"{imp.group('err')}) and would load the built-in class without the EAGLE-3 methods",
+                            [line], rank, events)
+                return
             self._warn(line, events)
             return
         if _READY in msg:
@@ -626,6 +635,10 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
                     f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml --host {h}`")
         return (f"the wrapper lacks EAGLE-3 delegation methods{what}: "
                 f"run `provision patch --host {h}`")
+    if crash.kind == "overlay-import":
+        return ("the overlay provision staged does not import under the server (a spec whose parameter defaults "
+                "name something of the model file's own module?): fix the spec, or edit the file instead: "
+                f"`provision launch --patch --host {h}`")
     if crash.kind == "architecture-not-supported":
         return ("kimi_k25.py does not import (a broken hand patch?): "
                 f"run `provision patch --host {h}` to repair it")

@@ -44,9 +44,16 @@ def sandbox() -> None:
               help="Hosts booted by a real systemd (podman containers running /sbin/init) instead of "
                    "namespaces, for launch --persistent and schedule --install. Needs podman, runc and "
                    "debootstrap; the image is built once (about a minute) and cached.")
+@click.option("--podman", "podman_", is_flag=True,
+              help="Set podman up on each (namespace) host: its own /etc/containers (runc, cgroupfs), and the "
+                   "SGLang images laid out as the official ones (localhost/provision-sglang:vVERSION, the "
+                   "stand-in server inside), built once (about a minute) and shared read-only.")
 @base_dir_option
-def up(count: int, version: str, layout: str, first_address: str, port: int, systemd_: bool, base_dir: str) -> None:
+def up(count: int, version: str, layout: str, first_address: str, port: int, systemd_: bool, podman_: bool,
+       base_dir: str) -> None:
     """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
+    if systemd_ and podman_:
+        _fail("--podman is for namespace hosts: leave out --systemd", EXIT_USAGE)
     problems = Sandbox.check_prereqs()
     if problems:
         _fail("the sandbox cannot run here: " + "; ".join(problems), EXIT_USAGE)
@@ -58,18 +65,25 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
         _fail(f"--first-address {first_address} (+{count - 1}) must stay inside 127.0.0.0/8", EXIT_USAGE)
     specs = [HostSpec(name=f"sbx{i + 1}", address=str(first + i), port=port,
                       sglang=None if layout == "none" else version, layout=layout,
-                      kind="systemd" if systemd_ else "namespaces")
+                      kind="systemd" if systemd_ else "namespaces", podman=podman_)
              for i in range(count)]
     box = Sandbox(base_dir)
+    from provision.sandbox.images import ImageUnavailable
     from provision.sandbox.systemd import SystemdUnavailable
 
+    image = None
     try:
+        if podman_:
+            from provision.sandbox import sglang_image
+
+            sglang_image.ensure_sglang_image(version, log=lambda m: click.echo(m, err=True))
+            image = sglang_image.alias(version)
         hosts = box.up(specs)
     except AddressInUse as exc:
         _fail(f"{exc} (another sandbox or sshd? try --first-address or --port)", EXIT_USAGE)
     except WheelUnavailable as exc:
         _fail(str(exc), EXIT_FAILED)
-    except (SandboxError, SystemdUnavailable) as exc:
+    except (SandboxError, SystemdUnavailable, ImageUnavailable) as exc:
         _fail(str(exc), EXIT_FAILED)
     inventory = box.write_inventory()
     suffix = "" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"
@@ -77,6 +91,7 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
         where = {"source": "/root/sglang/python/sglang", "venv": "/opt/venv"}.get(h.layout, "no SGLang")
         sg = f"sglang {h.sglang_version} ({h.layout}: {where})" if h.sglang_version else "no SGLang"
         kind = "  systemd" if h.spec is not None and h.spec.kind == "systemd" else ""
+        kind += f"  podman (image {image})" if image else ""
         click.echo(f"{h.name}  {h.address}:{h.port}  {sg}{kind}")
     click.echo(f"inventory:  {inventory}")
     click.echo(f"ssh config: {box.ssh_config_path}")

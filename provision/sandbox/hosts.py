@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision.sandbox.wheels import WheelUnavailable, dist_info, extracted
+from provision.sandbox.wheels import FLASHINFER, WheelUnavailable, dist_info, extracted
 
 DEFAULT_BASE_DIR = "/var/tmp/provision-sandbox"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -68,6 +68,35 @@ MOUNTS = {
     "/data": "data",
     "/etc/ssh": "etc-ssh",
 }
+
+# A host with podman (HostSpec.podman) also gets its own /etc/containers (this machine's is
+# never read or changed): runc, cgroupfs, file logs (SSH_NOTES.md), storage in the host's own
+# /var and /run, and the sandbox's image store (images.shared_store(), where sglang_image.py
+# builds the SGLang images) mounted read-only as an additional image store.
+PODMAN_ETC = "/etc/containers"
+PODMAN_ETC_SUB = "etc-containers"
+PODMAN_IMAGES = "/var/lib/provision-sandbox-images"
+PODMAN_CONTAINERS_CONF = """\
+# provision sandbox host: podman settings for this host only (see provision/sandbox/hosts.py)
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+log_driver = "k8s-file"
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+PODMAN_STORAGE_CONF = f"""\
+# provision sandbox host: this host's own image store, plus the sandbox's images read-only
+[storage]
+driver = "overlay"
+runroot = "/run/containers/storage"
+graphroot = "/var/lib/containers/storage"
+
+[storage.options]
+additionalimagestores = ["{PODMAN_IMAGES}"]
+"""
 
 SOURCE_ROOT = "/root/sglang"                 # a source checkout: <root>/python/sglang
 VENV_DIR = "/opt/venv"
@@ -213,6 +242,8 @@ INIT_PY = r'''# provision sandbox host init: PID 1 of one simulated host (see pr
 import ctypes, os, signal, socket, subprocess, sys
 
 MS_BIND = 4096
+MS_REMOUNT = 32
+MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 
@@ -220,15 +251,19 @@ MS_NODEV = 4
 def setup(fsdir, hostname, mounts):
     libc = ctypes.CDLL(None, use_errno=True)
     sources = []
-    for item in mounts:
-        target, sub = item.split("=", 1)
-        sources.append((target, os.open(os.path.join(fsdir, sub), os.O_PATH | os.O_DIRECTORY)))
-    for target, fd in sources:
+    for item in mounts:  # "TARGET=SUB" (SUB under fsdir, or an absolute path), "ro:" first: read-only
+        ro = item.startswith("ro:")
+        target, sub = item[3 if ro else 0:].split("=", 1)
+        sources.append((target, os.open(os.path.join(fsdir, sub), os.O_PATH | os.O_DIRECTORY), ro))
+    for target, fd, ro in sources:
         os.makedirs(target, exist_ok=True)
         src = ("/proc/self/fd/%d" % fd).encode()
         if libc.mount(src, target.encode(), None, MS_BIND, None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "bind mount over %s failed: %s" % (target, os.strerror(err)))
+        if ro and libc.mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "read-only remount of %s failed: %s" % (target, os.strerror(err)))
         os.close(fd)
     # A private /dev/shm, as on a real host (this machine's may hold the hosts' files).
     if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
@@ -352,8 +387,12 @@ class HostSpec:
     git: bool = False
     stub_deps: bool = True  # SGLang's missing imports get stubs (see DEPS_STUB_PY)
     kind: str = "namespaces"  # or "systemd" (see KINDS)
+    flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
+    podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
 
     def __post_init__(self) -> None:
+        if self.podman and self.kind != "namespaces":
+            raise SandboxError(f"host {self.name}: podman is set up on namespace hosts only")
         if self.kind not in KINDS:
             raise SandboxError(f"host {self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if self.layout not in LAYOUTS:
@@ -362,6 +401,8 @@ class HostSpec:
             self.sglang = None
         elif self.sglang is None:
             self.layout = "none"
+        if self.flashinfer and self.layout != "venv":
+            raise SandboxError(f"host {self.name}: flashinfer is installed only into a venv layout host")
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise SandboxError(f"bad host name {self.name!r}")
 
@@ -526,6 +567,14 @@ class SandboxHost:
         return self.state_dir / "fs"
 
     @property
+    def mounts(self) -> dict[str, str]:
+        """In-host mount point -> per-host directory name under fs/ (MOUNTS, and /etc/containers
+        on a podman host)."""
+        if self.spec is not None and self.spec.podman:
+            return {**MOUNTS, PODMAN_ETC: PODMAN_ETC_SUB}
+        return MOUNTS
+
+    @property
     def log_path(self) -> Path:
         return self.state_dir / "host.log"
 
@@ -562,10 +611,11 @@ class SandboxHost:
         norm = os.path.normpath(path)
         if norm == "/var/run" or norm.startswith("/var/run/"):
             norm = "/run" + norm[len("/var/run"):]
-        for target in sorted(MOUNTS, key=len, reverse=True):
+        mounts = self.mounts
+        for target in sorted(mounts, key=len, reverse=True):
             if norm == target or norm.startswith(target + "/"):
-                return self.fs_dir / MOUNTS[target] / norm[len(target):].lstrip("/")
-        raise ValueError(f"{path} is not in a per-host directory ({', '.join(MOUNTS)}): "
+                return self.fs_dir / mounts[target] / norm[len(target):].lstrip("/")
+        raise ValueError(f"{path} is not in a per-host directory ({', '.join(mounts)}): "
                          "it is this machine's own file, shared by every host")
 
     # ---- running things inside
@@ -647,8 +697,18 @@ class SandboxHost:
         for pid in self._sshd_pids():
             _signal(pid, signal.SIGCONT)
 
+    def _remove_containers(self, timeout: float = 120) -> None:
+        """A podman host's containers go with podman's own clean-up (their mounts, cgroups)."""
+        if self.spec is None or not self.spec.podman or not self.alive():
+            return
+        if not self.hostpath("/var/lib/containers/storage").exists():
+            return  # podman never ran here
+        with contextlib.suppress(subprocess.TimeoutExpired, SandboxError):
+            self.run(["/usr/bin/podman", "rm", "--all", "--force", "--time", "0"], check=False, timeout=timeout)
+
     def _kill_all(self) -> None:
         """Kill the host: listener, then init (which takes the PID namespace with it)."""
+        self._remove_containers(timeout=60)
         if self.listener_alive():
             _signal(self.listener_pid, signal.SIGKILL)
             _wait_gone([(self.listener_pid, self.listener_start)], 5)
@@ -686,6 +746,7 @@ class SandboxHost:
             raise SandboxError(f"host {self.name} is not running: `up` it again")
         self.thaw()
         self.start_sshd()
+        self._remove_containers()
         keep = {self.init_pid, *self._sshd_pids()}
         doomed = [(p, _proc_start(p)) for p in self.processes() if p not in keep]
         for pid, _ in doomed:
@@ -843,7 +904,11 @@ def _sglang_trees(host: SandboxHost) -> list[tuple[Path, Path]]:
         dest = host.hostpath(f"{SOURCE_ROOT}/python")
         return [(src / n, dest / n) for n in names if not n.endswith(".dist-info")]
     site = host.hostpath(host.site_packages)
-    return [(src / n, site / n) for n in names]
+    trees = [(src / n, site / n) for n in names]
+    if spec.flashinfer:  # beside SGLang in the same venv, as pip installs SGLang's pinned flashinfer
+        fi = extracted(spec.flashinfer, FLASHINFER)
+        trees += [(fi / n, site / n) for n in sorted(p.name for p in fi.iterdir() if not p.name.startswith("."))]
+    return trees
 
 
 def _install_sglang(host: SandboxHost, fresh: bool) -> None:
@@ -889,6 +954,32 @@ def _fake_weights(data: Path, shards: int = 64) -> None:
         for name in names:
             (d / name).touch()
         (d / "config.json").write_text("{}\n")
+
+
+def _podman_setup(etc: Path) -> list[str]:
+    """Fill a podman host's own /etc/containers; return init's extra mounts (it, and the
+    sandbox's image store read-only at PODMAN_IMAGES)."""
+    from provision.sandbox import images
+
+    if not _executable(images.PODMAN) or not os.path.isdir(PODMAN_ETC):
+        raise SandboxError(f"podman hosts need podman here (no {images.PODMAN} or {PODMAN_ETC}: "
+                           "apt-get install -y podman runc)")
+    etc.mkdir(parents=True, exist_ok=True)
+    for name in ("policy.json", "registries.conf", "registries.conf.d"):
+        src = Path(PODMAN_ETC) / name
+        if src.is_dir():
+            shutil.copytree(src, etc / name)
+        elif src.is_file():
+            shutil.copyfile(src, etc / name)
+    (etc / "networks").mkdir(exist_ok=True)
+    (etc / "containers.conf").write_text(PODMAN_CONTAINERS_CONF)
+    (etc / "storage.conf").write_text(PODMAN_STORAGE_CONF)
+    store = images.shared_store()
+    try:
+        images.init_store(store)
+    except images.ImageUnavailable as exc:
+        raise SandboxError(f"cannot set up the sandbox's image store {store.graph}: {exc}") from None
+    return [f"{PODMAN_ETC}={PODMAN_ETC_SUB}", f"ro:{PODMAN_IMAGES}={store.graph}"]
 
 
 def _git_init(root: Path, version: str) -> None:
@@ -1164,13 +1255,14 @@ class Sandbox:
                         f"root@{spec.name}", "-f", str(etc_ssh / "ssh_host_ed25519_key")],
                        check=True, capture_output=True)
         (etc_ssh / "sshd_config").write_text(SSHD_CONFIG.format(name=spec.name))
+        extra_mounts = _podman_setup(fs / PODMAN_ETC_SUB) if spec.podman else []
 
         log = state / "host.log"
         unshare_pid = _spawn_detached(
             ["/usr/bin/unshare", "--mount", "--pid", "--net", "--uts", "--fork", "--kill-child",
              "--mount-proc", "--propagation", "private", "--",
              SYSTEM_PYTHON, "-I", "-S", str(self.bin_dir / "init.py"), str(fs), str(state), spec.name,
-             *(f"{t}={s}" for t, s in MOUNTS.items())], log)
+             *(f"{t}={s}" for t, s in MOUNTS.items()), *extra_mounts], log)
         host = SandboxHost(name=spec.name, address=spec.address, port=spec.port, state_dir=state,
                            init_pid=0, listener_pid=None, spec=spec, unshare_pid=unshare_pid,
                            unshare_start=_proc_start(unshare_pid),

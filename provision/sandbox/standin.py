@@ -29,8 +29,12 @@ What it reproduces, and how
   EAGLE/EAGLE3/NEXTN).  Any exception there is the crash: ``Scheduler hit an exception:
   Traceback ...``, SIGQUIT to the main process, which logs ``Received sigquit from a child
   process. It usually means the child failed.`` and SIGKILLs its whole tree, itself included.
-  ``SGLANG_EXTERNAL_MODEL_PACKAGE`` is honoured (its ``EntryClass`` entries override the
-  built-in ones), and two model modules registering the same class name fail with
+  ``SGLANG_EXTERNAL_MODEL_PACKAGE`` is honoured where the installed ``registry.py`` reads it (0.5.6+):
+  the package is found on ``PYTHONPATH`` and each of its modules executed with the same stubbed
+  imports (its ``from sglang.srt.models.X import ...`` gets the module executed above); an
+  ``EntryClass`` class of the same name replaces the built-in one, a module that fails to import
+  is skipped with ``Ignore import error when loading PKG.mod: ...`` (the built-in class is then
+  used, and crashes as it would), and two model modules registering the same class name fail with
   ``AssertionError: Duplicated model implementation for X`` (exit 1), as in SGLang's registry.
 * Processes: the main process forks one scheduler per TP rank (``sglang::scheduler_TPn``) and a
   detokenizer (``sglang::detokenizer``); they mostly sleep, die with the parent (PR_SET_PDEATHSIG
@@ -1107,7 +1111,8 @@ def probe_model(sglang_dir: Path, arch: str | None) -> ModelProbe:
     if path is not None:
         probe.file = str(path)
         probe.module_name = f"sglang.srt.models.{path.stem}"
-    ext_pkg = os.environ.get("SGLANG_EXTERNAL_MODEL_PACKAGE", "").strip()
+    # Only a release whose registry reads the variable honours it (0.5.6+; 0.5.5.post3 does not).
+    ext_pkg = os.environ.get("SGLANG_EXTERNAL_MODEL_PACKAGE", "").strip() if reads_external_package(sglang_dir) else ""
     passthrough = {ext_pkg.partition(".")[0]} if ext_pkg else set()
 
     with _StubImports(passthrough):
@@ -1143,6 +1148,15 @@ def probe_model(sglang_dir: Path, arch: str | None) -> ModelProbe:
                 probe.file = str(origin[probe.arch])
                 probe.module_name = f"sglang.srt.models.{origin[probe.arch].stem}"
     return probe
+
+
+def reads_external_package(sglang_dir: Path) -> bool:
+    """Whether the installed ``srt/models/registry.py`` reads ``SGLANG_EXTERNAL_MODEL_PACKAGE``."""
+    try:
+        return "SGLANG_EXTERNAL_MODEL_PACKAGE" in (Path(sglang_dir) / "srt" / "models" / "registry.py").read_text(
+            encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def _load_external(pkg: str, registry: dict, probe: ModelProbe, version: tuple = (0, 5, 9)) -> None:

@@ -26,26 +26,21 @@ is a Debian 12 root file system (``debootstrap --variant=minbase``, packages in
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from provision.sandbox import hosts as _hosts  # hosts.py never imports this module: it registers itself
+from provision.sandbox import images as _images  # the one image builder (debootstrap + podman import)
 
-PODMAN = "/usr/bin/podman"
-DEBOOTSTRAP = "/usr/sbin/debootstrap"
-SUITE = "bookworm"
-MIRROR = os.environ.get("PROVISION_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+PODMAN = _images.PODMAN
 PACKAGES = ("python3", "python3-pip", "systemd", "systemd-sysv", "dbus", "openssh-server", "procps")
 IMAGE_REPO = "localhost/provision-sandbox-systemd"
-PODMAN_GLOBAL = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 RUN_LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
 SSHD_DROPIN = "/etc/ssh/sshd_config.d/provision-sandbox.conf"
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
@@ -105,91 +100,38 @@ class SystemdUnavailable(_hosts.SandboxError):
 
 
 def podman_argv(*args: str) -> list[str]:
-    return [PODMAN, *PODMAN_GLOBAL, *args]
+    return _images.podman_argv(*args)
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120, input: str | None = None,
            capture: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(podman_argv(*args), capture_output=capture, text=True, timeout=timeout, input=input,
-                          stdin=subprocess.DEVNULL if input is None else None)
-    if check and proc.returncode != 0:
-        why = ((proc.stderr or "").strip().splitlines() or ["no output"])[-1]
-        raise SystemdUnavailable(f"podman {' '.join(args[:2])} failed: {why}")
-    return proc
+    return _images.podman(*args, check=check, timeout=timeout, input=input, capture=capture,
+                          error=SystemdUnavailable)
 
 
 def problems() -> list[str]:
     """What this machine lacks for systemd hosts (empty: all good)."""
-    out = []
-    for tool, fix in ((PODMAN, "apt-get install -y podman"), ("/usr/sbin/runc", "apt-get install -y runc"),
-                      (DEBOOTSTRAP, "apt-get install -y debootstrap")):
-        if not os.access(tool, os.X_OK):
-            out.append(f"no {tool} ({fix})")
-    if os.geteuid() != 0:
-        out.append("must run as root (podman with --systemd, host network)")
-    return out
+    return _images.problems("podman with --systemd, host network")
 
 
 def image_tag() -> str:
     """The image name for what goes in it: suite, packages, customisation, format."""
-    h = hashlib.sha256(json.dumps({"suite": SUITE, "packages": PACKAGES, "customize": CUSTOMIZE_SH,
-                                   "variant": "minbase", "v": 1}, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{IMAGE_REPO}:{h}"
+    return _images.rootfs_tag(IMAGE_REPO, PACKAGES, CUSTOMIZE_SH)
 
 
-def image_cache_dir() -> Path:
-    import pwd
-
-    home = pwd.getpwuid(os.getuid()).pw_dir  # the machine's cache, whatever HOME a test session sets
-    root = os.environ.get("PROVISION_IMAGE_CACHE") or os.path.join(home, ".cache", "provision-images")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+image_cache_dir = _images.image_cache_dir
 
 
 def image_exists(tag: str) -> bool:
-    return podman("image", "exists", tag, check=False).returncode == 0
+    return _images.image_exists(tag)
 
 
 def ensure_image(log=None) -> tuple[str, float]:
     """The systemd image, built (debootstrap + import) when absent. Returns (tag, seconds spent building)."""
-    tag = image_tag()
-    if image_exists(tag):
-        return tag, 0.0
-    bad = problems()
-    if bad:
-        raise SystemdUnavailable("cannot build the systemd image: " + "; ".join(bad))
-    cache = image_cache_dir()
-    with open(cache / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per machine at a time
-        if image_exists(tag):
-            return tag, 0.0
-        t0 = time.monotonic()
-        work = Path(tempfile.mkdtemp(prefix="systemd-image-", dir="/var/tmp"))
-        try:
-            root = work / "root"
-            if log:
-                log(f"building {tag}: debootstrap {SUITE} (about a minute, once per machine)")
-            proc = subprocess.run([DEBOOTSTRAP, "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE,
-                                   str(root), MIRROR], capture_output=True, text=True, timeout=1800)
-            if proc.returncode != 0:
-                tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-                raise SystemdUnavailable(f"debootstrap {SUITE} failed: {tail[0]}")
-            subprocess.run(["chroot", str(root), "/bin/sh", "-c", CUSTOMIZE_SH], check=True, capture_output=True,
-                           text=True, timeout=120)
-            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-            imp = subprocess.run(podman_argv("import", "-", tag), stdin=tar.stdout, capture_output=True, text=True,
-                                 timeout=900)
-            tar.stdout.close()
-            tar.wait()
-            if imp.returncode != 0 or tar.returncode != 0:
-                raise SystemdUnavailable(f"podman import failed: {(imp.stderr.strip().splitlines() or ['?'])[-1]}")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        seconds = time.monotonic() - t0
-        (cache / "systemd-image.json").write_text(json.dumps({"tag": tag, "build_seconds": round(seconds, 1),
-                                                               "built_at": time.time()}) + "\n")
-        return tag, seconds
+    try:
+        return _images.ensure_rootfs_image(image_tag(), PACKAGES, CUSTOMIZE_SH, name="systemd", log=log)
+    except _images.ImageUnavailable as exc:
+        raise SystemdUnavailable(str(exc)) from None
 
 
 def container_name(base_dir: Path, host: str) -> str:

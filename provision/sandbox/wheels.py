@@ -30,39 +30,48 @@ class WheelUnavailable(RuntimeError):
     """The SGLang wheel is not cached and could not be downloaded."""
 
 
-def wheel_path(version: str) -> Path:
-    """Return the cached wheel for ``sglang==version``, downloading it if needed."""
+def wheel_path(version: str, dist: str = "sglang") -> Path:
+    """Return the cached wheel for ``dist==version`` (sglang, flashinfer-python), downloading it
+    if needed."""
     cache = cache_dir()
     # pure-Python wheels up to 0.5.22; 0.5.23 ships cp311 wheels with a Rust extension
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    stem = dist.replace("-", "_")
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl"))
     if found:
         return found[0]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "-d", str(cache), f"sglang=={version}"]
+           "-d", str(cache), f"{dist}=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl"))
     if found and proc.returncode == 0:
         return found[0]
     raise WheelUnavailable(
-        f"could not fetch sglang=={version} ({' '.join(cmd)}): "
+        f"could not fetch {dist}=={version} ({' '.join(cmd)}): "
         + (proc.stderr.strip().splitlines() or ["no output"])[-1]
     )
 
 
-def extracted(version: str) -> Path:
-    """Unpack the wheel once; return the directory that holds ``sglang/`` and its dist-info."""
-    dest = cache_dir() / f"unpacked-{version}"
+FLASHINFER = "flashinfer-python"
+
+
+def extracted(version: str, dist: str = "sglang") -> Path:
+    """Unpack the wheel once; return the directory that holds the package (``sglang/``,
+    ``flashinfer/``) and its dist-info."""
+    dest = cache_dir() / (f"unpacked-{version}" if dist == "sglang" else f"unpacked-{dist}-{version}")
     marker = dest / ".complete"
     if marker.exists():
         return dest
     if dest.exists():
         shutil.rmtree(dest)
-    tmp = cache_dir() / f".unpacking-{version}-{os.getpid()}"
+    tmp = cache_dir() / f".unpacking-{dist}-{version}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    with zipfile.ZipFile(wheel_path(version)) as zf:
+    with zipfile.ZipFile(wheel_path(version, dist)) as zf:
         # the Python files and metadata only: a compiled extension is of no use to a host without a GPU
-        zf.extractall(tmp, [n for n in zf.namelist() if not n.endswith(".so")])
+        names = [n for n in zf.namelist() if not n.endswith(".so")]
+        if dist != "sglang":  # e.g. flashinfer's 48 MB of CUDA sources: only its Python and metadata
+            names = [n for n in names if n.endswith(".py") or ".dist-info/" in n]
+        zf.extractall(tmp, names)
     (tmp / ".complete").write_text(version)
     os.replace(tmp, dest)
     return dest

@@ -25,6 +25,10 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
     from provision.host.protocol import LogsAnswer, PreflightAnswer, ProbeAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer, StopAnswer
 
 
+# Seconds the host may take to import the overlay module as the server would (where torch imports).
+OVERLAY_IMPORT_TIMEOUT = 180.0
+
+
 @dataclass
 class LaunchOptions:
     profile: str | None = None
@@ -45,6 +49,7 @@ class LaunchOptions:
     max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
     tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
     stop_on_interrupt: bool = False
+    overlay: bool = False       # launch --overlay (or the profile's `fix: overlay`): no file is edited
     # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
@@ -97,7 +102,25 @@ def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = Non
     overrides = dict(opts.overrides)
     if multinode is not None:
         overrides.update(multinode.args_for(host))
-    return host_profile(host, opts.profile, overrides, opts.python)
+    prof, spec = host_profile(host, opts.profile, overrides, opts.python)
+    if opts.overlay and prof.fix != "overlay":
+        from dataclasses import replace
+
+        prof = replace(prof, fix="overlay")
+    if prof.fix == "overlay" and opts.patch:
+        raise ConfigError(f"{prof.name}: --patch edits SGLang's file, overlay mode (--overlay or the profile's "
+                          "`fix: overlay`) leaves it untouched: choose one")
+    return prof, spec
+
+
+def uses_overlay(prof: Profile, opts: LaunchOptions) -> bool:
+    """launch --overlay, or the profile's `fix: overlay` (resolve() folds the flag into the profile)."""
+    return prof.fix == "overlay"
+
+
+def overlay_package(rec: dict | None) -> str | None:
+    """The overlay package a started server runs with (its record says), or None."""
+    return ((rec or {}).get("overlay") or {}).get("package")
 
 
 def secret_values(secrets: dict) -> list[str]:
@@ -172,13 +195,17 @@ def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -
 
 
 def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
-           sudo: bool = False, t_start: float | None = None) -> HostResult:
-    """Poll until healthy, dead, or the deadline. Returns the host's verdict."""
+           sudo: bool = False, t_start: float | None = None, overlay_package: str | None = None) -> HostResult:
+    """Poll until healthy, dead, or the deadline. Returns the host's verdict.
+
+    `overlay_package`: the server runs with that overlay; SGLang skipping one of its modules
+    (``Ignore import error when loading PKG...``) is a crash of its own, and the server is
+    stopped at once instead of loading weights for a class without the methods."""
     from provision.logs.loadlog import LoadLog, hint
     from provision.logs.redact import redact
 
     secrets = secret_values(opts.secrets)
-    parser = LoadLog(secrets=secrets)
+    parser = LoadLog(secrets=secrets, overlay_package=overlay_package)
     seen = {"phases": [], "progress": {}}
     t0 = t_start or time.monotonic()
     st = {"offset": offset, "ok_in_row": 0, "errors_open": 0, "seen_200": False, "bad_after_200": 0,
@@ -226,6 +253,11 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             h = hint(crash, host.name, shipped_classes()) if crash is not None else None
             if h:
                 detail += "; hint: " + h
+            if crash is not None and crash.kind == "overlay-import" and ans["running"]:
+                stop = session.call({"op": "stop", "port": prof.port, "grace": prof.grace}, timeout=prof.grace + 60,
+                                    sudo=sudo)
+                detail += ("; the server was stopped at once" if stop.get("ok") else
+                           f"; stopping the server failed: {(stop.get('error') or {}).get('message')}")
             st["done"] = HostResult(host.name, "crashed", detail, data={
                 "log_tail": tail, "phase": state.phase, "log": (st["record"] or {}).get("log"),
                 "crash_kind": crash.kind if crash is not None else "exited", "exit_status": status,
@@ -375,8 +407,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                 return pres
             display.message(host.name, f"patch: {pres.verdict}")
             opts.stages[host.name] = "preflight"
-        pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None),
-                           timeout=120, sudo=sudo)
+        overlay = uses_overlay(prof, opts)
+        pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
+                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT),
+                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0),
+                           sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
@@ -408,15 +443,17 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"
         start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                  persistent=opts.persistent, tree_grace=opts.tree_grace),
+                                  persistent=opts.persistent, tree_grace=opts.tree_grace,
+                                  overlay_stage=pre.get("overlay"), fix=pre.get("fix")),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
         rec = start["record"]
         opts.stages[host.name] = "started"
-        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}")
+        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
+                        + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
         try:
-            res = _follow_started(host, session, prof, sudo, t0)
+            res = _follow_started(host, session, prof, sudo, t0, rec)
         except (Interrupted, UnknownOutcome):
             if not session.cancelled:
                 raise
@@ -433,10 +470,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                        + f"; then {res.verdict}")})
         return res
 
-    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float) -> HostResult:
+    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float, rec: dict) -> HostResult:
         if multinode is not None and (multinode.rank(host) or 0) > 0:
             return follow_secondary(session, host, prof, multinode, opts, display, sudo)
-        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0)
+        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0,
+                     overlay_package=overlay_package(rec))
         if res.verdict == "ready" and opts.smoke:
             sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
             if sm.get("ok"):
@@ -499,7 +537,7 @@ def wait_fn(opts: LaunchOptions, display):
         # From the current start-up on: a persistent server systemd restarted has the earlier
         # ones (and their crash) above it in the same log.
         return follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
-                      sudo=sudo, t_start=t_start)
+                      sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
 
     return fn
 

@@ -13,7 +13,8 @@ from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
-    from provision.host.protocol import Facts, Inspection, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
+    from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, StatusAnswer,
+                                         StatusRequest)
 
 
 
@@ -73,8 +74,11 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
         detail = "removed a broken hand patch: " + "; ".join(res.get("repaired") or [])
     elif res.get("verify_import", {}).get("status") == "failed":
         verdict, detail = "failed", "verify-import: " + res["verify_import"]["why"]
+    pkg = res.get("package") or {}
+    if pkg and pkg.get("name") != "sglang":
+        notes.append(package_note(pkg))
     data = {k: res[k] for k in ("sha_before", "sha_after", "backup", "real_file", "kept", "native",
-                                "restart_needed", "module_level_leftovers") if k in res}
+                                "restart_needed", "module_level_leftovers", "package") if k in res}
     data["install_kind"] = inst.get("kind")
     data["interpreters"] = inst.get("interpreters")
     data["chosen_reason"] = facts.get("chosen_reason")
@@ -85,7 +89,12 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
                       notes=notes, diff=res.get("diff"), error_kind=(err or {}).get("kind"), data=data)
 
 
-STATUS_WANTED = {"patched", "native"}
+def package_note(pkg: dict) -> str:
+    """Which package (not sglang) a spec's file was found in, for the user."""
+    return f"file in package {pkg.get('name')} {pkg.get('version') or '(version unknown)'} at {pkg.get('dir')}"
+
+
+STATUS_WANTED = {"patched", "native", "overlay"}
 STATUS_DUE = {"missing", "stale", "hand-patch"}   # `provision patch` would change the file (exit 4)
 
 
@@ -103,12 +112,20 @@ def patch_state(p: Inspection) -> tuple[str, str]:
         return "error", str((p["error"] or {}).get("message") or p["error"])
     if not methods:
         return "error", "the engine reported no methods for the spec"
+    edit = p.get("kind") not in (None, "delegate")  # mapping-entry, replace: one edit, named in `methods`
     if all(v == "native" for v in methods.values()):
+        if edit:
+            via = "; ".join((p.get("native_via") or {}).values())
+            return "native", "upstream has it" + (f": {via}" if via else "")
         return "native", "every method is in the class itself"
     if block.get("present") and (block.get("matches") is False or missing):
         why = f"missing from it: {', '.join(missing)}" if missing else "it differs from the spec"
+        if edit:
+            return "stale", "provision's edit is there but differs from the spec or the file; `provision patch` re-renders it"
         return "stale", f"provision's block is there but {why}; `provision patch` re-renders it"
     if not missing:
+        if edit:
+            return "patched", f"provision's edit ({', '.join(methods)}) is in place and matches the spec"
         return "patched", "provision's block is in the class and matches the spec"
     if p.get("hand_patch"):
         return "hand-patch", ("a hand patch (`cat >>`) is there and does not bind the methods; "
@@ -128,6 +145,28 @@ def container_notes(answer: StatusAnswer) -> list[str]:
     return notes + [f"containers: {n}" for n in found.get("notes") or []]
 
 
+def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tuple[str, str, list[str]]:
+    """The status verdict once the host's staged overlay is counted (pure): a file that lacks the
+    methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
+    longer needed overlay is a note saying what rewrites or removes it."""
+    held = {m for row in ov.get("specs") or [] for m in row.get("methods") or []}
+    missing = {k for k, v in methods.items() if v == "missing"}
+    notes = []
+    if not ov.get("current"):
+        if ov.get("verdict") == "native":
+            notes.append(f"overlay {ov.get('root')} is no longer needed (the install has the methods natively): "
+                         "`provision reconcile` removes it")
+        elif ov.get("verdict") == "failed":
+            notes.append(f"overlay {ov.get('root')}: {(ov.get('error') or {}).get('message')}")
+        else:
+            notes.append(f"overlay {ov.get('root')} differs from the spec: `provision patch --overlay` or "
+                         "`provision reconcile` rewrites it")
+    elif verdict == "missing" and missing <= held:
+        return "overlay", (f"the file lacks {', '.join(sorted(missing))}; the overlay {ov.get('root')} holds them "
+                           f"(SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')})"), notes
+    return verdict, why, notes
+
+
 def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
@@ -140,8 +179,12 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
     verdict, why = patch_state(p)
+    ov = answer.get("overlay")
+    overlay_notes: list[str] = []
+    if ov:
+        verdict, why, overlay_notes = overlay_state(verdict, why, methods, ov)
     # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
-    state = verdict if verdict in STATUS_WANTED else why if verdict == "missing" else f"{verdict}: {why}"
+    state = verdict if verdict in ("patched", "native") else why if verdict == "missing" else f"{verdict}: {why}"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
     ours = answer.get("server") or {}
@@ -149,7 +192,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     if ours.get("running"):
         h = ours.get("health")
         server = (f"pid {rec.get('pid')} port {rec.get('port')} health {h if h is not None else 'no answer'} "
-                  f"up {ours.get('uptime')} s model {rec.get('model')}")
+                  f"up {ours.get('uptime')} s model {rec.get('model')}"
+                  + (f"; fix: {rec['fix']}" if rec.get("fix") else ""))
     elif ours.get("survivors"):
         server = server_survivors_text(ours)
     elif servers:
@@ -181,16 +225,20 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         rp = ours["reaped"]
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
-    notes = []
+    notes = list(overlay_notes)
+    pkg = p.get("package") or {}
+    if pkg and pkg.get("name") != "sglang":
+        notes.append(package_note(pkg))
     stale_pids = answer.get("restart_needed") or []
     if stale_pids:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
     data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
+            "fix": rec.get("fix") if ours.get("running") else None, "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
-            "containers": containers}
+            "package": pkg or None, "containers": containers}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),

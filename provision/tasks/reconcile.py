@@ -96,13 +96,13 @@ def _spec(name: str | None):
 
 @functools.lru_cache(maxsize=None)
 def block_shas(spec) -> tuple:
-    """The block sha this spec renders (its full set of methods), computed once per spec: the
-    host's fast path accepts a file whose marker carries it. A file whose block holds fewer
-    methods (the rest native) takes the full path, which judges it the same way."""
+    """The block sha this spec renders (a delegate spec's full set of methods; another kind's
+    spec sha), computed once per spec: the host's fast path accepts a file whose marker carries
+    it. A file whose block holds fewer methods (the rest native) takes the full path, which
+    judges it the same way."""
     from provision.host.engine import core as engine
 
-    s = engine.validate_spec(spec.to_engine())
-    return (engine._block_sha(s, [m["name"] for m in s["methods"]]),)
+    return engine.block_shas(spec.to_engine())
 
 
 def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,

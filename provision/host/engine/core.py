@@ -53,6 +53,29 @@ from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in o
     _parse_params,
     validate_spec,
 )
+from provision.host.engine import edits
+from provision.host.engine.markers import (  # noqa: F401
+    begin_line,
+    end_line,
+    find_block as _find_block,
+    pair as _pair,
+    scan_markers as _scan_markers,
+)
+from provision.host.engine.pysource import (  # noqa: F401 (the engine's names, in one namespace)
+    Module as _Module,
+    Resolver as _Resolver,
+    body as _body,
+    decode as _decode,
+    ending as _ending,
+    first_line as _first_line,
+    is_blank as _is_blank,
+    is_comment_or_blank as _is_comment_or_blank,
+    parse as _parse,
+    scope_bindings as _scope_bindings,
+    split_lines as _split_lines,
+    target_names as _target_names,
+    try_parse as _try_parse,
+)
 from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, Resolver, module_name  # noqa: F401
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import Core, ErrorInfo, Inspection
@@ -103,14 +126,6 @@ def _is_normalised(spec) -> bool:
             and all(isinstance(m, dict) and "call" in m and "inner" in m for m in spec["methods"]))
 
 
-def begin_line(spec_name: str, sha: str) -> str:
-    return f"{BEGIN_MARK} spec={spec_name} sha={sha} (remove with `provision unpatch`)"
-
-
-def end_line(spec_name: str) -> str:
-    return f"{END_MARK} spec={spec_name}"
-
-
 def render_block(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
     """Markers plus methods, as they appear in the file (no leading blank line)."""
     s = spec if _is_normalised(spec) else validate_spec(spec)
@@ -120,376 +135,6 @@ def render_block(spec: dict, indent: str = "    ", newline: str = "\n", names=No
     return (indent + begin_line(s["name"], sha) + newline
             + render_methods(s, indent, newline, names, unit)
             + indent + end_line(s["name"]) + newline)
-
-
-# --------------------------------------------------------------------------- text helpers
-
-def _split_lines(text: str) -> list:
-    """Lines with their endings, split the way Python's tokenizer counts lines."""
-    out, pos = [], 0
-    for m in _NEWLINE.finditer(text):
-        out.append(text[pos:m.end()])
-        pos = m.end()
-    if pos < len(text):
-        out.append(text[pos:])
-    return out
-
-
-def _ending(line: str) -> str:
-    if line.endswith("\r\n"):
-        return "\r\n"
-    if line.endswith("\n") or line.endswith("\r"):
-        return line[-1]
-    return ""
-
-
-def _body(line: str) -> str:
-    return line[: len(line) - len(_ending(line))]
-
-
-def _is_blank(line: str) -> bool:
-    return not _body(line).strip(" \t\f")
-
-
-def _is_comment_or_blank(line: str) -> bool:
-    b = _body(line).lstrip(" \t\f")
-    return not b or b.startswith("#")
-
-
-def _decode(source) -> tuple:
-    if isinstance(source, (bytearray, memoryview)):
-        source = bytes(source)
-    if not isinstance(source, bytes):
-        raise EngineError("encoding", f"expected the file's bytes, found {type(source).__name__}")
-    if len(source) > MAX_SOURCE_BYTES:
-        raise EngineError("too-large", f"expected a model file of at most {MAX_SOURCE_BYTES // (1024 * 1024)} MiB, found {len(source)} bytes; refusing to parse it")
-    try:
-        enc, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-    except SyntaxError as e:
-        try:  # detect_encoding also fails on undecodable first lines: say which byte
-            source.decode("utf-8")
-        except UnicodeDecodeError:
-            enc = "utf-8"
-        else:
-            raise EngineError("encoding", f"expected UTF-8 source or a valid PEP 263 coding line, found: {e}")
-    try:
-        text = source.decode(enc)
-    except (UnicodeDecodeError, LookupError) as e:
-        if isinstance(e, UnicodeDecodeError):
-            line = source.count(b"\n", 0, e.start) + 1
-            bad = source[e.start:e.start + 1]
-            raise EngineError("encoding", f"expected {enc} text, found byte 0x{bad.hex()} at offset {e.start} (line {line}) that is not valid {enc}")
-        raise EngineError("encoding", f"expected a known source encoding, found {enc!r}")
-    if text.encode(enc) != source:
-        raise EngineError("encoding", f"expected {enc} text that re-encodes to the same bytes, found text that does not; refusing to rewrite it")
-    return text, enc
-
-
-def _parse(text: str, filename: str = "<source>"):
-    """ast.parse or EngineError("syntax")."""
-    try:
-        return ast.parse(text, filename=filename)
-    except SyntaxError as e:
-        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__}: {e.msg} (line {e.lineno})")
-    except ValueError as e:  # null bytes on 3.10/3.11
-        raise EngineError("syntax", f"{filename} does not parse: {e}")
-    except (RecursionError, MemoryError) as e:
-        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__} (nested too deeply)")
-
-
-def _try_parse(text: str):
-    try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def _first_line(node) -> int:
-    decos = getattr(node, "decorator_list", None) or []
-    return min([node.lineno] + [d.lineno for d in decos])
-
-
-# --------------------------------------------------------------------------- class-scope bindings
-
-def _target_names(t, out):
-    if isinstance(t, ast.Name):
-        out.append(t.id)
-    elif isinstance(t, (ast.Tuple, ast.List)):
-        for e in t.elts:
-            _target_names(e, out)
-    elif isinstance(t, ast.Starred):
-        _target_names(t.value, out)
-
-
-def _scope_bindings(body) -> list:
-    """(name, first line, node, kind) for every name a class/module body binds,
-    looking into if/try/with/for blocks (they run in the same scope) but not into
-    function bodies."""
-    out = []
-
-    def visit(stmts):
-        for st in stmts:
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((st.name, _first_line(st), st, "def"))
-            elif isinstance(st, ast.ClassDef):
-                out.append((st.name, _first_line(st), st, "class"))
-            elif isinstance(st, ast.Assign):
-                names = []
-                for t in st.targets:
-                    _target_names(t, names)
-                kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
-                out.extend((n, st.lineno, st, kind) for n in names)
-            elif isinstance(st, ast.AnnAssign):
-                if st.value is not None and isinstance(st.target, ast.Name):
-                    out.append((st.target.id, st.lineno, st, "assignment"))
-            elif isinstance(st, ast.AugAssign):
-                names = []
-                _target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)):
-                for a in st.names:
-                    if a.name != "*":
-                        out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
-            elif isinstance(st, ast.Delete):
-                names = []
-                for t in st.targets:
-                    _target_names(t, names)
-                out.extend((n, st.lineno, st, "del") for n in names)
-            elif isinstance(st, (ast.For, ast.AsyncFor)):
-                names = []
-                _target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, (ast.With, ast.AsyncWith)):
-                for item in st.items:
-                    if item.optional_vars is not None:
-                        names = []
-                        _target_names(item.optional_vars, names)
-                        out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-            elif isinstance(st, (ast.If, ast.While)):
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                visit(st.body)
-                for h in st.handlers:
-                    visit(h.body)
-                visit(st.orelse)
-                visit(st.finalbody)
-            elif type(st).__name__ == "Match":
-                for case in st.cases:
-                    visit(case.body)
-    visit(body)
-    return out
-
-
-# --------------------------------------------------------------------------- base-class resolution
-
-class _Module:
-    def __init__(self, name: str, tree):
-        self.name = name
-        self.tree = tree
-        self._bind = None
-        self.stars = []
-
-    def bindings(self) -> dict:
-        if self._bind is None:
-            self._bind = {}
-            self._collect(self.tree.body)
-        return self._bind
-
-    def _collect(self, stmts):
-        b = self._bind
-        for st in stmts:
-            if isinstance(st, ast.ClassDef):
-                b[st.name] = ("class", st)
-            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                b[st.name] = ("other", None)
-            elif isinstance(st, ast.Import):
-                for a in st.names:
-                    if a.asname:
-                        b[a.asname] = ("module", a.name)
-                    else:
-                        top = a.name.split(".")[0]
-                        b[top] = ("module", top)
-            elif isinstance(st, ast.ImportFrom):
-                mods = self._absolute(st.module, st.level)
-                for a in st.names:
-                    if a.name == "*":
-                        self.stars.extend(mods)
-                    else:
-                        b[a.asname or a.name] = ("from", mods, a.name)
-            elif isinstance(st, ast.Assign):
-                if (len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                        and isinstance(st.value, (ast.Name, ast.Attribute))):
-                    b[st.targets[0].id] = ("alias", st.value)
-                else:
-                    names = []
-                    for t in st.targets:
-                        _target_names(t, names)
-                    for n in names:
-                        b[n] = ("other", None)
-            elif isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-                self._collect(st.body)
-                self._collect(getattr(st, "orelse", []))
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                self._collect(st.body)
-                for h in st.handlers:
-                    self._collect(h.body)
-                self._collect(st.orelse)
-                self._collect(st.finalbody)
-
-    def _absolute(self, module, level) -> list:
-        """Candidate absolute module names for `from <level dots><module> import`."""
-        if not level:
-            return [module] if module else []
-        parts = self.name.split(".")
-        out = []
-        # As a plain module (x.py) the package is the parent; as a package
-        # (__init__.py) it is the module itself. We can't tell from bytes alone.
-        for pkg_parts in (parts[:-1], parts):
-            if level - 1 > len(pkg_parts):
-                continue
-            base = pkg_parts[: len(pkg_parts) - (level - 1)]
-            name = ".".join(base + ([module] if module else []))
-            if name and name not in out:
-                out.append(name)
-        return out
-
-
-class _Resolver:
-    def __init__(self, resolve_module, notes: list):
-        self.cb = resolve_module
-        self.notes = notes
-        self.cache = {}
-
-    def module(self, name: str):
-        if not name or name.split(".")[0] != PACKAGE or self.cb is None:
-            return None
-        if name in self.cache:
-            return self.cache[name]
-        self.cache[name] = None
-        try:
-            data = self.cb(name)
-        except Exception as e:  # a caller's resolver must not crash the plan
-            self.notes.append(f"could not read module {name}: {type(e).__name__}: {e}")
-            return None
-        if data is None:
-            return None
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        try:
-            text, _ = _decode(data)
-            tree = _parse(text, name)
-        except EngineError as e:
-            self.notes.append(f"could not use module {name} to look up base classes: {e.message}")
-            return None
-        mod = _Module(name, tree)
-        self.cache[name] = mod
-        return mod
-
-    def _modules(self, names) -> list:
-        return [m for m in (self.module(n) for n in names) if m is not None]
-
-    def resolve_class(self, mod: _Module, expr, depth: int = 0):
-        """The (module, ClassDef) an expression names, or None."""
-        if depth > MAX_BASE_DEPTH:
-            return None
-        if isinstance(expr, ast.Subscript):
-            return self.resolve_class(mod, expr.value, depth + 1)
-        if isinstance(expr, ast.Name):
-            return self._lookup(mod, expr.id, depth)
-        if isinstance(expr, ast.Attribute):
-            for mname in self._module_of(mod, expr.value, depth):
-                target = self.module(mname)
-                if target is not None:
-                    r = self._lookup(target, expr.attr, depth + 1)
-                    if r is not None:
-                        return r
-        return None
-
-    def _lookup(self, mod: _Module, name: str, depth: int):
-        if depth > MAX_BASE_DEPTH:
-            return None
-        b = mod.bindings().get(name)
-        if b is None:
-            for star in self._modules(mod.stars):
-                r = self._lookup(star, name, depth + 1)
-                if r is not None:
-                    return r
-            return None
-        if b[0] == "class":
-            return (mod, b[1])
-        if b[0] == "alias":
-            return self.resolve_class(mod, b[1], depth + 1)
-        if b[0] == "from":
-            for src in self._modules(b[1]):
-                r = self._lookup(src, b[2], depth + 1)
-                if r is not None:
-                    return r
-        return None
-
-    def _module_of(self, mod: _Module, expr, depth: int) -> list:
-        """Candidate dotted module names an expression (`y`, `a.b`) refers to."""
-        if depth > MAX_BASE_DEPTH:
-            return []
-        if isinstance(expr, ast.Name):
-            b = mod.bindings().get(expr.id)
-            if b is None:
-                return []
-            if b[0] == "module":
-                return [b[1]]
-            if b[0] == "from":
-                return [f"{m}.{b[2]}" for m in b[1]]
-            return []
-        if isinstance(expr, ast.Attribute):
-            return [f"{m}.{expr.attr}" for m in self._module_of(mod, expr.value, depth + 1)]
-        return []
-
-    def inherited(self, mod: _Module, cls) -> dict:
-        """name -> ("module.Class", [(line, kind, node), ...]) for every name the SGLang bases
-        of `cls` bind (the first base in lookup order that binds it)."""
-        found = {}
-        seen = set()
-
-        def walk(m, c, depth):
-            for base in c.bases:
-                r = self.resolve_class(m, base)
-                if r is None:
-                    continue
-                bm, bc = r
-                key = (bm.name, bc.name, bc.lineno)
-                if key in seen or depth > MAX_BASE_DEPTH:
-                    continue
-                seen.add(key)
-                per: dict = {}
-                for name, line, node, kind in _scope_bindings(bc.body):
-                    per.setdefault(name, []).append((line, kind, node))
-                for name, bindings in per.items():
-                    found.setdefault(name, (f"{bm.name}.{bc.name}", bindings))
-                walk(bm, bc, depth + 1)
-
-        walk(mod, cls, 0)
-        return found
-
-    def base_classes(self, mod: _Module, cls) -> list:
-        out, seen = [], set()
-
-        def walk(m, c, depth):
-            for base in c.bases:
-                r = self.resolve_class(m, base)
-                if r is None or depth > MAX_BASE_DEPTH:
-                    continue
-                key = (r[0].name, r[1].name, r[1].lineno)
-                if key in seen:
-                    continue
-                seen.add(key)
-                out.append(r)
-                walk(r[0], r[1], depth + 1)
-
-        walk(mod, cls, 0)
-        return out
 
 
 def _assigns_attr(cls, attr: str) -> bool:
@@ -585,36 +230,6 @@ def _find_class(tree, name: str, filename: str):
                  else "no module-level classes")
         raise EngineError("class-missing", f"expected class {name} at module level in {filename}, found {found}")
     return hits[0]
-
-
-def _scan_markers(lines: list) -> dict:
-    """{spec name: {"begins": [(line index, sha)], "ends": [line index]}} for every
-    managed-block marker in the file, whatever its spec name."""
-    out: dict = {}
-    for i, line in enumerate(lines):
-        if "provision managed block" not in line:
-            continue
-        m = _BEGIN_RE.match(line)
-        if m:
-            out.setdefault(m.group(1), {"begins": [], "ends": []})["begins"].append((i, m.group(2)))
-            continue
-        m = _END_RE.match(line)
-        if m:
-            out.setdefault(m.group(1), {"begins": [], "ends": []})["ends"].append(i)
-    return out
-
-
-def _pair(spec_name: str, marks: dict) -> dict:
-    begins, ends = marks["begins"], marks["ends"]
-    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0][0]:
-        raise EngineError("block-corrupt", f"expected one begin and one end marker for spec {spec_name}, found {len(begins)} begin (lines {', '.join(str(b[0] + 1) for b in begins) or '-'}) and {len(ends)} end (lines {', '.join(str(e + 1) for e in ends) or '-'}); fix or remove the block by hand")
-    b, sha = begins[0]
-    return {"begin": b, "end": ends[0], "sha": sha, "spec": spec_name}
-
-
-def _find_block(lines: list, spec_name: str):
-    marks = _scan_markers(lines).get(spec_name)
-    return None if marks is None else _pair(spec_name, marks)
 
 
 def _other_blocks(lines: list, spec_name: str, lo: int, hi: int) -> list:
@@ -924,9 +539,34 @@ def _internal(exc: BaseException) -> ErrorInfo:
     return {"kind": "internal", "message": f"the patch engine failed{at}: {type(exc).__name__}: {exc} (a bug in provision; nothing was changed)"}
 
 
+def _edit_kind(spec):
+    """The module of a spec kind other than delegation (engine/mapping_entry.py,
+    engine/replace.py), or None for a delegate spec (the rest of this module)."""
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    if kind == "mapping-entry":
+        from provision.host.engine import mapping_entry
+        return mapping_entry
+    if kind == "replace":
+        from provision.host.engine import replace
+        return replace
+    return None
+
+
+def block_shas(spec: dict) -> tuple:
+    """The block sha(s) a spec's begin marker carries when its edit is current: the
+    delegation block of all its methods, or another kind's spec sha (engine/edits.py)."""
+    s = validate_spec(spec)
+    if _edit_kind(s) is not None:
+        return (edits.spec_sha(s),)
+    return (_block_sha(s, [m["name"] for m in s["methods"]]),)
+
+
 def plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
     """Decide what patching `source` means. Pure; see the module docstring."""
     try:
+        kind = _edit_kind(spec)
+        if kind is not None:
+            return edits.plan_patch(kind, source, spec)
         return _plan_patch(source, spec, resolve_module)
     except Exception as e:  # a bug must become a verdict, never a traceback on a host
         return _result(error=_internal(e))
@@ -987,6 +627,9 @@ def _self_check(new: bytes, s: dict, c: dict, resolve_module) -> list:
 def plan_unpatch(source: bytes, spec: dict) -> dict:
     """Remove exactly our block (this spec's markers); every other byte stays."""
     try:
+        kind = _edit_kind(spec)
+        if kind is not None:
+            return edits.plan_unpatch(kind, source, spec)
         return _plan_unpatch(source, spec)
     except Exception as e:
         return {"verdict": "failed", "new": None, "removed": [], "notes": [], "error": _internal(e)}
@@ -1045,6 +688,9 @@ def check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
     there once, every spec method is bound in the class body exactly once (or
     inherited from an SGLang base), our block is well-formed and holds defs."""
     try:
+        kind = _edit_kind(spec)
+        if kind is not None:
+            return edits.check_structure(kind, source, spec)
         return _check_structure(source, spec, resolve_module)
     except Exception as e:
         return [_internal(e)["message"]]
@@ -1082,6 +728,9 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
 def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | None = None) -> Inspection:
     """Read-only facts for `status`."""
     try:
+        kind = _edit_kind(spec)
+        if kind is not None:
+            return cast("Inspection", edits.inspect(kind, source, cast(dict, spec)))
         return cast("Inspection", _inspect(source, spec, resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,

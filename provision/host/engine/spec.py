@@ -21,7 +21,23 @@ MAX_BASE_DEPTH = 32
 ERROR_KINDS = (
     "spec", "encoding", "too-large", "syntax", "class-missing", "class-ambiguous",
     "class-layout", "delegate-missing", "block-corrupt", "block-other-spec", "not-a-method", "internal",
+    # mapping-entry and replace (engine/mapping_entry.py, engine/replace.py)
+    "scope-missing", "scope-ambiguous", "mapping-missing", "mapping-ambiguous", "mapping-layout",
+    "key-missing", "fragment-missing", "fragment-ambiguous", "fragment-layout",
 )
+
+# The kinds of spec (what a spec's `kind:` may say); "delegate" when it says nothing.
+KINDS = ("delegate", "mapping-entry", "replace")
+DEFAULT_PACKAGE = PACKAGE
+# The keys each kind's spec may carry besides the common ones.
+COMMON_KEYS = ("name", "kind", "package", "file", "applies")
+KIND_KEYS = {
+    "delegate": ("class", "delegate", "methods", "unit"),
+    "mapping-entry": ("mapping", "key", "value", "copy_of"),
+    "replace": ("scope", "find", "replace", "native_if"),
+}
+_CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}\Z")
+_PKG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
@@ -49,33 +65,146 @@ class EngineError(Exception):
 # --------------------------------------------------------------------------- spec
 
 def validate_spec(spec) -> dict:
-    """Check a spec defensively; return a normalised copy. Raises EngineError("spec")."""
+    """Check a spec defensively; return a normalised copy. Raises EngineError("spec").
+
+    Every kind's copy has name, kind, package, file (and applies when given); the
+    delegate kind adds class, delegate, methods; mapping-entry mapping, key and value or
+    copy_of; replace scope, find, replace, native_if (None when not given)."""
     if not isinstance(spec, dict):
         raise EngineError("spec", f"spec: expected a mapping, found {type(spec).__name__}")
+    kind = spec.get("kind", "delegate")
+    if kind is None:
+        kind = "delegate"
+    if kind not in KINDS:
+        raise EngineError("spec", f"spec `kind`: expected one of {', '.join(KINDS)}, found {kind!r}")
+    package = spec.get("package", DEFAULT_PACKAGE)
+    if package is None:
+        package = DEFAULT_PACKAGE
+    if not _is_plain_ident(package):
+        raise EngineError("spec", f"spec `package`: expected the import name of an installed package (an identifier like flashinfer), found {package!r}")
+    if kind == "delegate":
+        out = _validate_delegate(spec, package)
+    else:
+        out = _validate_common(spec, package)
+        out.update(_validate_mapping_entry(spec) if kind == "mapping-entry" else _validate_replace(spec))
+    out["kind"], out["package"] = kind, package
+    if spec.get("applies") is not None:
+        out["applies"] = validate_applies(spec["applies"])
+    return out
 
-    def field(key, kind=str):
-        if key not in spec:
-            raise EngineError("spec", f"spec: expected a `{key}` field, found none")
-        value = spec[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise EngineError("spec", f"spec `{key}`: expected {kind.__name__}, found {type(value).__name__}")
-        return value
 
-    name = field("name")
+def _field(spec: dict, key: str, kind=str):
+    if key not in spec:
+        raise EngineError("spec", f"spec: expected a `{key}` field, found none")
+    value = spec[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise EngineError("spec", f"spec `{key}`: expected {kind.__name__}, found {type(value).__name__}")
+    return value
+
+
+def _validate_common(spec: dict, package: str) -> dict:
+    name = _field(spec, "name")
     if not _SPEC_NAME.match(name):
         raise EngineError("spec", f"spec `name`: expected letters, digits, '.', '_' or '-' (at most 100), found {name!r}")
-    path = field("file")
+    path = _field(spec, "file")
     parts = path.split("/")
     if (not path.endswith(".py") or path.startswith("/") or "\\" in path
             or any(not _IDENT.match(p) for p in parts[:-1]) or not _IDENT.match(parts[-1][:-3])):
-        raise EngineError("spec", f"spec `file`: expected a relative path like srt/models/x.py inside the sglang package, found {path!r}")
-    cls = field("class")
+        raise EngineError("spec", f"spec `file`: expected a relative path like {'srt/models/x.py' if package == 'sglang' else 'jit/x.py'} inside the {package} package, found {path!r}")
+    return {"name": name, "file": path}
+
+
+def _fragment(spec: dict, key: str, required: bool) -> str | None:
+    value = spec.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise EngineError("spec", f"spec `{key}`: expected a non-empty source fragment (text), found {value!r}")
+    if "\x00" in value or "provision managed block" in value:
+        raise EngineError("spec", f"spec `{key}`: expected plain source text, found a NUL byte or provision's own marker text")
+    return value
+
+
+def _validate_replace(spec: dict) -> dict:
+    scope = spec.get("scope")
+    if scope is not None and (not isinstance(scope, str) or not all(_is_plain_ident(p) for p in scope.split("."))):
+        raise EngineError("spec", f"spec `scope`: expected a dotted def or class path like gen_module or Class.method, found {scope!r}")
+    find = _fragment(spec, "find", True)
+    replace = _fragment(spec, "replace", True)
+    if find == replace:
+        raise EngineError("spec", "spec `replace`: expected text that differs from `find`, found the same text")
+    native_if = _fragment(spec, "native_if", False)
+    return {"scope": scope or None, "find": find, "replace": replace, "native_if": native_if}
+
+
+def _validate_key(value, key: str):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise EngineError("spec", f"spec `{key}`: expected a number or a string (the dict key as a literal), found {type(value).__name__} {value!r}")
+    return value
+
+
+def _validate_mapping_entry(spec: dict) -> dict:
+    mapping = _field(spec, "mapping")
+    parts = mapping.split(".")
+    if len(parts) > 2 or not all(_is_plain_ident(p) for p in parts):
+        raise EngineError("spec", f"spec `mapping`: expected the name a module-level dict literal is bound to (NAME, or Class.NAME for one in a class body), found {mapping!r}")
+    if "key" not in spec:
+        raise EngineError("spec", "spec: expected a `key` field (the dict key to ensure), found none")
+    key = _validate_key(spec["key"], "key")
+    has_value, has_copy = spec.get("value") is not None, spec.get("copy_of") is not None
+    if has_value == has_copy:
+        raise EngineError("spec", "spec: expected exactly one of `value` (a source expression) and `copy_of` (another key whose value to copy), found " + ("both" if has_value else "neither"))
+    value = copy_of = None
+    if has_value:
+        value = spec["value"]
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n\x00"):
+            raise EngineError("spec", f"spec `value`: expected a one-line Python expression, found {value!r}")
+        try:
+            ast.parse(value.strip(), mode="eval")
+        except (SyntaxError, ValueError) as e:
+            raise EngineError("spec", f"spec `value`: expected a Python expression, found {value!r} ({e.msg if isinstance(e, SyntaxError) else e})")
+        value = value.strip()
+    else:
+        copy_of = _validate_key(spec["copy_of"], "copy_of")
+        if copy_of == key:
+            raise EngineError("spec", f"spec `copy_of`: expected another key than `key` ({key!r})")
+    return {"mapping": mapping, "key": key, "value": value, "copy_of": copy_of}
+
+
+def validate_applies(applies) -> dict:
+    """`applies:` checked for shape only (the control side evaluates it with `packaging`):
+    {package name: specifier text, "gpu_capability": ["12.0", ...]}. Returns a copy with
+    gpu_capability always a list."""
+    if not isinstance(applies, dict) or not applies:
+        raise EngineError("spec", f"spec `applies`: expected a mapping like {{sglang: '>=0.5.6', gpu_capability: ['12.0']}}, found {applies!r}")
+    out: dict = {}
+    for k, v in applies.items():
+        if k == "gpu_capability":
+            caps = [v] if isinstance(v, str) else v
+            if not isinstance(caps, list) or not caps or not all(isinstance(c, str) and _CAPABILITY.match(c) for c in caps):
+                raise EngineError("spec", f"spec `applies.gpu_capability`: expected compute capabilities like ['12.0'], found {v!r}")
+            out[k] = list(caps)
+        elif isinstance(k, str) and _PKG_NAME.match(k):
+            if not isinstance(v, str) or not v.strip() or not all(_SPECIFIER.match(p.strip()) for p in v.split(",")):
+                raise EngineError("spec", f"spec `applies.{k}`: expected a version specifier like '>=0.5.6,<0.6', found {v!r}")
+            out[k] = v.strip()
+        else:
+            raise EngineError("spec", f"spec `applies`: expected package names or gpu_capability as keys, found {k!r}")
+    return out
+
+
+_SPECIFIER = re.compile(r"(~=|==|!=|<=|>=|<|>|===)\s*[A-Za-z0-9_.*+!-]+\Z")
+
+
+def _validate_delegate(spec: dict, package: str) -> dict:
+    base = _validate_common(spec, package)
+    cls = _field(spec, "class")
     if not _is_plain_ident(cls):
         raise EngineError("spec", f"spec `class`: expected a Python identifier, found {cls!r}")
-    delegate = field("delegate")
+    delegate = _field(spec, "delegate")
     if not _is_plain_ident(delegate) or _mangled(delegate):
         raise EngineError("spec", f"spec `delegate`: expected an attribute name (no leading '__'), found {delegate!r}")
-    methods = field("methods", list)
+    methods = _field(spec, "methods", list)
     if not methods:
         raise EngineError("spec", "spec `methods`: expected at least one method, found an empty list")
     out, seen = [], set()
@@ -95,7 +224,8 @@ def validate_spec(spec) -> dict:
         if not isinstance(params, str):
             raise EngineError("spec", f"{where}.params: expected a string like 'self, x=None', found {type(params).__name__}")
         out.append(_parse_params(mname, params.strip(), where))
-    return {"name": name, "file": path, "class": cls, "delegate": delegate, "methods": out}
+    base.update({"class": cls, "delegate": delegate, "methods": out})
+    return base
 
 
 def _is_plain_ident(s) -> bool:

@@ -27,6 +27,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
+from provision.host.facts import packages
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
@@ -92,6 +93,7 @@ for d in dirs:
         except OSError:
             pass
 sys.path[:] = extra + sys.path + dirs + more
+out["search_path"] = [p for p in sys.path if p]
 try:
     import importlib.util
     spec = importlib.util.find_spec("sglang")
@@ -380,12 +382,14 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                                          "host (fix --python or the inventory's `python:`)"}}
 
     def add(pkg: str, kind: str, python: str | None, version: str | None, dist_info: str | None = None,
-            direct_url: dict | None = None) -> None:
+            direct_url: dict | None = None, search_path: list | None = None) -> None:
         real = os.path.realpath(pkg)
         rec = installs.setdefault(real, {
             "path": real, "kind": kind, "version": version, "interpreters": [], "dist_info": dist_info,
-            "git": None, "pythonpath": None,
+            "git": None, "pythonpath": None, "search_path": None,
         })
+        if search_path and not rec["search_path"]:  # the owning interpreter's (the first that imports it)
+            rec["search_path"] = list(search_path)
         if python and python not in rec["interpreters"]:
             rec["interpreters"].append(python)
         if version and not rec["version"]:
@@ -417,7 +421,8 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             continue
         dist_info = res.get("dist_info")
         kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
-        add(pkg, kind, python, res.get("dist_version") or package_version(pkg), dist_info, res.get("direct_url"))
+        add(pkg, kind, python, res.get("dist_version") or package_version(pkg), dist_info, res.get("direct_url"),
+            res.get("search_path"))
 
     for pattern in CHECKOUT_GLOBS:
         for pkg in sorted(glob.glob(pattern)):
@@ -486,9 +491,15 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
 
 
 def for_request(req: Mapping[str, Any]) -> Any:
-    """Discovery as a request asks for it (extra interpreters, a pinned path, a configured python)."""
-    return discover(extra_interpreters=req.get("interpreters") or [],
-                             pinned=req.get("sglang_path"), configured_python=req.get("python"))
+    """Discovery as a request asks for it (extra interpreters, a pinned path, a configured python),
+    with `packages`: where the chosen install's interpreter finds each package the request's
+    specs name (their `package` and `applies` keys) or its `packages` list asks for."""
+    facts = discover(extra_interpreters=req.get("interpreters") or [],
+                     pinned=req.get("sglang_path"), configured_python=req.get("python"))
+    specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
+    names = packages.wanted(specs, req.get("packages"))
+    facts["packages"] = packages.for_install(chosen_install(facts), names) if not facts.get("error") else {}
+    return facts
 
 
 def chosen_install(facts: Mapping[str, Any]) -> Any:

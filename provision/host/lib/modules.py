@@ -13,12 +13,13 @@ MAX_SOURCE_BYTES = 4 * 1024 * 1024
 Resolver = Callable[[str], Optional[bytes]]
 
 
-def module_name(spec_file: str) -> str:
-    """`srt/models/kimi_k25.py` -> `sglang.srt.models.kimi_k25`."""
+def module_name(spec_file: str, package: str = PACKAGE) -> str:
+    """`srt/models/kimi_k25.py` -> `sglang.srt.models.kimi_k25` (`jit/comm.py` in flashinfer ->
+    `flashinfer.jit.comm`)."""
     parts = spec_file[:-3].split("/") if spec_file.endswith(".py") else spec_file.split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join([PACKAGE] + parts)
+    return ".".join([package] + parts)
 
 
 def make_resolver(package_dir: str) -> Resolver:

@@ -24,6 +24,8 @@ def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
     result = audit.audit_models(models, inst["path"])
     states: dict[str, dict] = {}
     for spec in req.get("specs") or []:
+        if spec.get("kind", "delegate") != "delegate":
+            continue  # the audit is of model classes' delegation; other kinds are not about a class
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:

@@ -18,11 +18,11 @@ import time
 
 from provision.host.bootstrap import BOOTSTRAP, RESULT_PREFIX, frame
 from provision.host.engine import core
-from provision.host.facts import installs
+from provision.host.facts import installs, packages
 from provision.host.facts.servers import changed_at, restart_needed
 from provision.host.lib import procfs
 from provision.host.lib.hostlog import host_log
-from provision.host.lib.modules import make_resolver, module_name
+from provision.host.lib.modules import PACKAGE, make_resolver, module_name
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.state import read_state
 from provision.host.ops import fileops
@@ -30,8 +30,13 @@ if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import DiscoverAnswer, DiscoverRequest, FileResult, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
 
 
-def _spec_file(install: dict, spec: dict) -> str:
-    return os.path.join(install["path"], spec["file"])
+def _spec_file(install: dict, spec: dict) -> tuple:
+    """(the spec's file, PackageInfo of its package, resolver for base classes): the file is
+    relative to the package the spec names, as the install's interpreter finds it (None when
+    that package is missing: PackageInfo's error says so)."""
+    path, info = packages.spec_file(install, spec)
+    resolver = make_resolver(install["path"]) if (spec.get("package") or PACKAGE) == PACKAGE else None
+    return path, info, resolver
 
 
 def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
@@ -50,17 +55,24 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
     spec = req.get("spec")
     state_dir = req.get("state_dir") or default_state_dir()
     if spec:
-        path = _spec_file(inst, spec)
+        path, pkg, resolver = _spec_file(inst, spec)
         try:
+            if path is None:
+                raise FileNotFoundError
             with open(path, "rb") as fh:
                 src = fh.read()
         except OSError as exc:
-            out["patch"] = {"error": {"kind": "file-missing", "message": f"{path}: {exc.strerror}"}}
+            out["patch"] = {"error": pkg["error"] or {"kind": "file-missing", "message": f"{path}: {exc.strerror}"},
+                            "package": pkg}
         else:
-            info = core.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
+            info = core.inspect(src, spec, resolve_module=resolver)
             info["file"] = path
+            info["package"] = pkg
             out["patch"] = info
             out["restart_needed"] = _stale_servers(facts, inst, path)
+            from provision.host.ops import overlay
+
+            out["overlay"] = overlay.status(inst, [spec], state_dir)
     if req.get("port"):
         from provision.host.ops import server
 
@@ -133,22 +145,25 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
         sub.setdefault("facts", facts)
         return sub
     spec = req["spec"]
-    path = _spec_file(inst, spec)
+    path, pkg, resolver = _spec_file(inst, spec)
     state_dir = req.get("state_dir") or default_state_dir()
     common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")))
+    if path is None:
+        return {"ok": False, "facts": facts, "error": pkg["error"]}
     if not os.path.lexists(path):
         return {"ok": False, "facts": facts,
                 "error": {"kind": "file-missing",
                           "message": f"{path} does not exist (spec {spec['name']} expects "
-                                     f"{spec['file']} in the sglang package)"}}
+                                     f"{spec['file']} in the {pkg['name']} package at {pkg['dir']})"}}
     t0 = time.monotonic()
     res: FileResult
     if unpatch:
         res = fileops.unpatch_file(path, spec, actor=req.get("actor"), **common)
     else:
         res = fileops.patch_file(path, spec, sglang_version=inst.get("version"),
-                                 resolve_module=make_resolver(inst["path"]), **common)
+                                 resolve_module=resolver, **common)
     res["elapsed"] = round(time.monotonic() - t0, 4)
+    res["package"] = pkg
     if res.get("verdict") in ("patched", "repaired", "unpatched") and not req.get("check"):
         host_log(f"{'unpatch' if unpatch else 'patch'} {res['verdict']}: {path} spec={spec['name']} "
                  f"sha256 {str(res.get('sha_before'))[:12]} -> {str(res.get('sha_after'))[:12]}")
@@ -174,7 +189,7 @@ try:
     m = importlib.import_module(mod)
 except Exception as exc:
     print(json.dumps({"importable": False, "why": "%s: %s" % (type(exc).__name__, exc)})); sys.exit(0)
-c = getattr(m, cls, None)
+c = getattr(m, cls, None) if cls else m
 print(json.dumps({"importable": True, "class_found": c is not None,
                   "callable": {n: callable(getattr(c, n, None)) for n in names}}))
 """
@@ -182,8 +197,8 @@ print(json.dumps({"importable": True, "class_found": c is not None,
 
 def verify_import(inst: dict, spec: dict) -> dict:
     owner, env_extra = installs.owner_python(inst)
-    mod = module_name(spec["file"])
-    names = ",".join(m["name"] for m in spec["methods"])
+    mod = module_name(spec["file"], spec.get("package") or PACKAGE)
+    names = ",".join(m["name"] for m in spec.get("methods") or [])
     try:
         proc = subprocess.run([owner, "-c", VERIFY_SNIPPET, mod, spec["class"], names], capture_output=True,
                               text=True, timeout=120, env=dict(os.environ, **env_extra), cwd="/")
@@ -194,6 +209,8 @@ def verify_import(inst: dict, spec: dict) -> dict:
         return {"status": "not-verifiable", "why": f"no answer from {owner}: {exc}"}
     if not data.get("importable"):
         return {"status": "not-verifiable", "why": f"cannot import {mod} here: {data.get('why')}"}
+    if not spec.get("class"):
+        return {"status": "ok", "why": f"imported {mod}"}
     if not data.get("class_found"):
         return {"status": "failed", "why": f"{mod} has no class {spec['class']}"}
     bad = [n for n, ok in data["callable"].items() if not ok]

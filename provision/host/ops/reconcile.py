@@ -195,6 +195,8 @@ def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
 
 def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
     """The unchanged fast path, or None when a full look is needed."""
+    if (spec.get("package") or "sglang") != "sglang":
+        return None  # the file is in another package (facts/packages.py): the full look finds it
     state = read_state(state_dir)
     rel = spec["file"]
     cands = [(p, e) for p, e in state.items()
@@ -265,12 +267,16 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
     if inst is None:
         return {"ok": False, "path": "full", "facts": slim,
                 "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
-    path = os.path.join(inst["path"], spec["file"])
+    from provision.host.facts import packages
+
+    path, pkg = packages.spec_file(inst, spec)
+    if path is None:
+        return {"ok": False, "path": "full", "facts": slim, "error": pkg["error"], "package": pkg}
     real = os.path.realpath(path)
     servers = [_server_view(s) for s in facts.get("servers") or []]
     base = {"ok": True, "path": "full", "facts": slim, "file": real, "install": inst["path"],
             "version": inst.get("version"), "kind": inst.get("kind"), "git": inst.get("git"),
-            "servers": servers, "notes": [], "restart_needed": []}
+            "servers": servers, "notes": [], "restart_needed": [], "package": pkg}
     entry = read_state(state_dir).get(real) or {}
     f = {"exists": os.path.isfile(real), "force": bool(req.get("force")), "version": inst.get("version"),
          "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
@@ -282,7 +288,7 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
         except OSError as exc:
             return dict(base, ok=False, error={"kind": "io", "message": f"cannot read {real}: {exc.strerror}"})
         f["sha"] = base["sha"] = _sha(src)
-        info = engine.inspect(src, spec, resolve_module=make_resolver(inst["path"]))
+        info = engine.inspect(src, spec, resolve_module=make_resolver(inst["path"]) if pkg["name"] == "sglang" else None)
         f["parse_error"] = (info.get("error") or {}).get("message")
         f["methods"] = info.get("methods") or {}
         f["block"] = bool((info.get("block") or {}).get("present"))
@@ -294,9 +300,9 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
             plan = engine.plan_unpatch(src, spec)
             unpatched = plan.get("new") if plan.get("verdict") == "unpatched" else None
         ref = None
-        rel_in_dist = "sglang/" + spec["file"]
-        if inst.get("dist_info"):
-            ref = record_sha(inst["dist_info"], rel_in_dist)
+        rel_in_dist = f"{pkg['name']}/{spec['file']}"
+        if pkg.get("dist_info"):
+            ref = record_sha(pkg["dist_info"], rel_in_dist)
             if ref is not None:
                 base["reference"] = "RECORD"
                 f["pristine"] = f["sha"] == ref

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, TYPE_CHECKING
 
-from provision.host.facts import installs
+from provision.host.facts import installs, packages
 from provision.host.lib.hostlog import host_log
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.pkgmeta import package_version
@@ -29,7 +29,10 @@ def _target(req: Mapping[str, Any]) -> tuple:
     inst = installs.chosen_install(facts)
     if inst is None:
         return None, None, facts, {"kind": "not-found", "message": "no SGLang install chosen"}
-    return os.path.realpath(os.path.join(inst["path"], req["spec"]["file"])), inst, facts, None
+    path, pkg = packages.spec_file(inst, req["spec"])
+    if path is None:
+        return None, inst, facts, pkg["error"]
+    return os.path.realpath(path), inst, facts, None
 
 
 def _backup_view(meta: dict) -> dict:

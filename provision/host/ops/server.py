@@ -297,7 +297,11 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     port = int(args.get("port", 30000))
     bind = str(args.get("host", "127.0.0.1"))
     spec = req.get("spec")
-    if spec:
+    fix = "none"
+    staged = None
+    if req.get("overlay"):
+        staged, fix = _overlay_preflight(req, inst, checks)
+    elif spec:
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:
@@ -314,6 +318,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
             else:
                 checks.append({"level": "ok", "check": "patch", "message": f"{spec['class']}: delegation methods "
                                "in place (" + ", ".join(sorted(set(methods.values()))) + ")"})
+                fix = "native" if set(methods.values()) == {"native"} else "edited file"
         except OSError as exc:
             checks.append({"level": "fail", "check": "patch", "message": f"{path}: {exc.strerror}"})
     st = _server_state(req, port)
@@ -367,7 +372,42 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     du = shutil.disk_usage(probe)
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
     return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
-            "record": st["record"], "install": inst, "survivors": left}
+            "record": st["record"], "install": inst, "survivors": left, "fix": fix, "overlay": staged}
+
+
+def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
+    """launch --overlay: stage the overlay (ops/overlay.py), check it, and say what it holds.
+    Returns (the staged overlay or None, the fix the server will use)."""
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    why = render.refusal_for_env((req.get("profile") or {}).get("env"))
+    if why:
+        checks.append({"level": "fail", "check": "overlay", "message": why})
+        return None, "none"
+    st = overlay.stage(inst, specs, req.get("state_dir") or default_state_dir())
+    for note in st.get("notes") or []:
+        checks.append({"level": "info", "check": "overlay", "message": note})
+    if st.get("verdict") == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
+        return None, "none"
+    if st.get("verdict") == "native":
+        checks.append({"level": "info", "check": "overlay", "message": f"SGLang {inst.get('version')} has every "
+                       "method natively: no overlay needed, the server starts without one"
+                       + (" (the old overlay was removed)" if st.get("removed") else "")})
+        return None, "native"
+    env = _server_env(req, inst)
+    st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"))),
+                                         float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
+    held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
+    if st["verify"]["status"] == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
+                       f"{st['verify']['why']}"})
+        return None, "none"
+    checks.append({"level": "ok", "check": "overlay", "message": f"overlay {st['verdict']} in {st['root']} "
+                   f"({held}); {st['verify']['why']}"})
+    return st, "overlay"
 
 
 def _sglang_children_orphans(exclude: set) -> list[int]:
@@ -407,6 +447,19 @@ def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
         except OSError:
             pass
     return gone
+
+
+def _server_env(req: ServerRequest, inst: dict) -> dict:
+    """The server's environment, as op_start gives it (secrets aside): this session's, less SSH's,
+    the install's own (a checkout's PYTHONPATH), then the profile's env."""
+    _owner, env_extra = installs.owner_python(inst)
+    env = dict(os.environ)
+    for k in ("SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK"):
+        env.pop(k, None)
+    env.update(env_extra)
+    env.update({str(k): str(v) for k, v in ((req.get("profile") or {}).get("env") or {}).items()})
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
@@ -468,13 +521,18 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
                 fh.write(f"{k}: {json.dumps(str(v))}\n")
         os.replace(cfg + ".tmp", cfg)
         argv += ["--config", cfg]  # the separate-token form: `--config=FILE` is silently ignored by SGLang
-    env = dict(os.environ)
-    for k in ("SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK"):
-        env.pop(k, None)
-    env.update(env_extra)
-    env.update({str(k): str(v) for k, v in (prof.get("env") or {}).items()})
+    env = _server_env(req, inst)
     env.update({str(k): str(v) for k, v in (secrets.get("env") or {}).items()})
-    env["PYTHONUNBUFFERED"] = "1"
+    staged = req.get("overlay_stage")
+    if staged:
+        from provision.host.engine import overlay as render
+
+        why = render.refusal_for_env(prof.get("env")) or (
+            None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
+            else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+        if why:
+            return {"ok": False, "error": {"kind": "overlay", "message": why}}
+        env.update(render.server_env(staged["root"], env.get("PYTHONPATH")))
     pidfile = os.path.join(sroot, f"server-{port}.pid")
     exitfile = os.path.join(sroot, f"server-{port}.exit")
     reapfile = os.path.join(sroot, f"server-{port}.reaped.json")
@@ -522,7 +580,9 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
            "exitfile": exitfile, "reapfile": reapfile, "config": cfg, "python": python, "install": inst["path"],
            "version": inst.get("version"), "model": args.get("model-path"), "tp": args.get("tp-size", 1),
-           "mechanism": "systemd unit " + unit if unit else "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
+           "mechanism": "systemd unit " + unit if unit else "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")},
+           "fix": req.get("fix") or ("overlay" if staged else None),
+           "overlay": {k: staged.get(k) for k in ("root", "package", "modules", "digest")} if staged else None}
     write_record(req, port, rec)
     pruned = _prune_logs(logdir, port, int(prof.get("keep_logs", 5)))
     return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned, "replaced": replaced}

@@ -1,0 +1,459 @@
+"""Python source as the engine reads it: decoding, lines, and AST location.  STDLIB ONLY, Python 3.10.
+
+The one place for what every spec kind (engine/core.py's delegation, engine/mapping_entry.py,
+engine/replace.py) and the model auditor (engine/audit.py) need to find things in a file:
+
+- the file's text: ``decode`` (bytes -> text and encoding, refusing what would not
+  round-trip), ``split_lines`` (lines with their endings, as the tokenizer counts them);
+- the names a module or class body binds (``scope_bindings``, ``Module.bindings``), with
+  imports made absolute (``absolute_modules``);
+- a dotted scope (``find_scope``: ``func``, ``Class``, ``Class.method``);
+- base classes followed into other SGLang modules (``Resolver``: ``resolve_class``,
+  ``inherited``, ``base_classes``).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+
+from provision.host.engine.spec import MAX_BASE_DEPTH, EngineError, _NEWLINE
+from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE
+
+def split_lines(text: str) -> list:
+    """Lines with their endings, split the way Python's tokenizer counts lines."""
+    out, pos = [], 0
+    for m in _NEWLINE.finditer(text):
+        out.append(text[pos:m.end()])
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+def ending(line: str) -> str:
+    if line.endswith("\r\n"):
+        return "\r\n"
+    if line.endswith("\n") or line.endswith("\r"):
+        return line[-1]
+    return ""
+
+
+def body(line: str) -> str:
+    return line[: len(line) - len(ending(line))]
+
+
+def is_blank(line: str) -> bool:
+    return not body(line).strip(" \t\f")
+
+
+def is_comment_or_blank(line: str) -> bool:
+    b = body(line).lstrip(" \t\f")
+    return not b or b.startswith("#")
+
+
+def decode(source) -> tuple:
+    if isinstance(source, (bytearray, memoryview)):
+        source = bytes(source)
+    if not isinstance(source, bytes):
+        raise EngineError("encoding", f"expected the file's bytes, found {type(source).__name__}")
+    if len(source) > MAX_SOURCE_BYTES:
+        raise EngineError("too-large", f"expected a model file of at most {MAX_SOURCE_BYTES // (1024 * 1024)} MiB, found {len(source)} bytes; refusing to parse it")
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError as e:
+        try:  # detect_encoding also fails on undecodable first lines: say which byte
+            source.decode("utf-8")
+        except UnicodeDecodeError:
+            enc = "utf-8"
+        else:
+            raise EngineError("encoding", f"expected UTF-8 source or a valid PEP 263 coding line, found: {e}")
+    try:
+        text = source.decode(enc)
+    except (UnicodeDecodeError, LookupError) as e:
+        if isinstance(e, UnicodeDecodeError):
+            line = source.count(b"\n", 0, e.start) + 1
+            bad = source[e.start:e.start + 1]
+            raise EngineError("encoding", f"expected {enc} text, found byte 0x{bad.hex()} at offset {e.start} (line {line}) that is not valid {enc}")
+        raise EngineError("encoding", f"expected a known source encoding, found {enc!r}")
+    if text.encode(enc) != source:
+        raise EngineError("encoding", f"expected {enc} text that re-encodes to the same bytes, found text that does not; refusing to rewrite it")
+    return text, enc
+
+
+def parse(text: str, filename: str = "<source>"):
+    """ast.parse or EngineError("syntax")."""
+    try:
+        return ast.parse(text, filename=filename)
+    except SyntaxError as e:
+        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__}: {e.msg} (line {e.lineno})")
+    except ValueError as e:  # null bytes on 3.10/3.11
+        raise EngineError("syntax", f"{filename} does not parse: {e}")
+    except (RecursionError, MemoryError) as e:
+        raise EngineError("syntax", f"{filename} does not parse: {type(e).__name__} (nested too deeply)")
+
+
+def try_parse(text: str):
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def first_line(node) -> int:
+    decos = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decos])
+
+
+# --------------------------------------------------------------------------- class-scope bindings
+
+def target_names(t, out):
+    if isinstance(t, ast.Name):
+        out.append(t.id)
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            target_names(e, out)
+    elif isinstance(t, ast.Starred):
+        target_names(t.value, out)
+
+
+def scope_bindings(body) -> list:
+    """(name, first line, node, kind) for every name a class/module body binds,
+    looking into if/try/with/for blocks (they run in the same scope) but not into
+    function bodies."""
+    out = []
+
+    def visit(stmts):
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((st.name, first_line(st), st, "def"))
+            elif isinstance(st, ast.ClassDef):
+                out.append((st.name, first_line(st), st, "class"))
+            elif isinstance(st, ast.Assign):
+                names = []
+                for t in st.targets:
+                    target_names(t, names)
+                kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
+                out.extend((n, st.lineno, st, kind) for n in names)
+            elif isinstance(st, ast.AnnAssign):
+                if st.value is not None and isinstance(st.target, ast.Name):
+                    out.append((st.target.id, st.lineno, st, "assignment"))
+            elif isinstance(st, ast.AugAssign):
+                names = []
+                target_names(st.target, names)
+                out.extend((n, st.lineno, st, "assignment") for n in names)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                for a in st.names:
+                    if a.name != "*":
+                        out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
+            elif isinstance(st, ast.Delete):
+                names = []
+                for t in st.targets:
+                    target_names(t, names)
+                out.extend((n, st.lineno, st, "del") for n in names)
+            elif isinstance(st, (ast.For, ast.AsyncFor)):
+                names = []
+                target_names(st.target, names)
+                out.extend((n, st.lineno, st, "assignment") for n in names)
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    if item.optional_vars is not None:
+                        names = []
+                        target_names(item.optional_vars, names)
+                        out.extend((n, st.lineno, st, "assignment") for n in names)
+                visit(st.body)
+            elif isinstance(st, (ast.If, ast.While)):
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                visit(st.body)
+                for h in st.handlers:
+                    visit(h.body)
+                visit(st.orelse)
+                visit(st.finalbody)
+            elif type(st).__name__ == "Match":
+                for case in st.cases:
+                    visit(case.body)
+    visit(body)
+    return out
+
+
+# --------------------------------------------------------------------------- base-class resolution
+
+class Module:
+    def __init__(self, name: str, tree):
+        self.name = name
+        self.tree = tree
+        self._bind = None
+        self.stars = []
+
+    def bindings(self) -> dict:
+        if self._bind is None:
+            self._bind = {}
+            self._collect(self.tree.body)
+        return self._bind
+
+    def _collect(self, stmts):
+        b = self._bind
+        for st in stmts:
+            if isinstance(st, ast.ClassDef):
+                b[st.name] = ("class", st)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                b[st.name] = ("other", None)
+            elif isinstance(st, ast.Import):
+                for a in st.names:
+                    if a.asname:
+                        b[a.asname] = ("module", a.name)
+                    else:
+                        top = a.name.split(".")[0]
+                        b[top] = ("module", top)
+            elif isinstance(st, ast.ImportFrom):
+                mods = self._absolute(st.module, st.level)
+                for a in st.names:
+                    if a.name == "*":
+                        self.stars.extend(mods)
+                    else:
+                        b[a.asname or a.name] = ("from", mods, a.name)
+            elif isinstance(st, ast.Assign):
+                if (len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                        and isinstance(st.value, (ast.Name, ast.Attribute))):
+                    b[st.targets[0].id] = ("alias", st.value)
+                else:
+                    names = []
+                    for t in st.targets:
+                        target_names(t, names)
+                    for n in names:
+                        b[n] = ("other", None)
+            elif isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                self._collect(st.body)
+                self._collect(getattr(st, "orelse", []))
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                self._collect(st.body)
+                for h in st.handlers:
+                    self._collect(h.body)
+                self._collect(st.orelse)
+                self._collect(st.finalbody)
+
+    def _absolute(self, module, level) -> list:
+        """Candidate absolute module names for `from <level dots><module> import`."""
+        if not level:
+            return [module] if module else []
+        parts = self.name.split(".")
+        out = []
+        # As a plain module (x.py) the package is the parent; as a package
+        # (__init__.py) it is the module itself. We can't tell from bytes alone.
+        for pkg_parts in (parts[:-1], parts):
+            if level - 1 > len(pkg_parts):
+                continue
+            base = pkg_parts[: len(pkg_parts) - (level - 1)]
+            name = ".".join(base + ([module] if module else []))
+            if name and name not in out:
+                out.append(name)
+        return out
+
+
+class Resolver:
+    def __init__(self, resolve_module, notes: list):
+        self.cb = resolve_module
+        self.notes = notes
+        self.cache = {}
+
+    def module(self, name: str):
+        if not name or name.split(".")[0] != PACKAGE or self.cb is None:
+            return None
+        if name in self.cache:
+            return self.cache[name]
+        self.cache[name] = None
+        try:
+            data = self.cb(name)
+        except Exception as e:  # a caller's resolver must not crash the plan
+            self.notes.append(f"could not read module {name}: {type(e).__name__}: {e}")
+            return None
+        if data is None:
+            return None
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        try:
+            text, _ = decode(data)
+            tree = parse(text, name)
+        except EngineError as e:
+            self.notes.append(f"could not use module {name} to look up base classes: {e.message}")
+            return None
+        mod = Module(name, tree)
+        self.cache[name] = mod
+        return mod
+
+    def _modules(self, names) -> list:
+        return [m for m in (self.module(n) for n in names) if m is not None]
+
+    def resolve_class(self, mod: Module, expr, depth: int = 0):
+        """The (module, ClassDef) an expression names, or None."""
+        if depth > MAX_BASE_DEPTH:
+            return None
+        if isinstance(expr, ast.Subscript):
+            return self.resolve_class(mod, expr.value, depth + 1)
+        if isinstance(expr, ast.Name):
+            return self._lookup(mod, expr.id, depth)
+        if isinstance(expr, ast.Attribute):
+            for mname in self._module_of(mod, expr.value, depth):
+                target = self.module(mname)
+                if target is not None:
+                    r = self._lookup(target, expr.attr, depth + 1)
+                    if r is not None:
+                        return r
+        return None
+
+    def _lookup(self, mod: Module, name: str, depth: int):
+        if depth > MAX_BASE_DEPTH:
+            return None
+        b = mod.bindings().get(name)
+        if b is None:
+            for star in self._modules(mod.stars):
+                r = self._lookup(star, name, depth + 1)
+                if r is not None:
+                    return r
+            return None
+        if b[0] == "class":
+            return (mod, b[1])
+        if b[0] == "alias":
+            return self.resolve_class(mod, b[1], depth + 1)
+        if b[0] == "from":
+            for src in self._modules(b[1]):
+                r = self._lookup(src, b[2], depth + 1)
+                if r is not None:
+                    return r
+        return None
+
+    def _module_of(self, mod: Module, expr, depth: int) -> list:
+        """Candidate dotted module names an expression (`y`, `a.b`) refers to."""
+        if depth > MAX_BASE_DEPTH:
+            return []
+        if isinstance(expr, ast.Name):
+            b = mod.bindings().get(expr.id)
+            if b is None:
+                return []
+            if b[0] == "module":
+                return [b[1]]
+            if b[0] == "from":
+                return [f"{m}.{b[2]}" for m in b[1]]
+            return []
+        if isinstance(expr, ast.Attribute):
+            return [f"{m}.{expr.attr}" for m in self._module_of(mod, expr.value, depth + 1)]
+        return []
+
+    def inherited(self, mod: Module, cls) -> dict:
+        """name -> ("module.Class", [(line, kind, node), ...]) for every name the SGLang bases
+        of `cls` bind (the first base in lookup order that binds it)."""
+        found = {}
+        seen = set()
+
+        def walk(m, c, depth):
+            for base in c.bases:
+                r = self.resolve_class(m, base)
+                if r is None:
+                    continue
+                bm, bc = r
+                key = (bm.name, bc.name, bc.lineno)
+                if key in seen or depth > MAX_BASE_DEPTH:
+                    continue
+                seen.add(key)
+                per: dict = {}
+                for name, line, node, kind in scope_bindings(bc.body):
+                    per.setdefault(name, []).append((line, kind, node))
+                for name, bindings in per.items():
+                    found.setdefault(name, (f"{bm.name}.{bc.name}", bindings))
+                walk(bm, bc, depth + 1)
+
+        walk(mod, cls, 0)
+        return found
+
+    def base_classes(self, mod: Module, cls) -> list:
+        out, seen = [], set()
+
+        def walk(m, c, depth):
+            for base in c.bases:
+                r = self.resolve_class(m, base)
+                if r is None or depth > MAX_BASE_DEPTH:
+                    continue
+                key = (r[0].name, r[1].name, r[1].lineno)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(r)
+                walk(r[0], r[1], depth + 1)
+
+        walk(mod, cls, 0)
+        return out
+
+
+
+
+# --------------------------------------------------------------------------- dotted scopes
+
+def body_statements(body) -> list:
+    """The statements of a module or class body that run in that scope, looking into
+    if/try/with/for/while blocks (not into function or class bodies), in source order."""
+    out = []
+
+    def visit(stmts):
+        for st in stmts:
+            out.append(st)
+            if isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor)):
+                visit(st.body)
+                visit(st.orelse)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                visit(st.body)
+            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+                visit(st.body)
+                for h in st.handlers:
+                    visit(h.body)
+                visit(st.orelse)
+                visit(st.finalbody)
+    visit(body)
+    return out
+
+
+def find_scope(tree, dotted: str | None, filename: str = "<source>"):
+    """The node a dotted scope names: None or "" is the module itself; `f`, `C`, `C.m`, `f.g`
+    are defs and classes found by name, one level at a time, in the body of the one before
+    (if/try blocks included). Raises EngineError("scope-missing" | "scope-ambiguous")."""
+    node = tree
+    if not dotted:
+        return node
+    walked: list = []
+    for part in dotted.split("."):
+        hits = [st for st in body_statements(node.body)
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and st.name == part]
+        where = f"{'.'.join(walked)} (line {node.lineno})" if walked else filename
+        if len(hits) > 1:
+            raise EngineError("scope-ambiguous", f"expected one def or class {part} in {where}, found {len(hits)} (lines {', '.join(str(h.lineno) for h in hits)}); refusing to guess which one runs")
+        if not hits:
+            there = [st.name for st in body_statements(node.body)
+                     if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+            found = f"defs and classes there: {', '.join(there[:12])}{' ...' if len(there) > 12 else ''}" if there else "no defs or classes there"
+            raise EngineError("scope-missing", f"expected a def or class {part} in {where}, found none ({found})")
+        node = hits[0]
+        walked.append(part)
+    return node
+
+
+def scope_lines(node, nlines: int) -> tuple:
+    """(first, last) 1-based line numbers a scope node spans (decorators included); the
+    module spans every line."""
+    if isinstance(node, ast.Module):
+        return 1, nlines
+    return first_line(node), node.end_lineno
+
+
+def literal_key(node):
+    """(True, value) when a dict key node is a literal (number, string, bytes, bool, None,
+    a negative number or a tuple of those); else (False, None)."""
+    if node is None:
+        return False, None
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None

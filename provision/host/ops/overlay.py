@@ -1,0 +1,303 @@
+"""Overlay mode on the host: stage the overlay package, check it, and the ``overlay`` op.  STDLIB ONLY.
+
+The overlay (engine/overlay.py renders it) lives in the host's state directory, one
+directory per SGLang install (``<state>/overlay/<key>/provision_overlay/``), one module per
+spec, with only the methods the installed class lacks natively. It is compiled with the
+server's interpreter and checked statically by the engine (each method bound in the class);
+where that interpreter can import torch, it is also imported under a timeout, as the server
+would. Against a release that has every method there is no overlay (an old one is removed).
+
+Used by the ``overlay`` op (`provision patch --overlay`), by the server's preflight and start
+(`launch --overlay`), and by reconcile (regenerate / remove).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+from provision.host.engine import core
+from provision.host.engine import overlay as render
+from provision.host.facts import installs
+from provision.host.lib.hostlog import host_log
+from provision.host.lib.modules import make_resolver
+from provision.host.lib.paths import default_state_dir
+from provision.host.ops.fileops import temp_name
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import OverlayAnswer, OverlayRequest, OverlayStage, OverlayVerify
+
+MANIFEST = "manifest.json"
+IMPORT_TIMEOUT = 180.0
+
+
+def overlay_root(state_dir: str, install_path: str) -> str:
+    """Where the overlay of one install lives (what goes first on PYTHONPATH)."""
+    key = hashlib.sha256(os.path.realpath(install_path).encode()).hexdigest()[:12]
+    return os.path.join(state_dir, "overlay", key)
+
+
+def read_manifest(root: str) -> dict | None:
+    try:
+        with open(os.path.join(root, MANIFEST)) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def plan(inst: dict, specs: list) -> dict:
+    """What the overlay of this install holds, from its files: per spec the methods the installed
+    class lacks natively (a file provision edited still gets them, so the overlay never depends on
+    the edit), and the rendered modules. Problems (class missing, unreadable file) are errors."""
+    resolve = make_resolver(inst["path"])
+    modules: dict = {}
+    rows: list = []
+    errors: list = []
+    notes: list = []
+    for spec in specs:
+        if not render.is_overlayable(spec):
+            notes.append(f"spec {spec.get('name')} (kind {spec.get('kind')}) changes values, not a class: it cannot "
+                         "be an overlay; `provision patch` edits its file")
+            continue
+        path = os.path.join(inst["path"], spec["file"])
+        try:
+            with open(path, "rb") as fh:
+                info = core.inspect(fh.read(), spec, resolve_module=resolve)
+        except OSError as exc:
+            errors.append(f"{path}: {exc.strerror}")
+            continue
+        if info.get("error"):
+            errors.append(f"{path}: {(info['error'] or {}).get('message')}")
+            continue
+        methods = info.get("methods") or {}
+        need = [m["name"] for m in spec["methods"] if methods.get(m["name"]) != "native"]
+        row = {"spec": spec["name"], "class": spec["class"], "file": path, "methods": need,
+               "native": [n for n, v in methods.items() if v == "native"]}
+        if need:
+            row["module"] = render.module_for(spec["name"])
+            modules[row["module"]] = render.render_module(spec, need, inst.get("version"))
+        rows.append(row)
+    return {"modules": modules, "specs": rows, "errors": errors, "notes": notes}
+
+
+def _write(path: str, text: str) -> None:
+    tmp = temp_name(path)  # not a .py name: SGLang imports every .py of the package
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _on_disk(root: str, files: dict) -> bool:
+    """The package on disk is exactly `files` (no other module SGLang would import)."""
+    pkg = os.path.join(root, render.PACKAGE)
+    try:
+        present = {f"{render.PACKAGE}/{n}" for n in os.listdir(pkg) if n.endswith(".py")}
+    except OSError:
+        return False
+    if present != set(files):
+        return False
+    for rel, text in files.items():
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8") as fh:
+                if fh.read() != text:
+                    return False
+        except OSError:
+            return False
+    return True
+
+
+def remove(root: str) -> bool:
+    """Take an overlay away (the install became native, or the user asked). True if there was one."""
+    if not os.path.isdir(root):
+        return False
+    shutil.rmtree(root)
+    return True
+
+
+COMPILE_SNIPPET = ("import sys\n"
+                   "for p in sys.argv[1:]:\n"
+                   "    compile(open(p, 'rb').read(), p, 'exec', dont_inherit=True)\n")
+
+
+def compile_with(python: str, paths: list) -> str | None:
+    """Compile the modules with the server's interpreter (no bytecode written). None or the error."""
+    try:
+        proc = subprocess.run([python, "-I", "-S", "-c", COMPILE_SNIPPET, *paths], capture_output=True, text=True,
+                              timeout=60, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} could not compile the overlay: {exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return f"the overlay does not compile with {python}: {last}"
+    return None
+
+
+def static_problems(inst: dict, specs: list, rows: list, files: dict) -> list:
+    """The engine's structure check on each module: the class is there once and binds every method."""
+    resolve = make_resolver(inst["path"])
+    by_name = {s["name"]: s for s in specs}
+    out = []
+    for row in rows:
+        rel = f"{render.PACKAGE}/{row.get('module')}.py"
+        if rel not in files:
+            continue
+        spec = by_name[row["spec"]]
+        sub = dict(spec, methods=[m for m in spec["methods"] if m["name"] in row["methods"]])
+        out += [f"{rel}: {p}" for p in core.check_structure(files[rel].encode("utf-8"), sub, resolve_module=resolve)]
+    return out
+
+
+def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> OverlayStage:
+    """Render, write (unless `check`), compile and check the overlay of one install.
+
+    verdict: "staged" (written), "unchanged" (already exactly so), "native" (no method is missing:
+    no overlay, an old one removed), "failed" (refused: too old a release, a spec's class missing,
+    a module that does not compile or bind its methods)."""
+    root = overlay_root(state_dir, inst["path"])
+    out: OverlayStage = {"root": root, "package": render.PACKAGE, "install": inst["path"],
+                         "version": inst.get("version"), "modules": [], "specs": [], "notes": [], "env": {},
+                         "env_lines": [], "removed": False}
+    why = render.refusal_for_version(inst.get("version"))
+    if why:
+        out["verdict"], out["error"] = "failed", {"kind": "overlay-version", "message": why}
+        return out
+    p = plan(inst, specs)
+    out["specs"], out["notes"] = p["specs"], list(p["notes"])
+    if p["errors"]:
+        out["verdict"], out["error"] = "failed", {"kind": "overlay", "message": "; ".join(p["errors"])}
+        return out
+    if not p["modules"]:
+        out["removed"] = os.path.isdir(root) and (check or remove(root))
+        out["verdict"] = "native"
+        return out
+    files = render.render_package(p["modules"])
+    out["digest"] = render.digest(files)
+    out["modules"] = [f"{render.PACKAGE}.{m}" for m in sorted(p["modules"])]
+    out["env"] = render.server_env(root)
+    out["env_lines"] = render.env_lines(root)
+    if _on_disk(root, files) and (read_manifest(root) or {}).get("digest") == out["digest"]:
+        out["verdict"] = "unchanged"
+    elif check:
+        out["verdict"] = "staged"
+        return out
+    else:
+        pkg = os.path.join(root, render.PACKAGE)
+        os.makedirs(pkg, mode=0o755, exist_ok=True)
+        for name in os.listdir(pkg):  # a module of a spec no longer asked for
+            if name.endswith(".py") and f"{render.PACKAGE}/{name}" not in files:
+                os.unlink(os.path.join(pkg, name))
+        shutil.rmtree(os.path.join(pkg, "__pycache__"), ignore_errors=True)
+        for rel, text in files.items():
+            _write(os.path.join(root, rel), text)
+        _write(os.path.join(root, render.ENV_FILE), "\n".join(out["env_lines"]) + "\n")
+        _write(os.path.join(root, MANIFEST), json.dumps(
+            {"digest": out["digest"], "install": inst["path"], "version": inst.get("version"),
+             "specs": p["specs"]}, indent=2, sort_keys=True) + "\n")
+        out["verdict"] = "staged"
+        host_log(f"overlay staged: {root} for {inst['path']} ({', '.join(out['modules'])}) digest {out['digest']}")
+    python, _env = installs.owner_python(inst)
+    err = compile_with(python, [os.path.join(root, rel) for rel in sorted(files)])
+    problems = [err] if err else static_problems(inst, specs, p["specs"], files)
+    if problems:
+        out["verdict"], out["error"] = "failed", {"kind": "overlay-check", "message": "; ".join(problems)}
+    return out
+
+
+def status(inst: dict, specs: list, state_dir: str) -> OverlayStage | None:
+    """The overlay staged for this install, if any, and whether it is current (read-only):
+    verdict "unchanged" = current, "staged" = stale (patch --overlay / reconcile rewrites it),
+    "native" = no longer needed (reconcile removes it), "failed" = the check says why."""
+    root = overlay_root(state_dir, inst["path"])
+    if not os.path.isdir(root):
+        return None
+    st = stage(inst, specs, state_dir, check=True)
+    st["current"] = st.get("verdict") == "unchanged"
+    return st
+
+
+IMPORT_SNIPPET = r"""
+import importlib, importlib.util, json, sys
+mod, cls, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+if importlib.util.find_spec("torch") is None:
+    print(json.dumps({"status": "not-verifiable", "why": "torch does not import with " + sys.executable}))
+    sys.exit(0)
+try:
+    m = importlib.import_module(mod)
+except Exception as exc:
+    print(json.dumps({"status": "failed", "why": "%s does not import: %s: %s" % (mod, type(exc).__name__, exc)}))
+    sys.exit(0)
+entry = getattr(m, "EntryClass", None) or []
+c = next((e for e in entry if getattr(e, "__name__", None) == cls), None)
+if c is None:
+    print(json.dumps({"status": "failed", "why": "%s registers no class %s" % (mod, cls)})); sys.exit(0)
+bad = [n for n in names if n and not callable(getattr(c, n, None))]
+print(json.dumps({"status": "failed" if bad else "ok",
+                  "why": ("not callable: " + ", ".join(bad)) if bad else "imported; every method is callable"}))
+"""
+
+
+def verify_import(inst: dict, st: OverlayStage, server_env: dict, timeout: float = IMPORT_TIMEOUT) -> OverlayVerify:
+    """Import each overlay module as the server would (its interpreter and environment, the overlay
+    first on PYTHONPATH), where that interpreter can import torch; else say it cannot be verified."""
+    python, _ = installs.owner_python(inst)
+    results = []
+    for row in st.get("specs") or []:
+        if not row.get("module"):
+            continue
+        mod = f"{render.PACKAGE}.{row['module']}"
+        try:
+            proc = subprocess.run([python, "-c", IMPORT_SNIPPET, mod, row["class"], ",".join(row["methods"])],
+                                  capture_output=True, text=True, timeout=timeout, env=server_env, cwd="/")
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            data = {"status": "failed", "why": f"importing {mod} took longer than {timeout:g} s"}
+        except (ValueError, IndexError, OSError) as exc:
+            data = {"status": "not-verifiable", "why": f"no answer from {python}: {exc}"}
+        results.append(dict(data, module=mod))
+    if not results:
+        return {"status": "ok", "why": "no overlay module", "modules": []}
+    worst = next((r for r in results if r["status"] == "failed"), None) \
+        or next((r for r in results if r["status"] == "not-verifiable"), None) or results[0]
+    why = worst["why"] if worst["status"] != "ok" else "imported; every method is callable"
+    if worst["status"] == "not-verifiable":
+        why = f"import not verifiable here ({worst['why']}): checked statically"
+    return {"status": worst["status"], "why": why, "modules": results}
+
+
+def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
+    """`provision patch --overlay`: stage the overlay of the chosen install (or, with `remove`,
+    take it away) and say the two environment lines."""
+    facts = installs.for_request(req)
+    if facts["error"]:
+        return {"ok": False, "facts": facts, "error": facts["error"]}
+    inst = installs.chosen_install(facts)
+    if inst is None:
+        return {"ok": False, "facts": facts, "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
+    state_dir = req.get("state_dir") or default_state_dir()
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    if req.get("remove"):
+        root = overlay_root(state_dir, inst["path"])
+        gone = os.path.isdir(root) if req.get("check") else remove(root)
+        return {"ok": True, "facts": facts, "overlay": {"verdict": "removed" if gone else "absent", "root": root,
+                                                         "install": inst["path"], "version": inst.get("version")}}
+    st = stage(inst, specs, state_dir, check=bool(req.get("check")))
+    if st.get("verdict") in ("staged", "unchanged") and not req.get("check"):
+        python, extra = installs.owner_python(inst)
+        env = dict(os.environ, **extra)
+        env.update(render.server_env(st["root"], env.get("PYTHONPATH")))
+        st["verify"] = verify_import(inst, st, env, float(req.get("import_timeout") or IMPORT_TIMEOUT))
+        if st["verify"]["status"] == "failed":
+            st["verdict"] = "failed"
+            st["error"] = {"kind": "overlay-import", "message": st["verify"]["why"]}
+    return {"ok": st.get("verdict") != "failed", "facts": facts, "overlay": st, "error": st.get("error")}
+
+
+OPS = {"overlay": op_overlay}

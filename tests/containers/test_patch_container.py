@@ -5,6 +5,7 @@ discovery naming the SGLang containers beside the host's installs."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_patch_container_then_restart_still_has_the_methods(podman_host, sglang_
     assert class_methods(after, KIMI_CLASS)[-3:] == METHODS
     assert not set(METHODS) & set(module_level_functions(after))
     # the backup is in the container's own state dir; the host's has none
-    backups = ssh_env.ssh(host, f"podman exec {NAME} sh -c 'cat /var/lib/provision/backups/*/*'", check=False)
+    backups = ssh_env.ssh(host, f"podman exec {NAME} sh -c 'cat /var/lib/provision/backups/*.bak'", check=False)
     assert original.decode() in backups.stdout
     assert not host.hostpath("/var/lib/provision/backups").exists()
     # the journal on the control machine names HOST/NAME
@@ -60,8 +61,9 @@ def test_patch_container_then_restart_still_has_the_methods(podman_host, sglang_
 
     # audit reads the container's SGLang; unpatch gives its original bytes back
     proc, doc = run_json("audit", *args)
+    assert proc.returncode == 6, proc.stderr  # 0.5.9 has fixable wrappers no shipped spec covers
     gaps = {g["class"]: g for g in doc["hosts"][0]["data"]["gaps"]}
-    assert gaps and KIMI_CLASS not in gaps or gaps[KIMI_CLASS]["patch_state"] == "patched", gaps.get(KIMI_CLASS)
+    assert (gaps[KIMI_CLASS]["verdict"], gaps[KIMI_CLASS]["patch_state"]) == ("closed", "patched"), gaps[KIMI_CLASS]
     run("unpatch", *args, check_rc=0)
     assert _file(ssh_env, host) == original
 
@@ -77,8 +79,11 @@ def test_a_native_image_is_left_alone(podman_host, sglang_images, ssh_env):
 def test_what_cannot_be_reached_is_one_sentence(podman_host, sglang_images, ssh_env):
     host = podman_host
     base = [*ssh_env.cli_args, "--host", host.name]
+    # no docker here: either no docker CLI at all, or (as on this machine) a CLI without its daemon
+    docker = "docker is not installed on this host" if not shutil.which("docker") else \
+        "the docker daemon is not running on this host"
     cases = [(["--container", "nosuch"], "no container named nosuch on this host"),
-             (["--container", NAME, "--runtime", "docker"], "docker is not installed on this host")]
+             (["--container", NAME, "--runtime", "docker"], docker)]
     _start(ssh_env, host, sglang_images["0.5.9"])
     ssh_env.ssh(host, f"podman stop -t 0 {NAME}", timeout=120)
     cases.append((["--container", NAME], f"container {NAME} is not running; start it (`podman start {NAME}`)"))

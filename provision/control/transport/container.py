@@ -13,8 +13,9 @@ An edit made this way lives in the container's writable layer: it survives ``RUN
 restart`` and is gone when the container is recreated (a new deploy, a new tag).
 
 Runtime: ``docker`` or ``podman`` (the same verbs), or ``auto``: the first of them on the
-outer host's PATH. A missing runtime, an unknown or stopped container, and a container
-without python3 are each one sentence.
+outer host's PATH that knows the container. A missing runtime, an unknown or stopped
+container, a docker daemon that is not running, and a container without python3 are each
+one sentence.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ RUNTIMES = ("docker", "podman")
 # docker's and podman's own rule for names (ids are hex, which it admits too)
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 MISSING = "provision-no-container-runtime"
+UNKNOWN = "provision-no-runtime-knows-the-container"
+PICKED = "provision-container-runtime"  # auto: which runtime took the step (on stderr, before it runs)
 
 
 class ContainerError(RemoteError):
@@ -53,35 +56,50 @@ def check_runtime(runtime: str | None) -> str:
 
 def exec_command(runtime: str, name: str, command: str) -> str:
     """The outer host's command that runs ``command`` (a shell command line) inside ``name``,
-    with stdin passed through. A missing runtime prints MISSING and exits 127 before
-    anything runs. Pure."""
-    inner = f"exec \"$r\" exec -i {shlex.quote(name)} sh -c {shlex.quote(command)}"
+    with stdin passed through. A missing runtime prints MISSING and exits 127 before anything
+    runs. ``auto``: the first of docker, podman that is on PATH and knows the container
+    (``container inspect``: a docker CLI without its daemon, or a host with both, picks the
+    right one); none that knows it prints UNKNOWN. Pure."""
+    q = shlex.quote(name)
+    run = f"exec \"$r\" exec -i {q} sh -c {shlex.quote(command)}"
     if runtime == "auto":
-        pick = ("r=; for c in " + " ".join(RUNTIMES) + "; do if command -v \"$c\" >/dev/null 2>&1; then r=$c; "
-                "break; fi; done; ")
-        missing = f"if [ -z \"$r\" ]; then echo '{MISSING}: " + " ".join(RUNTIMES) + "' >&2; exit 127; fi; "
+        script = ("found=; for r in " + " ".join(RUNTIMES) + "; do command -v \"$r\" >/dev/null 2>&1 || continue; "
+                  f"found=\"$found $r\"; if \"$r\" container inspect {q} >/dev/null 2>&1; then "
+                  f"echo \"{PICKED}: $r\" >&2; {run}; fi; done; "
+                  f"if [ -z \"$found\" ]; then echo '{MISSING}: " + " ".join(RUNTIMES) + "' >&2; exit 127; fi; "
+                  f"echo \"{UNKNOWN}:$found\" >&2; exit 125")
     else:
-        pick = f"r={shlex.quote(runtime)}; "
-        missing = (f"if ! command -v \"$r\" >/dev/null 2>&1; then echo '{MISSING}: {runtime}' >&2; "
-                   "exit 127; fi; ")
-    return "/bin/sh -c " + shlex.quote(pick + missing + inner)
+        script = (f"r={shlex.quote(runtime)}; if ! command -v \"$r\" >/dev/null 2>&1; then "
+                  f"echo '{MISSING}: {runtime}' >&2; exit 127; fi; {run}")
+    return "/bin/sh -c " + shlex.quote(script)
 
 
 def not_started_reason(label: str, name: str, runtime: str, rc: int, err: str, python: str) -> RemoteError | None:
     """One sentence for a step that never started in the container, from the runtime's own
     words (docker's and podman's). None: not a container problem (sudo, ...). Pure."""
-    low = err.lower()
     lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
-    first = next((ln for ln in lines if not ln.startswith(MISSING)), lines[0] if lines else f"exit {rc}")[:200]
+    picked = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(PICKED + ":")]
+    if runtime == "auto" and picked:
+        runtime = picked[-1]
+    said = [ln for ln in lines if not ln.startswith((MISSING, UNKNOWN, PICKED))]  # the runtime's own words
+    low = "\n".join(said).lower()
+    first = (said[0] if said else f"exit {rc}")[:200]
     if MISSING in err:
         if runtime == "auto":
             return ContainerError(f"{label}: cannot reach container {name}: neither docker nor podman is installed "
                                   "on this host (neither is on PATH)")
         return ContainerError(f"{label}: cannot reach container {name}: {runtime} is not installed on this host "
                               "(not on PATH); pick the runtime that runs it with --runtime")
+    if UNKNOWN in err:
+        asked = err.split(UNKNOWN + ":", 1)[1].split()
+        return ContainerError(f"{label}: no container named {name} on this host (asked {' and '.join(asked)}; "
+                              f"`{asked[-1] if asked else 'docker'} ps` lists the running ones)")
     if "no such container" in low or "no container with name or id" in low:
         return ContainerError(f"{label}: no container named {name} on this host "
                               f"(`{_rt(runtime)} ps` lists the running ones)")
+    if "cannot connect to the docker daemon" in low:
+        return ContainerError(f"{label}: cannot reach container {name}: the docker daemon is not running on this "
+                              f"host ({first}); start it, or pick the runtime that runs the container with --runtime")
     if ("is not running" in low or "container state improper" in low or "is paused" in low
             or "can only create exec sessions on running containers" in low):
         return ContainerError(f"{label}: container {name} is not running; start it "

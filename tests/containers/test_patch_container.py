@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, class_methods, module_level_functions, run, run_json
+from tests.remote.test_privilege import PASSWORD, ProcWatch, users  # noqa: F401 - users is a fixture
 
 SGLANG_DIR = "/sgl-workspace/sglang/python/sglang"
 FILE = f"{SGLANG_DIR}/{KIMI}"
@@ -108,3 +109,25 @@ def test_status_names_the_sglang_containers_beside_the_host_installs(podman_host
     assert f"`provision status --container {NAME}` looks inside" in proc.stdout
     # the container's server is not taken for one of the host's (the host has no SGLang of its own)
     assert rec["verdict"] == "error" and "no SGLang install found" in rec["detail"]
+
+
+def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_host, sglang_images, ssh_env, users,
+                                                                        tmp_path):
+    # sudo with a password (sent only on sudo's prompt) goes around `podman exec`, never into the
+    # container and never onto a command line
+    host = podman_host
+    user = users["pw"]
+    host.run(f"mkdir -p /home/{user}/.ssh && cp /root/.ssh/authorized_keys /home/{user}/.ssh/ && "
+             f"chown -R {user}: /home/{user} && chmod 700 /home/{user}/.ssh")
+    _start(ssh_env, host, sglang_images["0.5.9"])
+    pwfile = tmp_path / "sudo.txt"
+    pwfile.write_text(PASSWORD + "\n")
+    pwfile.chmod(0o600)
+    with ProcWatch(host, PASSWORD) as watch:
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--user", user,
+                             "--sudo-password-file", pwfile, "--container", NAME)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert doc["hosts"][0]["verdict"] == "patched"
+    assert class_methods(_file(ssh_env, host), KIMI_CLASS)[-3:] == METHODS
+    assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00" + NAME.encode())
+    assert not watch.leaks, watch.leaks

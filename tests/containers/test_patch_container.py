@@ -5,7 +5,10 @@ discovery naming the SGLang containers beside the host's installs."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +134,44 @@ def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_h
     assert class_methods(_file(ssh_env, host), KIMI_CLASS)[-3:] == METHODS
     assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00" + NAME.encode())
     assert not watch.leaks, watch.leaks
+
+
+def _provision_inside(host) -> str | None:
+    """How to run this provision inside the sandbox host, as on a machine of its own: Debian's
+    python3 with this tree and its pure-Python dependencies on PYTHONPATH (--local imports no
+    paramiko). None when they live in a per-host directory (/root, /opt...) or another Python."""
+    import sys
+
+    import click
+    import tenacity
+    import yaml
+
+    from provision.sandbox.hosts import MOUNTS, SYSTEM_PYTHON
+
+    import provision
+
+    dirs = list(dict.fromkeys(str(Path(m.__file__).resolve().parents[1]) for m in (provision, click, yaml, tenacity)))
+    if any(d == t or d.startswith(t + "/") for d in dirs for t in MOUNTS):
+        return None
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                             text=True).stdout.strip()
+    if version != str(tuple(sys.version_info[:2])):
+        return None
+    return f"PYTHONPATH={shlex.quote(':'.join(dirs))} {SYSTEM_PYTHON} -m provision"
+
+
+def test_local_container_on_the_machine_that_runs_it(podman_host, sglang_images, ssh_env):
+    # --local --container: the container transport chained onto the local one, on a machine with
+    # podman (provision runs inside the sandbox host, which is that machine)
+    prov = _provision_inside(podman_host)
+    if prov is None:
+        pytest.skip("this provision and its dependencies are not visible inside a sandbox host")
+    _start(ssh_env, podman_host, sglang_images["0.5.9"])
+    out = podman_host.run(f"{prov} patch --local --container {NAME} --json", check=False, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (rec,) = json.loads(out.stdout)["hosts"]
+    assert rec["verdict"] == "patched" and rec["data"]["transport"] == "container", rec
+    assert rec["host"].endswith(f"/{NAME}")
+    assert class_methods(_file(ssh_env, podman_host), KIMI_CLASS)[-3:] == METHODS
+    # ... and the journal is that machine's (its own HOME), not this one's
+    assert podman_host.hostpath("/root/.local/state/provision/journal.jsonl").exists()

@@ -87,6 +87,7 @@ class Transport:
     kind = "?"
     label = "?"
     user = "?"
+    where = "host"  # how the not-started sentences name the far side ("host", "container", "machine")
     default_sudo = False
     sudo_password: bytes | None = None
     # the host-side state directory for every step (None: the host's default, /var/lib/provision as root)
@@ -379,8 +380,6 @@ class Transport:
         if rc == 127 or "not found" in low or "no such file" in low:
             return RemoteError(f"{alias}: {python} not found on the {self.where} (SGLang needs Python 3.10+)")
         return RemoteError(f"{alias}: the remote python did not start (exit {rc}): {first}")
-
-    where = "host"  # how the not-started sentences name the far side ("host", "container", "machine")
 
 
 def _short(exc: BaseException) -> str:

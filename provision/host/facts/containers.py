@@ -136,7 +136,8 @@ def sglang_containers(force: bool = False, timeout: float = 15.0) -> ContainersF
             continue
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
-            out["notes"].append(f"`{runtime} ps` failed: {last}")
+            if "cannot connect to the docker daemon" not in last.lower():  # no daemon: no containers of its
+                out["notes"].append(f"`{runtime} ps` failed: {last}")
             continue
         out["containers"].extend(parse_ps(runtime, proc.stdout))
     return out

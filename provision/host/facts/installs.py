@@ -31,7 +31,7 @@ from provision.host.facts import packages
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
-from provision.host.lib.procfs import same_root
+from provision.host.lib.procfs import same_root, sees_our_file
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
@@ -337,6 +337,8 @@ def running_servers() -> list[dict]:
             exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             exe = argv[0]
+        if sees_our_file(pid, argv[0] if os.path.isabs(argv[0]) else exe) is False:
+            continue  # another mount namespace whose interpreter is not ours: not this host's server
         host = _flag(argv, "--host", default="127.0.0.1")
         port = int(_flag(argv, "--port", default="30000") or 30000)
         found.append({"pid": int(pid), "argv": argv, "exe": exe, "python": argv[0],

@@ -18,11 +18,85 @@ from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
-                "offline", "fix"}
+                "offline", "fix", "container"}
+CONTAINER_KEYS = {"runtime", "image", "name", "gpus", "ipc", "shm_size", "network", "volumes", "run_args"}
+RUNTIMES = ("docker", "podman")
+_CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+_SIZE = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
+# `run` options provision sets itself (the name, detaching, the secrets mount) or that would put
+# a secret where `inspect` and `ps` show it: not allowed in run_args.
+_RUN_ARGS_OURS = ("-d", "--detach", "--name", "--rm", "-e", "--env", "--env-file")
 FIXES = ("edit", "overlay")  # how launch gets the EAGLE-3 methods in: edit the file, or an overlay package
 SECRET_ARGS = ("api-key", "admin-api-key")
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Container:
+    """`launch.container`: the server runs in a container (`RUNTIME run -d`), not on the host."""
+
+    runtime: str
+    image: str
+    name: str
+    gpus: str | None = None
+    ipc: str | None = None
+    shm_size: str | None = None
+    network: str | None = None
+    volumes: tuple[str, ...] = ()
+    run_args: tuple[str, ...] = ()
+
+    def to_request(self) -> dict:
+        return {"runtime": self.runtime, "image": self.image, "name": self.name, "gpus": self.gpus, "ipc": self.ipc,
+                "shm_size": self.shm_size, "network": self.network, "volumes": list(self.volumes),
+                "run_args": list(self.run_args)}
+
+
+def build_container(raw: object, where: str, port: int) -> Container:
+    """Validate `launch.container` (pure); `name` defaults to sglang-<port>."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping (runtime, image, name, gpus, ipc, shm_size, network, "
+                          "volumes, run_args)")
+    check_keys(raw, CONTAINER_KEYS, where)
+    runtime = raw.get("runtime", "docker")
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"{where}.runtime: {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    image = raw.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise ConfigError(f"{where}.image: expected an image reference like lmsysorg/sglang:v0.5.9-cu129")
+    name = raw.get("name", f"sglang-{port}")
+    if not isinstance(name, str) or not _CONTAINER_NAME.match(name):
+        raise ConfigError(f"{where}.name: {name!r} is not a container name (letters, digits, _ . -)")
+
+    def word(key: str, pattern: re.Pattern | None = None) -> str | None:
+        v = raw.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip() \
+                or any(c.isspace() for c in str(v)) or (pattern is not None and not pattern.match(str(v))):
+            raise ConfigError(f"{where}.{key}: {v!r} is not a valid value")
+        return str(v)
+
+    def strings(key: str) -> tuple[str, ...]:
+        v = raw.get(key) or []
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise ConfigError(f"{where}.{key}: expected a list of strings")
+        return tuple(v)
+
+    volumes = strings("volumes")
+    for vol in volumes:
+        parts = vol.split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
+            raise ConfigError(f"{where}.volumes: {vol!r}: expected SRC:DEST or SRC:DEST:OPTIONS "
+                              "(DEST an absolute path in the container)")
+    run_args = strings("run_args")
+    for arg in run_args:
+        flag = arg.split("=", 1)[0]
+        if flag in _RUN_ARGS_OURS:
+            raise ConfigError(f"{where}.run_args: {flag} is set by provision (name, detach) or would show a "
+                              "value in `inspect` (environment): use name:, launch.env, or the secret files")
+    return Container(runtime=runtime, image=image.strip(), name=name, gpus=word("gpus"), ipc=word("ipc"),
+                     shm_size=word("shm_size", _SIZE), network=word("network"), volumes=volumes, run_args=run_args)
 
 
 @dataclass(frozen=True)
@@ -37,6 +111,7 @@ class Profile:
     health_timeout: float = 30.0
     grace: float = 30.0
     fix: str = "edit"
+    container: Container | None = None
 
     @property
     def port(self) -> int:
@@ -55,6 +130,8 @@ class Profile:
         body = {"module": self.module, "python": self.python, "args": self.args, "env": sorted(self.env)}
         if self.fix != "edit":  # (the digest of an edit-mode profile is as before)
             body["fix"] = self.fix
+        if self.container is not None:
+            body["container"] = self.container.to_request()
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -103,13 +180,21 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
     keep = launch.get("keep_logs", 5)
     if not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"{path}: launch.keep_logs: expected a whole number >= 1")
-    fix = launch.get("fix", "edit")
+    # Overlay is the default fix for containers: it survives recreating the container and a new tag.
+    fix = launch.get("fix", "overlay" if launch.get("container") is not None else "edit")
     if fix not in FIXES:
         raise ConfigError(f"{path}: launch.fix: expected one of {', '.join(FIXES)}, got {fix!r}")
+    if fix == "edit" and launch.get("container") is not None:
+        raise ConfigError(f"{path}: launch.fix: edit changes files on the host, and this profile's server runs in a "
+                          "container: use overlay (the default for containers), or bake the fix into the image "
+                          "(`RUN provision patch --local`)")
     prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"), fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
                    health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)))
+    if launch.get("container") is not None:
+        prof = Profile(**{**prof.__dict__, "container": build_container(launch["container"],
+                                                                         f"{path}: launch.container", prof.port)})
     validate(prof, path)
     return prof
 

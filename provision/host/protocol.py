@@ -306,6 +306,7 @@ class ServerRequest(Request, total=False):
     max_bytes: int
     prompt: str
     max_new_tokens: int
+    pull_timeout: float        # container hosts: how long preflight may pull an absent image
     overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
     fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
@@ -326,6 +327,7 @@ class PreflightAnswer(Answer, total=False):
     survivors: List[int]       # pids of a dead server's tree that are still alive
     fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
     overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
+    image: Dict[str, Any]      # container hosts: the image's SGLang (ContainerImage, without the file)
 
 
 class StartAnswer(Answer, total=False):
@@ -345,6 +347,9 @@ class StopAnswer(Answer, total=False):
     elapsed: float
     unit: str
     unit_removed: bool
+    container: str             # container hosts: the container stopped (then removed)
+    removed: bool
+    exit: Optional[int]        # the container's exit code after the stop
 
 
 class ProbeAnswer(Answer, total=False):
@@ -358,6 +363,7 @@ class ProbeAnswer(Answer, total=False):
     record: Dict[str, Any]
     now: float
     survivors: List[int]
+    container: Dict[str, Any]  # container hosts: ops/container.py summary()
 
 
 class ServerStatusAnswer(Answer, total=False):
@@ -371,6 +377,7 @@ class ServerStatusAnswer(Answer, total=False):
     port_open: bool
     health: Optional[int]
     uptime: float
+    container: Dict[str, Any]  # container hosts: ops/container.py summary()
 
 
 class LogsAnswer(Answer, total=False):
@@ -453,6 +460,36 @@ class OverlayAnswer(Answer, total=False):
 
 
 OPS["overlay"] = (OverlayRequest, OverlayAnswer)
+
+# --------------------------------------------------------------------------- container hosts
+# (ops/container.py: the profile's launch.container, and what a container server's record holds)
+
+class ContainerConfig(TypedDict, total=False):
+    """`launch.container` as the control side validated it (config/profile.py Container.to_request)."""
+    runtime: str               # docker | podman
+    image: str
+    name: str                  # default sglang-<port>
+    gpus: Optional[str]
+    ipc: Optional[str]
+    shm_size: Optional[str]
+    network: Optional[str]
+    volumes: List[str]         # SRC:DEST[:OPTIONS]
+    run_args: List[str]
+
+
+class ContainerImage(TypedDict, total=False):
+    """The image's SGLang, read from inside it (cached per image id in the state dir)."""
+    image: str
+    image_id: Optional[str]
+    sglang: Optional[str]      # the package dir in the image
+    version: Optional[str]
+    python: Optional[str]
+    files: Dict[str, str]      # the specs' files from the image, base64 (host side only; never sent back)
+    file_errors: Dict[str, str]
+    pythonpath: Optional[str]  # the image's own PYTHONPATH (kept after the overlay's)
+    pulled: bool
+    cached: bool
+    error: ErrorInfo
 
 
 # --------------------------------------------------------------------------- transport: containers on a host

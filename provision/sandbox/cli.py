@@ -159,7 +159,8 @@ def status(base_dir: str) -> None:
     for r in rows:
         state = "up" if r["sshd"] else ("sshd down" if r["running"] else "dead")
         sg = f"sglang {r['sglang']} ({r['layout']})" if r["sglang"] else "no SGLang"
-        click.echo(f"{r['name']}  {r['address']}:{r['port']}  {state}  {sg}" + ("  systemd" if r.get("kind") == "systemd" else ""))
+        click.echo(f"{r['name']}  {r['address']}:{r['port']}  {state}  {sg}" + ("  systemd" if r.get("kind") == "systemd" else "")
+                   + ("  podman" if r.get("podman") else ""))
     if not all(r["sshd"] for r in rows):
         sys.exit(EXIT_FAILED)
 

@@ -1408,5 +1408,6 @@ class Sandbox:
         self._load()
         return [{"name": h.name, "address": h.address, "port": h.port, "running": h.alive(),
                  "sshd": h.alive() and h.listener_alive(), "layout": h.layout,
-                 "sglang": h.sglang_version, "kind": h.spec.kind if h.spec else "namespaces"}
+                 "sglang": h.sglang_version, "kind": h.spec.kind if h.spec else "namespaces",
+                 "podman": bool(h.spec and h.spec.podman)}
                 for h in sorted(self.hosts.values(), key=lambda h: h.name)]

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 
 # Seconds the host may take to import the overlay module as the server would (where torch imports).
 OVERLAY_IMPORT_TIMEOUT = 180.0
+# Seconds a container launch's preflight may spend pulling an image the host does not have.
+IMAGE_PULL_TIMEOUT = 1800.0
 
 
 @dataclass
@@ -133,7 +135,9 @@ def _req(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
     req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
                                                       "env": prof.env, "module": prof.module,
                                                       "python": prof.python, "keep_logs": prof.keep_logs,
-                                                      "grace": prof.grace},
+                                                      "grace": prof.grace,
+                                                      "container": prof.container.to_request() if prof.container
+                                                      else None},
            "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),
            "sglang_path": opts.sglang_path or host.get("sglang_path"), "python": opts.python or host.get("python"),
            "log_dir": prof.log_dir, "health_timeout": prof.health_timeout, "grace": prof.grace}
@@ -408,14 +412,21 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             display.message(host.name, f"patch: {pres.verdict}")
             opts.stages[host.name] = "preflight"
         overlay = uses_overlay(prof, opts)
+        pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
         pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
-                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT),
-                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0),
+                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull),
+                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull,
                            sudo=sudo)
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
+        if pre.get("image"):
+            img = pre["image"]
+            display.message(host.name, f"image {img.get('image')}: SGLang {img.get('version')} inside"
+                                       + (" (read from the image just now)" if not img.get("cached") else ""))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:
+            if prof.container is not None and c["level"] == "ok" and c.get("check") == "overlay":
+                display.message(host.name, f"preflight: {c['message']}")  # what goes into the container
             if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
                 display.message(host.name, f"preflight {c['level']}: {c['message']}")
         if pre.get("survivors") and not opts.restart:
@@ -442,9 +453,10 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"
+        extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
         start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                  persistent=opts.persistent, tree_grace=opts.tree_grace,
-                                  overlay_stage=pre.get("overlay"), fix=pre.get("fix")),
+                                               persistent=opts.persistent, tree_grace=opts.tree_grace,
+                                               overlay_stage=pre.get("overlay"), fix=pre.get("fix"), **extra),
                              timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
         if not start.get("ok"):
             return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
@@ -459,6 +471,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                 raise
             res = interrupted_result(host, rec, opts)
         res.notes = notes + res.notes
+        if pre.get("image"):
+            res.data["image"] = pre["image"]
         replaced = start.get("replaced")
         change = "restarted" if replaced else "started"
         res.data.setdefault("pid", rec["pid"])
@@ -550,8 +564,15 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
                            sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+        if ans.get("container") and ans.get("removed") and not ans.get("stopped"):
+            return HostResult(host.name, "stopped", f"container {ans['container']} was not running (exit status "
+                              f"{ans.get('exit')}); removed it")
         if not ans.get("stopped"):
             return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+        if ans.get("container"):
+            how = "it did not stop in the grace period: killed" if ans.get("escalated") else "SIGTERM"
+            return HostResult(host.name, "stopped", f"stopped and removed container {ans['container']} ({how}) in "
+                              f"{ans['elapsed']} s", data={"pids": ans["pids"], "container": ans["container"]})
         how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
         if ans.get("unit_removed"):
             how = f"systemd unit {ans['unit']} stopped, disabled and removed"
@@ -592,7 +613,13 @@ def server_status_fn(opts: LaunchOptions):
         h = ans.get("health")
         detail = (f"pid {rec.get('pid')} port {prof.port} health {h if h is not None else 'no answer'} "
                   f"model {rec.get('model')} uptime {ans.get('uptime')} s")
+        if rec.get("container"):
+            from provision.tasks.container import container_text
+
+            detail = container_text(rec, ans) + f", health {h if h is not None else 'no answer'} uptime " \
+                f"{ans.get('uptime')} s model {rec.get('model')}"
         return HostResult(host.name, "running", detail, data={"pid": rec.get("pid"), "health": h,
                                                               "uptime": ans.get("uptime"), "model": rec.get("model")})
 
     return fn
+

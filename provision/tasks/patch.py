@@ -171,6 +171,10 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     facts = answer.get("facts") or {}
     inst = _chosen(facts)
     err = answer.get("error")
+    if err and ((answer.get("server") or {}).get("record") or {}).get("container"):
+        from provision.tasks.container import container_status
+
+        return container_status(host, answer)
     containers = list((answer.get("containers") or {}).get("containers") or [])
     if err:
         return HostResult(host, "error", err.get("message", ""), error_kind=err.get("kind"),

@@ -44,12 +44,26 @@ def test_podman_host_runs_the_sglang_image_over_ssh(podman_host, sglang_images, 
         Path("/etc/containers/storage.conf").read_text()
 
 
+def _machine_cmdlines() -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                pass
+    return out
+
+
 def test_podman_host_reset_removes_its_containers(podman_host, sglang_images, ssh_env):
     image = sglang_images["0.5.9"]
-    ssh_env.ssh(podman_host, f"podman run -d --name idle --network host {image} sleep 600", timeout=120)
+    marker = f"sleep 600.{os.getpid()}"  # a container's process lives in its own PID namespace
+    ssh_env.ssh(podman_host, f"podman run -d --name idle --network host {image} {marker}", timeout=120)
     assert "idle" in ssh_env.ssh(podman_host, "podman ps --format '{{.Names}}'").stdout.split()
+    assert any(c.strip() == marker for c in _machine_cmdlines())
     podman_host.reset()
     assert ssh_env.ssh(podman_host, "podman ps -a --format '{{.Names}}'").stdout.split() == []
+    assert not any(c.strip() == marker for c in _machine_cmdlines())  # nothing of it is left running
 
 
 def test_sglang_image_is_cached_by_content():

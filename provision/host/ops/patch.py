@@ -51,6 +51,11 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
            "containers": sglang_containers()}
     inst = installs.chosen_install(facts)
     if inst is None:
+        if req.get("port"):  # no SGLang on the host itself: its server may run in a container
+            from provision.host.ops import server
+
+            out["server"] = server.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
+                                                         "health_timeout": req.get("health_timeout", 30)}, b"")
         return out
     spec = req.get("spec")
     state_dir = req.get("state_dir") or default_state_dir()

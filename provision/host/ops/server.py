@@ -209,6 +209,10 @@ def _server_state(req: dict, port: int) -> dict:
     out = {"record": rec, "running": False}
     if not rec:
         return out
+    if rec.get("container"):  # a server in a container: the runtime knows its state (ops/container.py)
+        from provision.host.ops import container
+
+        return container.state(rec)
     if rec.get("unit") and not rec.get("stopped_at"):
         rec = out["record"] = _refresh_persistent(req, port, rec)
         out["unit"] = unit_state(rec["unit"])
@@ -286,6 +290,10 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     from provision.host.engine import core as engine
     from provision.host.lib.modules import make_resolver
 
+    if (req.get("profile") or {}).get("container"):  # launch.container: the server runs in a container
+        from provision.host.ops import container
+
+        return container.op_preflight(req, bundle)
     checks: list[Check] = []
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
@@ -463,7 +471,10 @@ def _server_env(req: ServerRequest, inst: dict) -> dict:
 
 
 def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
+    if (req.get("profile") or {}).get("container"):  # launch.container: `RUNTIME run -d` (ops/container.py)
+        from provision.host.ops import container
 
+        return container.op_start(req, bundle)
     prof = req["profile"]
     args = dict(prof["args"])
     port = int(args.get("port", 30000))
@@ -751,6 +762,10 @@ def _remove_unit(req: dict, rec: dict, grace: float) -> dict | None:
 
 
 def _stop(req: dict, rec: dict, grace: float) -> dict:
+    if rec.get("container"):  # `RUNTIME stop -t GRACE`, then rm (ops/container.py)
+        from provision.host.ops import container
+
+        return container.stop(rec, grace)
     if rec.get("unit") and systemd_available():
         rec = _refresh_persistent(req, int(rec.get("port") or 30000), rec)
         before, t0 = tree_pids(rec), time.monotonic()
@@ -815,6 +830,10 @@ def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
     rec = st["record"]
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
+    if rec.get("container"):  # the log is `RUNTIME logs` (ops/container.py)
+        from provision.host.ops import container
+
+        return container.op_probe(req, rec, st)
     offset = int(req.get("offset", 0))
     chunk = ""
     try:
@@ -849,6 +868,8 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
            "survivors": st.get("survivors") or [], "reaped": st.get("reaped")}
     if out["survivors"]:
         out["survivors_described"] = _describe_pids(out["survivors"])
+    if st.get("container") is not None:
+        out["container"] = st["container"]
     if st.get("unit") is not None:
         u = st["unit"]
         out["persistent"] = {"unit": rec["unit"], "active": u.get("ActiveState"), "sub": u.get("SubState"),
@@ -868,6 +889,10 @@ def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
     lines = int(req.get("lines", 100))
+    if rec.get("container"):  # `RUNTIME logs` (ops/container.py)
+        from provision.host.ops import container
+
+        return container.logs_tail(rec, lines)
     try:
         with open(rec["log"], "rb") as fh:
             fh.seek(0, 2)

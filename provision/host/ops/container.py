@@ -1,0 +1,696 @@
+"""A server in a container (the profile's ``launch.container``): preflight, start, state, logs, stop.  STDLIB ONLY.
+
+``ops/server.py`` hands over here when the profile (preflight, start) or the server's
+record (probe, status, logs, stop) names a container. The runtime (docker or podman:
+the same verbs) does the process work:
+
+* **start**: ``RUNTIME run -d --name NAME`` with the profile's options, labels saying it
+  is provision's (port, profile digest), and the server's command ``python3 -m
+  sglang.launch_server FLAGS``. Secrets never reach the runtime's command line or ``-e``
+  (``inspect`` shows both): ``--api-key``/``--admin-api-key`` go into a 0600 ``--config``
+  file, ``HF_TOKEN`` into a 0600 token file (``HF_TOKEN_PATH``), both in a 0700 directory
+  of the state dir mounted read-only at ``SECRETS_DIR``.
+* **state**: ``RUNTIME inspect`` (running, exit code, main pid); the log is ``RUNTIME logs``
+  (stdout and stderr into one pipe, so byte offsets are stable between polls).
+* **stop**: ``RUNTIME stop -t GRACE``, then ``RUNTIME rm``, and the secrets directory goes.
+* **the image's SGLang**: read from inside the image, by running the discovery probe
+  (``facts/installs.PROBE``: ``-I -S``, no site code) in a throw-away container with no
+  network, which also returns the specs' files, so the engine judges the image's own class.
+  Cached per image id in the state dir (``images/``).
+* **the fix**: the overlay (ops/overlay.py's ``stage``) rendered from those files, one per image
+  id, compiled and imported with the image's python3 in another throw-away container, and
+  mounted read-only at ``OVERLAY_DIR`` with its two variables; none for a native image.
+The server's interpreter is the image's ``python3`` (the official images' command).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+from provision.host.facts import installs
+from provision.host.lib.paths import default_state_dir
+
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import ContainerConfig, ContainerImage, ErrorInfo
+
+SECRETS_DIR = "/run/provision-secrets"  # in the container, read-only
+LABEL = "provision.managed"
+
+OVERLAY_DIR = "/run/provision-overlay"  # in the container, read-only: the overlay root (PYTHONPATH first)
+
+# Run in the image as `python3 -I -S -c IMAGE_PROBE '[]' '<json list of files>'`: the discovery
+# probe, then the specs' files (relative to the sglang package it found), base64, in one JSON line.
+IMAGE_PROBE = """
+import base64, contextlib, io, json, os, sys
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    exec(compile(PROBE, "<provision probe>", "exec"), {"__name__": "__main__"})
+out = json.loads(buf.getvalue().strip().splitlines()[-1])
+out["files"], out["file_errors"] = {}, {}
+for rel in (json.loads(sys.argv[2]) if len(sys.argv) > 2 else []):
+    if not out.get("sglang"):
+        break
+    try:
+        with open(os.path.join(out["sglang"], rel), "rb") as fh:
+            out["files"][rel] = base64.b64encode(fh.read()).decode()
+    except OSError as exc:
+        out["file_errors"][rel] = "%s: %s" % (os.path.join(out["sglang"], rel), exc.strerror)
+print(json.dumps(out))
+"""
+
+# Run in the image with the overlay mounted and switched on, as `python3 -I -S -c OVERLAY_CHECK
+# '<json>'`: compile every overlay file with the image's interpreter, then import each module as
+# the server would (ops/overlay.IMPORT_SNIPPET: only where torch imports). One JSON line.
+OVERLAY_CHECK = """
+import json, subprocess, sys
+job = json.loads(sys.argv[1])
+p = subprocess.run([sys.executable, "-I", "-S", "-c", job["compile"]] + job["files"], capture_output=True, text=True)
+if p.returncode != 0:
+    print(json.dumps({"compile": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}))
+    sys.exit(0)
+out = []
+for mod, cls, names in job["modules"]:
+    p = subprocess.run([sys.executable, "-c", job["import"], mod, cls, names], capture_output=True, text=True,
+                       timeout=job["timeout"])
+    try:
+        out.append(dict(json.loads(p.stdout.strip().splitlines()[-1]), module=mod))
+    except (ValueError, IndexError):
+        out.append({"status": "failed", "why": (p.stderr.strip().splitlines() or ["no answer"])[-1], "module": mod})
+print(json.dumps({"modules": out}))
+"""
+
+
+def runtime_path(runtime: str) -> str | None:
+    return shutil.which(runtime, path=installs.PROBE_ENV["PATH"])
+
+
+def missing_runtime(runtime: str) -> ErrorInfo:
+    return {"kind": "no-runtime", "message": (
+        f"{runtime} is not installed on this host (no `{runtime}` on {installs.PROBE_ENV['PATH']}): install it, "
+        f"or set launch.container.runtime to the runtime the host has")}
+
+
+def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(installs.PROBE_ENV)
+    env["HOME"] = os.environ.get("HOME", "/root")
+    return subprocess.run(argv, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, cwd="/")
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    text = (proc.stderr or b"").decode("utf-8", "replace").strip() or (proc.stdout or b"").decode(
+        "utf-8", "replace").strip()
+    return (text.splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
+def inspect(runtime: str, name: str) -> dict | None:
+    """The container's `inspect` document, or None when there is no such container."""
+    rt = runtime_path(runtime)
+    if rt is None:
+        return None
+    p = _run([rt, "container", "inspect", name], timeout=30)
+    if p.returncode != 0:
+        return None
+    try:
+        data = json.loads(p.stdout)
+    except ValueError:
+        return None
+    return data[0] if isinstance(data, list) and data else None
+
+
+def _labels(doc: dict) -> dict:
+    return (doc.get("Config") or {}).get("Labels") or {}
+
+
+def summary(doc: dict | None) -> dict:
+    """What status shows of a container: name, id, image, running, exit code, main pid."""
+    if not doc:
+        return {"exists": False}
+    state = doc.get("State") or {}
+    cfg = doc.get("Config") or {}
+    return {"exists": True, "id": str(doc.get("Id", ""))[:12], "name": str(doc.get("Name", "")).lstrip("/"),
+            "image": doc.get("ImageName") or cfg.get("Image"), "image_id": str(doc.get("Image", "")),
+            "running": bool(state.get("Running")), "status": state.get("Status"),
+            "exit": state.get("ExitCode"), "pid": state.get("Pid") or None, "started": state.get("StartedAt"),
+            "ours": _labels(doc).get(LABEL) == "1"}
+
+
+def _image_inspect(rt: str, image: str) -> tuple[str | None, list]:
+    """(the image's id, its Config.Env) or (None, []) when the host does not have it."""
+    p = _run([rt, "image", "inspect", "--format", "{{.Id}} {{json .Config.Env}}", image], timeout=60)
+    if p.returncode != 0 or not p.stdout.strip():
+        return None, []
+    iid, _, env = p.stdout.decode().strip().partition(" ")
+    try:
+        env_list = json.loads(env) if env else []
+    except ValueError:
+        env_list = []
+    return iid or None, env_list if isinstance(env_list, list) else []
+
+
+def spec_files(req: dict) -> list[str]:
+    """The files (relative to the sglang package) of the request's specs, in order."""
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    return list(dict.fromkeys(str(s["file"]) for s in specs if s.get("file") and s.get("package", "sglang") == "sglang"))
+
+
+def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> ContainerImage:
+    """The image's SGLang (path, version, the specs' files), read from inside it; cached per image
+    id and file list (without files, any of the image's will do). Pulls the image first when the
+    host does not have it (not when the host is offline)."""
+    rt = runtime_path(conf["runtime"])
+    if rt is None:
+        return {"error": missing_runtime(conf["runtime"])}
+    image = conf["image"]
+    iid, image_env = _image_inspect(rt, image)
+    pulled = False
+    if iid is None:
+        if req.get("offline"):
+            return {"error": {"kind": "no-image", "message": f"image {image} is not on this host and the host is "
+                                                             f"marked offline: `{conf['runtime']} pull` it first"}}
+        try:
+            p = _run([rt, "pull", image], timeout=float(req.get("pull_timeout") or 1800))
+        except subprocess.TimeoutExpired:
+            return {"error": {"kind": "no-image", "message": f"image {image}: `{conf['runtime']} pull` took longer "
+                                                             f"than {float(req.get('pull_timeout') or 1800):g} s; pull "
+                                                             "it first"}}
+        iid, image_env = _image_inspect(rt, image) if p.returncode == 0 else (None, [])
+        if iid is None:
+            return {"error": {"kind": "no-image", "message": f"image {image}: not on this host and `{conf['runtime']} "
+                                                             f"pull` failed: {_why(p)}"}}
+        pulled = True
+    cache_dir = os.path.join(req.get("state_dir") or default_state_dir(), "images")
+    key = iid.replace(":", "-").replace("/", "-")
+    want = sorted(files)
+    cache = os.path.join(cache_dir, key + "-" + hashlib.sha256(json.dumps(want).encode()).hexdigest()[:12] + ".json")
+    try:
+        names = [os.path.basename(cache)] if want else sorted(
+            n for n in os.listdir(cache_dir) if n.startswith(key + "-") and n.endswith(".json"))
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            with open(os.path.join(cache_dir, name)) as fh:
+                cached = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not want or sorted(cached.get("files") or {}) + sorted(cached.get("file_errors") or {}) == want \
+                or sorted(set(cached.get("files") or {}) | set(cached.get("file_errors") or {})) == want:
+            cached["cached"] = True
+            return cached
+    script = f"PROBE = {installs.PROBE!r}\n" + IMAGE_PROBE
+    p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
+              "[]", json.dumps(want)], timeout=300)
+    if p.returncode != 0:
+        return {"image_id": iid, "error": {"kind": "image-probe", "message": (
+            f"could not read SGLang's version inside image {image} (python3 -I -S in a throw-away container): "
+            f"{_why(p)}")}}
+    try:
+        found = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        found = {}
+    if not found.get("sglang"):
+        return {"image_id": iid, "error": {"kind": "not-found",
+                                           "message": f"image {image} has no SGLang that python3 imports"}}
+    pythonpath = next((e.split("=", 1)[1] for e in image_env if isinstance(e, str) and e.startswith("PYTHONPATH=")),
+                      None)
+    out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["sglang"],
+                           "version": found.get("dist_version"), "python": found.get("version"),
+                           "files": found.get("files") or {}, "file_errors": found.get("file_errors") or {},
+                           "pythonpath": pythonpath, "pulled": pulled}
+    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+    with open(cache + ".tmp", "w") as fh:
+        json.dump({k: v for k, v in out.items() if k != "pulled"}, fh)
+    os.replace(cache + ".tmp", cache)
+    return out
+
+
+def public(img: ContainerImage) -> dict:
+    """What goes back to the control side of the image facts (not the files)."""
+    return {k: v for k, v in img.items() if k != "files"}
+
+
+def host_path(volumes: list[str], path: str) -> str | None:
+    """Where a container path is on the host, through the profile's volumes (pure); None when no
+    volume holds it (then it is the image's own file)."""
+    best = None
+    for vol in volumes:
+        parts = vol.split(":")
+        if len(parts) < 2:
+            continue
+        src, dst = parts[0], parts[1].rstrip("/") or "/"
+        if (path == dst or path.startswith(dst + "/")) and src.startswith("/"):
+            if best is None or len(dst) > len(best[1]):
+                best = (src, dst)
+    if best is None:
+        return None
+    return best[0].rstrip("/") + path[len(best[1]):] if best[1] != "/" else os.path.join(best[0], path.lstrip("/"))
+
+
+def run_argv(rt: str, conf: ContainerConfig, *, port: int, digest: str, python: str, module: str, flags: list[str],
+             env: dict, mounts: list[str], config_file: str | None) -> list[str]:
+    """`RUNTIME run -d ...` for the server (pure). No secret is in it: they are in mounted files."""
+    argv = [rt, "run", "-d", "--name", conf["name"], "--label", f"{LABEL}=1", "--label", f"provision.port={port}",
+            "--label", f"provision.profile={digest}"]
+    for opt, value in (("--gpus", conf.get("gpus")), ("--ipc", conf.get("ipc")), ("--shm-size", conf.get("shm_size")),
+                       ("--network", conf.get("network"))):
+        if value:
+            argv += [opt, str(value)]
+    for vol in list(conf.get("volumes") or []) + mounts:
+        argv += ["-v", vol]
+    for k, v in sorted(env.items()):
+        argv += ["-e", f"{k}={v}"]
+    argv += list(conf.get("run_args") or [])
+    argv += [conf["image"], python, "-m", module, *flags]
+    if config_file:
+        argv += ["--config", config_file]  # the separate-token form: `--config=FILE` is silently ignored
+    return argv
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def secrets_dir(sroot: str, port: int) -> str:
+    return os.path.join(sroot, f"container-{port}")
+
+
+def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
+          extra_mounts: list[str] | None = None) -> dict:
+    """Run the server's container; returns {"ok", "record"} or {"ok": False, "error"}."""
+    prof = req["profile"]
+    conf: ContainerConfig = prof["container"]
+    rt = runtime_path(conf["runtime"])
+    if rt is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"])}
+    args = dict(prof["args"])
+    port = int(args.get("port", 30000))
+    old = summary(inspect(conf["runtime"], conf["name"]))
+    if old["exists"]:
+        if not old["ours"]:
+            return {"ok": False, "error": {"kind": "name-taken", "message": (
+                f"a container named {conf['name']} exists and provision did not start it: remove it, or set "
+                "launch.container.name")}}
+        p = _run([rt, "rm", "-f", conf["name"]], timeout=float(prof.get("grace", 30)) + 60)
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} rm {conf['name']}: "
+                                                                           f"{_why(p)}"}}
+    secrets = req.get("secrets") or {}
+    sdir = secrets_dir(sroot, port)
+    shutil.rmtree(sdir, ignore_errors=True)
+    os.makedirs(sdir, mode=0o700)
+    env = {str(k): str(v) for k, v in (prof.get("env") or {}).items()}
+    env.update(extra_env or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    config_file = None
+    if secrets.get("args"):
+        _write_private(os.path.join(sdir, "config.yaml"), "# written by provision; holds secrets\n" + "".join(
+            f"{k}: {json.dumps(str(v))}\n" for k, v in secrets["args"].items()))
+        config_file = f"{SECRETS_DIR}/config.yaml"
+    token = next((v for k, v in (secrets.get("env") or {}).items() if k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")),
+                 None)
+    if token:
+        _write_private(os.path.join(sdir, "hf_token"), str(token))
+        env["HF_TOKEN_PATH"] = f"{SECRETS_DIR}/hf_token"
+    mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
+    python = "python3"  # the image's (the host's `python:` setting is a host path, not the image's)
+    argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
+                    module=prof.get("module") or "sglang.launch_server", flags=[str(f) for f in prof["flags"]],
+                    env=env, mounts=mounts, config_file=config_file)
+    t0 = time.time()
+    p = _run(argv, timeout=600)
+    if p.returncode != 0:
+        shutil.rmtree(sdir, ignore_errors=True)
+        return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} run failed: {_why(p)}"}}
+    cid = p.stdout.decode().strip().splitlines()[-1] if p.stdout.strip() else ""
+    now = summary(inspect(conf["runtime"], conf["name"]))
+    rec = {"container": {"runtime": conf["runtime"], "name": conf["name"], "id": cid[:12] or now.get("id"),
+                         "image": conf["image"], "image_id": image.get("image_id"), "sglang": image.get("version"),
+                         "sglang_path": image.get("sglang"), "secrets_dir": sdir},
+           "pid": now.get("pid"), "port": port, "host": str(args.get("host", "127.0.0.1")),
+           "log": f"{conf['runtime']} logs {conf['name']}", "log_offset": 0, "started_at": t0,
+           "run_seconds": round(time.time() - t0, 3),
+           "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
+           "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
+           "install": image.get("sglang"), "version": image.get("version"), "model": args.get("model-path"),
+           "tp": args.get("tp-size", 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
+           "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
+    return {"ok": True, "started": True, "record": rec}
+
+
+def state(rec: dict) -> dict:
+    """_server_state's answer for a container server."""
+    c = rec["container"]
+    s = summary(inspect(c["runtime"], c["name"]))
+    ours = s["exists"] and (not c.get("id") or str(s.get("id", "")).startswith(str(c["id"])[:12]))
+    running = bool(ours and s.get("running"))
+    out: dict = {"record": rec, "running": running, "survivors": [], "container": s if ours else {"exists": False}}
+    out["exit"] = s.get("exit") if ours and not running else None
+    if runtime_path(c["runtime"]) is None:
+        out["error"] = missing_runtime(c["runtime"])
+    return out
+
+
+def log_bytes(rec: dict) -> bytes:
+    """The container's whole log (`RUNTIME logs`, stdout and stderr in one pipe, in order)."""
+    c = rec["container"]
+    rt = runtime_path(c["runtime"])
+    if rt is None:
+        return b""
+    env = dict(installs.PROBE_ENV)
+    try:
+        p = subprocess.run([rt, "logs", c["name"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
+                           env=env, stdin=subprocess.DEVNULL, cwd="/")
+    except subprocess.TimeoutExpired:
+        return b""
+    return p.stdout if p.returncode == 0 else b""
+
+
+def stop(rec: dict, grace: float) -> dict:
+    """`RUNTIME stop -t GRACE`, then `rm`; the secrets directory goes too."""
+    c = rec["container"]
+    rt = runtime_path(c["runtime"])
+    if rt is None:
+        return {"ok": False, "error": missing_runtime(c["runtime"])}
+    s = summary(inspect(c["runtime"], c["name"]))
+    t0 = time.monotonic()
+    if not s["exists"]:
+        shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
+        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
+                "message": f"container {c['name']} is gone already"}
+    if not s["ours"]:
+        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
+                "message": f"container {c['name']} is not provision's (no {LABEL} label): left alone"}
+    was_running = bool(s.get("running"))
+    if was_running:
+        p = _run([rt, "stop", "-t", str(int(grace)), c["name"]], timeout=grace + 60)
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} stop {c['name']}: {_why(p)}"}}
+    after = summary(inspect(c["runtime"], c["name"]))
+    p = _run([rt, "rm", "-f", c["name"]], timeout=60)
+    if p.returncode != 0:
+        return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} rm {c['name']}: {_why(p)}"}}
+    shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
+    return {"ok": True, "stopped": was_running, "pids": [s["pid"]] if s.get("pid") else [],
+            "escalated": was_running and after.get("exit") == 137, "elapsed": round(time.monotonic() - t0, 2),
+            "container": c["name"], "removed": True, "exit": after.get("exit")}
+
+
+def logs_tail(rec: dict, lines: int) -> dict:
+    data = log_bytes(rec)
+    text = data[-256 * 1024:].decode("utf-8", "replace").replace("\r", "\n")
+    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]) if lines else "",
+            "offset": len(data), "record": rec}
+
+
+def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
+    """The engine's inspection of the spec's class in the image's own file (None without a spec)."""
+    if not spec:
+        return None
+    rel = spec["file"]
+    files = img.get("files") or {}
+    if rel not in files:
+        return {"error": {"kind": "file-missing",
+                          "message": (img.get("file_errors") or {}).get(rel) or f"{rel}: not in the image"}}
+    from provision.host.engine import core as engine
+
+    # The image's other modules are not on this host: base classes are not followed (resolve_module=None).
+    info: dict = dict(engine.inspect(base64.b64decode(files[rel]), spec))
+    info["file"] = os.path.join(img.get("sglang") or "", rel)
+    return info
+
+
+def image_fix(info: dict | None) -> dict:
+    """What the image's class needs for a spec (pure): kind native | in-image (provision's block
+    baked into the image) | missing (+ the methods) | none (no spec, or not judged)."""
+    if info is None or info.get("error"):
+        return {"kind": "none", "missing": [], "file": (info or {}).get("file")}
+    methods = info.get("methods") or {}
+    missing = [m for m, v in methods.items() if v == "missing"]
+    states = sorted(set(methods.values()))
+    kind = "missing" if missing else "native" if states == ["native"] else "in-image"
+    return {"kind": kind, "missing": missing, "file": info.get("file")}
+
+
+def mirror_install(state_dir: str, img: ContainerImage) -> dict:
+    """The image's SGLang as an install record ops/overlay.py can stage an overlay for: the specs'
+    files from the image, written under <state>/images/<image id>/sglang (one overlay per image)."""
+    key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
+    pkg = os.path.join(state_dir, "images", key, "sglang")
+    for rel, b64 in (img.get("files") or {}).items():
+        path = os.path.join(pkg, rel)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        data = base64.b64decode(b64)
+        try:
+            with open(path, "rb") as fh:
+                if fh.read() == data:
+                    continue
+        except OSError:
+            pass
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".tmp", path)
+    return {"path": pkg, "version": img.get("version"), "interpreters": [], "pythonpath": os.path.dirname(pkg),
+            "kind": "image", "git": None, "dist_info": None}
+
+
+def overlay_env(img: ContainerImage, prof_env: dict | None) -> dict:
+    """The overlay's two variables in the container: our package, and OVERLAY_DIR first on
+    PYTHONPATH, the profile's (else the image's) PYTHONPATH kept after it."""
+    from provision.host.engine import overlay as render
+
+    return render.server_env(OVERLAY_DIR, (prof_env or {}).get("PYTHONPATH") or img.get("pythonpath"))
+
+
+def verify_in_image(rt: str, conf: ContainerConfig, img: ContainerImage, st: dict, prof_env: dict | None,
+                    timeout: float) -> dict:
+    """Compile the staged overlay with the image's interpreter and import it as the server would
+    (where torch imports there), in a throw-away container with the overlay mounted read-only."""
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    files = sorted(f"{OVERLAY_DIR}/{render.PACKAGE}/{n}" for n in os.listdir(os.path.join(st["root"], render.PACKAGE))
+                   if n.endswith(".py"))
+    modules = [[f"{render.PACKAGE}.{r['module']}", r["class"], ",".join(r["methods"])]
+               for r in st.get("specs") or [] if r.get("module")]
+    job = {"compile": overlay.COMPILE_SNIPPET, "import": overlay.IMPORT_SNIPPET, "files": files, "modules": modules,
+           "timeout": timeout}
+    argv = [rt, "run", "--rm", "--network", "none", "-v", f"{st['root']}:{OVERLAY_DIR}:ro"]
+    for k, v in sorted({**{str(a): str(b) for a, b in (prof_env or {}).items()}, **overlay_env(img, prof_env)}.items()):
+        argv += ["-e", f"{k}={v}"]
+    argv += ["--entrypoint", "python3", conf["image"], "-I", "-S", "-c", OVERLAY_CHECK, json.dumps(job)]
+    try:
+        p = _run(argv, timeout=timeout + 120)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "why": f"checking the overlay in image {conf['image']} took longer than "
+                                           f"{timeout + 120:g} s"}
+    try:
+        res = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"status": "failed", "why": f"the overlay check in image {conf['image']} gave no answer: {_why(p)}"}
+    if res.get("compile"):
+        return {"status": "failed", "why": f"the overlay does not compile with the image's python3: {res['compile']}"}
+    results = res.get("modules") or []
+    worst = next((r for r in results if r["status"] == "failed"), None) \
+        or next((r for r in results if r["status"] == "not-verifiable"), None) or (results[0] if results else None)
+    if worst is None:
+        return {"status": "ok", "why": "compiled with the image's python3; no module to import", "modules": []}
+    why = "compiled and imported with the image's python3; every method is callable"
+    if worst["status"] == "failed":
+        why = worst["why"]
+    elif worst["status"] == "not-verifiable":
+        why = f"compiled with the image's python3; import not verifiable here ({worst['why']}): checked statically"
+    return {"status": worst["status"], "why": why, "modules": results}
+
+
+def overlay_preflight(req: dict, conf: ContainerConfig, img: ContainerImage, checks: list) -> tuple:
+    """The overlay for a container (the default fix): staged from the image's own files, compiled
+    and imported in the image. Returns (the staged overlay or None, the fix the server will use)."""
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    prof_env = (req.get("profile") or {}).get("env") or {}
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    why = render.refusal_for_env(prof_env) or render.refusal_for_version(img.get("version"))
+    if why:
+        checks.append({"level": "fail", "check": "overlay", "message": f"image {conf['image']}: {why}"
+                       if "version" in why else why})
+        return None, "none"
+    state_dir = req.get("state_dir") or default_state_dir()
+    inst = mirror_install(state_dir, img)
+    st = dict(overlay.stage(inst, specs, state_dir))
+    for note in st.get("notes") or []:
+        checks.append({"level": "info", "check": "overlay", "message": note})
+    if st.get("verdict") == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
+        return None, "none"
+    if st.get("verdict") == "native":
+        checks.append({"level": "info", "check": "overlay", "message": (
+            f"the image's SGLang {img.get('version')} has every method natively: no overlay needed, the container "
+            "starts without one" + (" (the old overlay was removed)" if st.get("removed") else ""))})
+        return None, "native"
+    rt = runtime_path(conf["runtime"]) or conf["runtime"]
+    st["verify"] = verify_in_image(rt, conf, img, st, prof_env, float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
+    held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
+    if st["verify"]["status"] == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
+                       f"{st['verify']['why']}"})
+        return None, "none"
+    st["env"] = overlay_env(img, prof_env)
+    st["container_root"] = OVERLAY_DIR
+    checks.append({"level": "ok", "check": "overlay", "message": (
+        f"overlay {st['verdict']} in {st['root']} ({held}), mounted read-only at {OVERLAY_DIR}; "
+        f"{st['verify']['why']}")})
+    return st, "overlay"
+
+
+def op_preflight(req: dict, bundle: bytes) -> dict:
+    """Preflight of a container launch: runtime, image (and its SGLang, read from inside it), the
+    spec's class in the image, the container name, port, model paths through the volumes."""
+    from provision.host.ops import server as _server
+
+    prof = req["profile"]
+    conf: ContainerConfig = prof["container"]
+    args = prof["args"]
+    port = int(args.get("port", 30000))
+    bind = str(args.get("host", "127.0.0.1"))
+    if runtime_path(conf["runtime"]) is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"]), "checks": []}
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    img = image_sglang(req, conf, spec_files(req))
+    if img.get("error"):
+        return {"ok": False, "error": img["error"], "checks": []}
+    checks: list[dict] = [{"level": "ok", "check": "image", "message": (
+        f"image {conf['image']}: SGLang {img.get('version')} at {img.get('sglang')} (python {img.get('python')})"
+        + (", pulled" if img.get("pulled") else ""))}]
+    staged = None
+    fix = "none"
+    if req.get("overlay") and specs:
+        staged, fix = overlay_preflight(req, conf, img, checks)
+    else:
+        for spec in specs:
+            info = image_patch_state(img, spec)
+            need = image_fix(info)
+            if info is not None and info.get("error"):
+                checks.append({"level": "fail", "check": "patch", "message": f"{info.get('file') or spec['file']} in "
+                               f"the image: {info['error'].get('message')}"})
+            elif need["kind"] == "missing":
+                checks.append({"level": "fail", "check": "patch", "message": (
+                    f"{spec['class']} in the image's SGLang {img.get('version')} lacks {', '.join(need['missing'])}: "
+                    "EAGLE-3 will crash after the weights load; launch with the overlay (`fix: overlay`)")})
+            else:
+                fix = "native" if need["kind"] == "native" else "edited file"
+                checks.append({"level": "ok", "check": "patch", "message": (
+                    f"{spec['class']} in the image: delegation methods in place ({need['kind']}); no fix needed")})
+    st = _server._server_state(req, port)
+    ours_running = st["running"]
+    doc = summary(inspect(conf["runtime"], conf["name"]))
+    rec = st["record"] or {}
+    if doc["exists"] and not doc["ours"]:
+        checks.append({"level": "fail", "check": "name", "message": (
+            f"a container named {conf['name']} exists and provision did not start it ({doc.get('status')}, image "
+            f"{doc.get('image')}): remove it, or set launch.container.name")})
+    if not ours_running and _server.port_open(bind, port):
+        checks.append({"level": "fail", "check": "port", "message": f"something is already listening on {bind}:{port}"})
+    elif not ours_running:
+        checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
+    vols = list(conf.get("volumes") or [])
+    offline = bool(req.get("offline"))
+    for key, what in (("model-path", "model"), ("speculative-draft-model-path", "drafter")):
+        path = str(args.get(key) or "")
+        if not path:
+            continue
+        if not path.startswith("/"):
+            checks += _server._check_model(path, what, offline)
+            continue
+        on_host = host_path(vols, path)
+        if on_host is None:
+            checks.append({"level": "info", "check": what, "message": (
+                f"{what} {path} is not on a volume: it must be in the image (not checked)")})
+        else:
+            checks += [dict(c, message=c["message"] + f" (in the container: {path})")
+                       for c in _server._check_model(on_host, what, offline)]
+    checks.append({"level": "info", "check": "gpus", "message": (
+        f"GPUs: {conf['gpus']} (the runtime's --gpus)" if conf.get("gpus") else "no --gpus in the profile")})
+    return {"ok": True, "checks": checks, "running": ours_running, "record": st["record"] if rec else None,
+            "survivors": st.get("survivors") or [], "image": public(img), "fix": fix, "overlay": staged, "facts": {}}
+
+
+def op_start(req: dict, bundle: bytes) -> dict:
+    from provision.host.ops import server as _server
+
+    prof = req["profile"]
+    port = int(prof["args"].get("port", 30000))
+    conf: ContainerConfig = prof["container"]
+    if runtime_path(conf["runtime"]) is None:
+        return {"ok": False, "error": missing_runtime(conf["runtime"])}
+    st = _server._server_state(req, port)
+    replaced = None
+    if st["running"]:
+        if not req.get("restart"):
+            return {"ok": True, "already": True, "record": st["record"],
+                    "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
+        stopped = _server._stop(req, st["record"], float(prof.get("grace", 30)))
+        if not stopped["ok"]:
+            return stopped
+        replaced = stopped["pids"]
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    img = image_sglang(req, conf, spec_files(req))
+    if img.get("error"):
+        return {"ok": False, "error": img["error"]}
+    extra_env: dict = {}
+    extra_mounts: list[str] = []
+    staged = req.get("overlay_stage")
+    if staged:
+        from provision.host.engine import overlay as render
+
+        why = render.refusal_for_env(prof.get("env")) or (
+            None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
+            else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+        if why:
+            return {"ok": False, "error": {"kind": "overlay", "message": why}}
+        extra_env = overlay_env(img, prof.get("env"))
+        extra_mounts = [f"{staged['root']}:{OVERLAY_DIR}:ro"]
+    sroot = _server.state_root(req)
+    os.makedirs(sroot, mode=0o700, exist_ok=True)
+    out = start(req, sroot, dict(img), extra_env=extra_env, extra_mounts=extra_mounts)
+    if out["ok"]:
+        rec = out["record"]
+        needs = [dict(image_fix(image_patch_state(img, sp)), spec=sp.get("name")) for sp in specs]
+        rec["container"]["fix"] = needs[0] if needs else image_fix(None)
+        rec["container"]["fixes"] = needs
+        rec["fix"] = req.get("fix") or ("overlay" if staged else None)
+        rec["overlay"] = {k: staged.get(k) for k in ("root", "package", "modules", "digest", "container_root")} \
+            if staged else None
+        _server.write_record(req, port, rec)
+        out["replaced"] = replaced
+    return out
+
+
+def op_probe(req: dict, rec: dict, st: dict) -> dict:
+    """probe for a container server: the log through `RUNTIME logs`, the rest as on the host."""
+    from provision.host.ops import server as _server
+
+    port = int(req.get("port", 30000))
+    offset = int(req.get("offset", 0))
+    data = log_bytes(rec)[offset:offset + int(req.get("max_bytes", 1 << 20))]
+    host = rec.get("host", "127.0.0.1")
+    up = _server.port_open(host, port)
+    code = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url")) \
+        if up and st["running"] else None
+    confirm = None
+    if code == 200 and req.get("confirm"):
+        time.sleep(float(req["confirm"]))
+        confirm = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url"))
+    return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": data.decode("utf-8", "replace"),
+            "offset": offset + len(data), "port_open": up, "health": code, "confirm": confirm, "record": rec,
+            "now": time.time(), "survivors": [], "container": st.get("container")}

@@ -117,8 +117,8 @@ def transport_options(*, container: bool = True):
                                   "SGLang, its files, its own state dir. The edit survives `RUNTIME restart`, not "
                                   "recreating the container."),
                 click.option("--runtime", type=click.Choice(["auto", "docker", "podman"]), default=None,
-                             help="With --container: the host's container runtime (default auto: docker if it is "
-                                  "on PATH, else podman)."),
+                             help="With --container: the host's container runtime (default auto: the first of "
+                                  "docker and podman on the host's PATH that knows the container)."),
             ]
         for opt in reversed(opts):
             fn = opt(fn)

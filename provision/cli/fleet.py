@@ -111,7 +111,8 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
                     for h in b:
                         by_name[h.name].notes.append(f"would restart (batch {i}/{len(batches)})")
             elif batches:
-                rc.run_restarts(fleet, batches, results, profile=profile, deadline=restart_deadline, window=win)
+                rc.run_restarts(fleet, batches, results, profile=profile, deadline=restart_deadline, window=win,
+                                spec=pspec)
         finally:
             fleet.close()
         for w in dict.fromkeys(fleet.warnings):

@@ -280,6 +280,7 @@ LAZY_COMMANDS = {
     "audit": "provision.cli.audit:audit", "spec": "provision.cli.audit:spec",
     "reconcile": "provision.cli.fleet:reconcile", "restore": "provision.cli.fleet:restore",
     "history": "provision.cli.fleet:history", "schedule": "provision.cli.fleet:schedule",
+    "overlay": "provision.cli.overlay:overlay",
 }
 
 

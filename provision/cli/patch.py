@@ -11,6 +11,14 @@ from provision.cli.main import (check_option, check_specs, diff_option, fleet_op
                                 main, run_fleet, spec_option, transport_options)
 
 
+OVERLAY_HELP = {
+    "patch": "Leave SGLang's files alone: stage the fix as an overlay package (SGLang 0.5.6+) in the host's state "
+             "directory and print the two environment lines a server you start yourself needs "
+             "(SGLANG_EXTERNAL_MODEL_PACKAGE, PYTHONPATH).",
+    "unpatch": "Remove the overlay `patch --overlay` staged for the install (SGLang's files are not touched).",
+}
+
+
 def _patch_like(command: str):
     def deco(fn):
         @fleet_options
@@ -20,15 +28,25 @@ def _patch_like(command: str):
         @check_option
         @diff_option
         @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
+        @click.option("--overlay", is_flag=True, help=OVERLAY_HELP[command])
         @functools.wraps(fn)
-        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, **kw):
+        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, overlay, **kw):
             from provision.tasks.patch import do_patch
 
             pspec = load_spec(spec)
             check_specs(ctx, pspec)
             extra = fn(ctx, **kw) or {}
-            op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                             python=python_, timeout=ctx.conn.command_timeout, **extra)
+            if overlay:
+                from provision.errors import UsageError
+                from provision.tasks.overlay import do_overlay
+
+                if diff:
+                    raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
+                op_fn = do_overlay(pspec, check=check, remove=command == "unpatch", sglang_path=sglang_path,
+                                   python=python_, timeout=ctx.conn.command_timeout)
+            else:
+                op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                                 python=python_, timeout=ctx.conn.command_timeout, **extra)
             code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
                              columns=["host", "verdict", "version", "methods", "detail", "elapsed"])
             sys.exit(code)
@@ -52,7 +70,8 @@ def patch(ctx, verify_import=False):
     (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
 
     \b
-    Verdicts: patched, unchanged, native, repaired, failed, unknown.
+    Verdicts: patched, unchanged, native, repaired, failed, unknown;
+    with --overlay: staged, unchanged, native, failed.
     """
     return {"verify_import": verify_import}
 
@@ -76,12 +95,13 @@ def status(ctx, spec, sglang_path, python_):
     Verdicts (the patch state of the spec's file):
       patched     provision's block is in the class and matches the spec
       native      the class has every method itself (SGLang 0.5.10+)
+      overlay     the file lacks them; the overlay staged for the install holds them
       missing     methods are missing: `provision patch` adds them
       stale       provision's block differs from the spec: `patch` re-renders it
       hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
       error       the file could not be judged (no SGLang, no such file, ...)
 
-    Exit 0 when every host is patched or native, 4 when a host is missing,
+    Exit 0 when every host is patched, native or overlay, 4 when a host is missing,
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the
     running server started before the file last changed.

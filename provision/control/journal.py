@@ -22,7 +22,8 @@ from typing import Iterable
 from provision import __version__
 
 # Verdicts that mean the host changed.
-CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted"}
+CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
+                   "staged", "removed"}  # (an overlay: `patch|unpatch --overlay`, reconcile)
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
 ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}

@@ -199,6 +199,7 @@ class StatusAnswer(Answer, total=False):
     containers: "ContainersFacts"  # running SGLang-server containers (transport section, below)
     patch: Inspection
     overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
+    server_fixes: Dict[str, str]       # pid -> the fix that server uses (engine/overlay.fix_in_use)
     restart_needed: List[int]
     server: Dict[str, Any]
     state: Dict[str, Any]
@@ -243,8 +244,10 @@ class ReconcileAnswer(Answer, total=False):
     patch: PatchAnswer
     state_cleaned: bool
     state_refreshed: bool
+    overlay: "OverlayStage"    # overlay mode: the overlay as reconcile left it (ops/reconcile._overlay)
     classifier_input: Dict[str, Any]
     elapsed: float
+    package: "PackageInfo"     # full path: the package the spec's file was found in
 
 
 class BackupsRequest(Request, total=False):

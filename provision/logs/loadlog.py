@@ -48,10 +48,16 @@ CRASH_KINDS = (
     "oom",
     "warmup-failed",
     "child-failed",
+    "sm120-torch-symm-mem",               # KeyError: 12 from torch_symm_mem.py (Crash.spec names the fix)
+    "sm120-flashinfer-allreduce-fusion",  # flashinfer's "No supported CUDA architectures ..."
     "exception",
 )
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
-_SPECIFIC = {"missing-eagle3-method", "architecture-not-supported", "oom", "warmup-failed", "overlay-import"}
+# Crashes a shipped hotfix spec fixes: crash kind -> the spec's name (provision/playbooks/).
+SPEC_FIXES = {"sm120-torch-symm-mem": "sm120-torch-symm-mem",
+              "sm120-flashinfer-allreduce-fusion": "sm120-flashinfer-allreduce-fusion"}
+_SPECIFIC = {"missing-eagle3-method", "architecture-not-supported", "oom", "warmup-failed", "overlay-import",
+             *SPEC_FIXES}
 MAX_CRASH_LINES = 30
 MAX_WARNINGS = 50
 
@@ -81,6 +87,7 @@ class Crash:
     rank: str | None = None  # "TP3" when a rank logged it
     exit_code: int | None = None  # child-failed: the dead rank's exit code, when the log says it
     oom_killer: bool = False  # child-failed: SIGKILL (-9), which SGLang names as a common OOM-killer sign
+    spec: str | None = None  # the shipped spec that fixes this crash (SPEC_FIXES), e.g. sm120-torch-symm-mem
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,11 @@ _RANK_DEAD = re.compile(r"(?:RuntimeError: )?Rank (?P<rank>\d+) scheduler (?:is 
                         r"(?: \(exit code: (?P<code>-?\d+)\))?)")
 _OOM_KILLER = re.compile(r"OOM killer", re.I)
 # 0.5.23 (model_runner_components/attention_backend_setup.py): a missing EAGLE-3 method is a ValueError
+# SM120 (compute capability 12.x) crashes of the released files (issue 11): torch_symm_mem.py indexing
+# TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES with the device's major (SGLang < 0.5.14), and flashinfer's JIT
+# building the allreduce-fusion kernels only for majors 9 and 10.
+_SYMM_MEM_FRAME = re.compile(r"torch_symm_mem\.py")
+_NO_CUDA_ARCH = re.compile(r"No supported CUDA architectures found for major versions (?P<majors>\[[\d, ]*\])")
 _NOT_IMPLEMENTED = re.compile(r"Model (?P<cls>[\w.]+) does not implement (?P<attr>\w+)")
 MAX_TAIL = 200
 _WARNING_HINT = re.compile(r"Ignore import error|deprecated|[Ww]arning|is adjusted to|WARNING")
@@ -534,7 +546,7 @@ class LoadLog:
             return
         if tb.context == "request":
             return  # an HTTP request failed; the server is still up
-        kind, method, cls, summary = "exception", None, None, full
+        kind, method, cls, summary, spec = "exception", None, None, full, None
         attr = _MISSING_ATTR.search(exc_msg)
         absent = _NOT_IMPLEMENTED.search(exc_msg)
         dead = _RANK_DEAD.search(full)
@@ -556,6 +568,15 @@ class LoadLog:
         elif exc_type.endswith("AttributeError") and ("EAGLE3" in exc_msg or "EAGLE" in exc_msg):
             method = next((mth for line in reversed(tb.lines) for mth in EAGLE3_METHODS if mth in line), None)
             kind, summary = "missing-eagle3-method", f"{method or 'EAGLE-3 method'}(): {exc_msg}"
+        elif (exc_type.endswith("KeyError") and exc_msg.strip() in ("12", "'12'")
+              and any(_SYMM_MEM_FRAME.search(x) for x in tb.lines)):
+            kind = spec = "sm120-torch-symm-mem"
+            summary = ("torch symmetric memory has no sizes for compute capability 12 (SM120): "
+                       "KeyError: 12 in torch_symm_mem.py")
+        elif _NO_CUDA_ARCH.search(exc_msg):
+            kind = spec = "sm120-flashinfer-allreduce-fusion"
+            summary = (f"flashinfer builds its allreduce-fusion kernels only for compute capability majors "
+                       f"{_NO_CUDA_ARCH.search(exc_msg).group('majors')}: {full}")
         elif _ARCH.search(exc_msg):
             kind = "architecture-not-supported"
             summary = f"Model architectures {_ARCH.search(exc_msg).group('archs')} are not supported"
@@ -566,7 +587,7 @@ class LoadLog:
         lines = list(tb.lines)
         if kind == "architecture-not-supported" and self._s.import_errors:
             lines = list(self._s.import_errors) + lines
-        self._crash(kind, summary, lines, tb.rank, events, method=method, cls=cls, tb=tb)
+        self._crash(kind, summary, lines, tb.rank, events, method=method, cls=cls, tb=tb, spec=spec)
 
     def _rank_dead(self, m: re.Match, msg: str, lines, rank, events, tb=None) -> None:
         code = int(m.group("code")) if m.group("code") is not None else None
@@ -582,9 +603,9 @@ class LoadLog:
         return tuple(self._red(x) for x in list(lines)[-MAX_CRASH_LINES:])
 
     def _crash(self, kind, summary, lines, rank, events, method=None, cls=None, tb=None, exit_code=None,
-               oom_hint=False) -> None:
+               oom_hint=False, spec=None) -> None:
         new = Crash(kind=kind, summary=self._red(summary), lines=self._tail_lines(lines), method=method,
-                    class_name=cls, rank=rank, exit_code=exit_code)
+                    class_name=cls, rank=rank, exit_code=exit_code, spec=spec)
         if oom_hint or (kind == "child-failed" and exit_code == -9):
             new = replace(new, oom_killer=True)
         cur = self._s.crashed
@@ -635,6 +656,11 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
                     f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml --host {h}`")
         return (f"the wrapper lacks EAGLE-3 delegation methods{what}: "
                 f"run `provision patch --host {h}`")
+    if crash.spec is not None:
+        what = {"sm120-torch-symm-mem": "the SM120 key of SGLang's TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES",
+                "sm120-flashinfer-allreduce-fusion": "SM120 in flashinfer's allreduce-fusion architectures"}
+        return (f"the spec {crash.spec} fixes this ({what.get(crash.spec, 'the hand patch')}): "
+                f"run `provision patch --spec {crash.spec} --host {h}`, then restart the server")
     if crash.kind == "overlay-import":
         return ("the overlay provision staged does not import under the server (a spec whose parameter defaults "
                 "name something of the model file's own module?): fix the spec, or edit the file instead: "

@@ -52,6 +52,8 @@ class LaunchOptions:
     tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
     stop_on_interrupt: bool = False
     overlay: bool = False       # launch --overlay (or the profile's `fix: overlay`): no file is edited
+    overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
+    overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
     # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
@@ -105,10 +107,14 @@ def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = Non
     if multinode is not None:
         overrides.update(multinode.args_for(host))
     prof, spec = host_profile(host, opts.profile, overrides, opts.python)
-    if opts.overlay and prof.fix != "overlay":
+    if (opts.overlay or host.name in opts.overlay_hosts) and prof.fix != "overlay":
         from dataclasses import replace
 
         prof = replace(prof, fix="overlay")
+    if host.name in opts.overlay_hosts:
+        from provision.config.playbook import load_patch_spec
+
+        spec = opts.overlay_spec or load_patch_spec(host.get("spec"))
     if prof.fix == "overlay" and opts.patch:
         raise ConfigError(f"{prof.name}: --patch edits SGLang's file, overlay mode (--overlay or the profile's "
                           "`fix: overlay`) leaves it untouched: choose one")
@@ -425,9 +431,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                                        + (" (read from the image just now)" if not img.get("cached") else ""))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:
-            if prof.container is not None and c["level"] == "ok" and c.get("check") == "overlay":
-                display.message(host.name, f"preflight: {c['message']}")  # what goes into the container
-            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force):
+            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force) or \
+                    (c["level"] == "ok" and c.get("check") == "overlay"):  # what the overlay holds, how checked
                 display.message(host.name, f"preflight {c['level']}: {c['message']}")
         if pre.get("survivors") and not opts.restart:
             msg = next((c["message"] for c in fails if c.get("check") == "survivors"),

@@ -150,7 +150,7 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
     methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
     longer needed overlay is a note saying what rewrites or removes it."""
     held = {m for row in ov.get("specs") or [] for m in row.get("methods") or []}
-    missing = {k for k, v in methods.items() if v == "missing"}
+    missing = [k for k, v in methods.items() if v == "missing"]
     notes = []
     if not ov.get("current"):
         if ov.get("verdict") == "native":
@@ -161,8 +161,8 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
         else:
             notes.append(f"overlay {ov.get('root')} differs from the spec: `provision patch --overlay` or "
                          "`provision reconcile` rewrites it")
-    elif verdict == "missing" and missing <= held:
-        return "overlay", (f"the file lacks {', '.join(sorted(missing))}; the overlay {ov.get('root')} holds them "
+    elif verdict == "missing" and set(missing) <= held:
+        return "overlay", (f"the file lacks {', '.join(missing)}; the overlay {ov.get('root')} holds them "
                            f"(SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')})"), notes
     return verdict, why, notes
 
@@ -191,18 +191,21 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     state = verdict if verdict in ("patched", "native") else why if verdict == "missing" else f"{verdict}: {why}"
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
+    fixes = answer.get("server_fixes") or {}
     ours = answer.get("server") or {}
     rec = ours.get("record") or {}
     if ours.get("running"):
         h = ours.get("health")
         server = (f"pid {rec.get('pid')} port {rec.get('port')} health {h if h is not None else 'no answer'} "
                   f"up {ours.get('uptime')} s model {rec.get('model')}"
-                  + (f"; fix: {rec['fix']}" if rec.get("fix") else ""))
+                  + (f"; fix: {fixes.get(str(rec.get('pid'))) or rec['fix']}" if rec.get("fix") or
+                     str(rec.get("pid")) in fixes else ""))
     elif ours.get("survivors"):
         server = server_survivors_text(ours)
     elif servers:
         s = servers[0]
-        server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading")
+        server = f"pid {s['pid']} port {s['port']} " + ("up" if s["listening"] else "loading") \
+            + (f"; fix: {fixes[str(s['pid'])]}" if str(s["pid"]) in fixes else "")
     elif rec and ours.get("exit") is not None:
         server = f"not running (last exit status {ours['exit']})"
     unit = ours.get("persistent")
@@ -238,7 +241,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
     data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
-            "fix": rec.get("fix") if ours.get("running") else None, "overlay": ov,
+            "fix": (fixes.get(str(rec.get("pid"))) or rec.get("fix")) if ours.get("running") else
+            (fixes.get(str(servers[0]["pid"])) if servers else None), "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),

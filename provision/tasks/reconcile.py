@@ -136,10 +136,13 @@ def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, 
             "servers": ans.get("servers") or [], "check": check, "remote_elapsed": ans.get("elapsed")}
     if spec is not None:
         data["spec"], data["spec_hash"] = spec.name, spec.sha
-    for k in ("reference", "kind", "git", "state_cleaned", "state_refreshed"):
+    for k in ("reference", "kind", "git", "state_cleaned", "state_refreshed", "package"):
         if ans.get(k) is not None:
             data[k] = ans[k]
     notes = list(ans.get("notes") or [])
+    ov = ans.get("overlay") or {}
+    # an install in overlay mode keeps it: a restart goes through `launch --overlay` (unless now native)
+    data["overlay_mode"] = ov.get("verdict") in ("staged", "unchanged")
     if not ans.get("ok") or ans.get("error") and "state" not in ans:
         err = ans.get("error") or {}
         return HostResult(host, "failed", err.get("message", "reconcile failed on the host"),
@@ -167,6 +170,10 @@ def result_from_answer(host: str, ans: ReconcileAnswer, *, check: bool = False, 
             detail = f"{state}: {reason}; patch {verdict}: {pr.detail}"
         return HostResult(host, verdict, detail, added=pr.added, notes=notes + pr.notes, diff=pr.diff,
                           error_kind=pr.error_kind, data=data, **base)
+    if action in ("restage", "remove-overlay"):  # overlay mode: the file is never edited
+        verdict = "staged" if action == "restage" else "removed"
+        detail = reason + ("; would be " if check else "; ") + ("regenerated" if verdict == "staged" else "removed")
+        return HostResult(host, verdict, detail, notes=notes, data=dict(data, overlay=ans.get("overlay")), **base)
     verdict = VERDICT_OF_STATE.get(state, "failed")
     detail = reason
     if action == "clean-state":
@@ -242,7 +249,7 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
 
 
 def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profile=None, deadline=3600.0,
-                 stream=None, window=None, clock=None) -> None:
+                 stream=None, window=None, clock=None, spec=None) -> None:
     """Restart batch after batch through the launch code path (launch_fn with restart=True and the
     same multi-node flags as `launch`, health-gated). Before each batch the window is checked again
     (`clock`, default window_clock()); a batch that may not start, and every batch after one that did
@@ -254,7 +261,10 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
 
     by_name = {r.host: r for r in results}
     clock = clock or window_clock()
-    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0)
+    # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--spec, else the
+    # host's `spec:`), not one re-rendered from the profile's playbook.
+    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
+                         overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     everyone = [h for b in batches for h in b]
     try:
         multinode = MultiNode(everyone)
@@ -356,7 +366,7 @@ def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> 
         return EXIT_NOTHING
     if any(r.failed or r.verdict in ATTENTION or restart_failed(r) for r in results):
         return EXIT_FAILED
-    if check and any(r.verdict in ("patched", "repaired") for r in results):
+    if check and any(r.verdict in ("patched", "repaired", "staged", "removed") for r in results):
         return EXIT_CHANGES
     if check and restart and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
         return EXIT_CHANGES

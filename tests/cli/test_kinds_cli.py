@@ -74,3 +74,37 @@ def test_a_host_without_flashinfer_is_told_so(sandbox_factory, ssh_env):
         assert "package flashinfer is not installed for /opt/venv/bin/python" in proc.stdout + proc.stderr
     finally:
         sandbox_factory.remove(host)
+
+
+def test_reconcile_puts_the_flashinfer_fix_back_after_a_reinstall(sm120_host, ssh_env):
+    host = sm120_host
+    host.reset()
+    spec = "sm120-flashinfer-allreduce-fusion"
+    comm = files(host)["comm"]
+    pristine = comm.read_bytes()
+    run("patch", *ssh_env.cli_args, "--host", host.name, "--spec", spec, check_rc=0)
+    patched = comm.read_bytes()
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
+    host.reset_sglang()  # pip reinstalls the released wheels: our edit is gone
+    assert comm.read_bytes() == pristine
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    rec = doc["hosts"][0]
+    assert proc.returncode == 0 and rec["verdict"] == "patched" and rec["data"]["state"] == "wiped", rec
+    assert "the file is the release's own again (flashinfer reinstalled); re-patched" in rec["detail"]
+    assert comm.read_bytes() == patched
+
+
+def test_the_latest_release_still_needs_the_symm_mem_entry(sandbox_factory, ssh_env):
+    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv")
+    try:
+        path = host.hostpath(f"{host.sglang_dir}/{SYMM}")
+        before = path.read_bytes()
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem")
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
+        assert doc["hosts"][0]["version"] == "0.5.23"
+        assert b"    12: {\n" in path.read_bytes()
+        run("unpatch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem", check_rc=0)
+        assert path.read_bytes() == before
+    finally:
+        sandbox_factory.remove(host)

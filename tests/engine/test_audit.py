@@ -275,29 +275,33 @@ def test_spec_yaml_quotes_awkward_values():
 
 
 # --------------------------------------------------------------------------
-# audit.py ships as text to the hosts: stdlib only, Python 3.10
+# audit.py ships to the hosts in the bundle with the rest of provision/host/: stdlib only,
+# Python 3.10, and of provision only the host package (its AST helpers are the engine's own,
+# engine/pysource.py; it no longer runs as a lone file, see the module docstring)
 # --------------------------------------------------------------------------
 
-def test_audit_imports_only_stdlib():
+def test_audit_imports_only_stdlib_and_the_host_package():
     tree = ast.parse(AUDIT_PY.read_text(), feature_version=(3, 10))
-    top = set()
+    top, ours = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             top |= {alias.name.partition(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "no relative imports: the file runs on its own"
-            top.add(node.module.partition(".")[0])
+            assert node.level == 0, "no relative imports"
+            if node.module.startswith("provision."):
+                ours.add(node.module)
+            else:
+                top.add(node.module.partition(".")[0])
     assert top, "expected some imports"
     assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
-    assert "sglang" not in top and "provision" not in top
+    assert "sglang" not in top and ours == {"provision.host.engine.pysource"}
 
 
-def test_audit_runs_as_a_standalone_script(tmp_path):
+def test_audit_runs_as_a_module_of_the_host_package(tmp_path):
     models = _fake_package(tmp_path, {"wrap.py": WRAP_SRC, "inner.py": INNER_SRC})
-    # as shipped: the file's text on stdin, isolated from this repo's packages
     proc = subprocess.run(
-        [sys.executable, "-I", "-", str(models)],
-        input=AUDIT_PY.read_text(), capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [sys.executable, "-m", "provision.host.engine.audit", str(models)],
+        capture_output=True, text=True, cwd=AUDIT_PY.parents[3], timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

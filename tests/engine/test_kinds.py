@@ -20,7 +20,7 @@ SYMM = {"name": "sm120-torch-symm-mem", "kind": "mapping-entry", "file": SYMM_FI
 FUSION = {"name": "sm120-flashinfer-allreduce-fusion", "kind": "replace", "package": "flashinfer",
           "file": "jit/comm.py", "scope": "gen_trtllm_comm_module",
           "find": "supported_major_versions=[9, 10]", "replace": "supported_major_versions=[9, 10, 12]"}
-BEGIN = "# >>> provision managed block: spec={} sha={} (remove with `provision unpatch`)"
+BEGIN = "# >>> provision managed block: spec={} sha={} kind={} (remove with `provision unpatch`)"
 END = "# <<< provision managed block: spec={}"
 
 
@@ -76,7 +76,7 @@ def test_symm_mem_entry_on_the_released_file(version):
     src = symm_src(version)
     text = src.decode()
     ten = re.search(r"\n    10: (\{\n(?:        .*\n)+    \}),\n", text).group(1)
-    expected = text.replace("\n}\n", "\n    " + BEGIN.format(SYMM["name"], sha(SYMM)) + "\n"
+    expected = text.replace("\n}\n", "\n    " + BEGIN.format(SYMM["name"], sha(SYMM), "mapping-entry") + "\n"
                             + "    12: " + ten + ",\n" + "    " + END.format(SYMM["name"]) + "\n}\n", 1)
     assert expected != text
     new = assert_round_trip(src, SYMM)
@@ -133,7 +133,7 @@ def test_crlf_odd_indent_and_a_trailing_comment_without_comma():
            b"}\r\nx = 1")
     spec = dict(SYMM, mapping="MAP", file="x.py")
     new = assert_round_trip(src, spec)
-    begin = f"# >>> provision managed block: spec={spec['name']} sha={sha(spec)} comma-added (remove with `provision unpatch`)"
+    begin = f"# >>> provision managed block: spec={spec['name']} sha={sha(spec)} kind=mapping-entry comma-added (remove with `provision unpatch`)"
     assert new == (b"# sizes\r\nMiB = 1 << 20\r\n\r\nMAP = {\r\n"
                    b"   9: {2: 64 * MiB},   # hopper\r\n"
                    b"   10: {\r\n"
@@ -183,7 +183,7 @@ def test_fusion_replace_on_the_released_file(comm_src):
     old = "        supported_major_versions=[9, 10]\n"
     assert comm_src.decode().count(old) == 1
     expected = comm_src.decode().replace(old, (
-        "        " + BEGIN.format(FUSION["name"], sha(FUSION)) + "\n"
+        "        " + BEGIN.format(FUSION["name"], sha(FUSION), "replace") + "\n"
         "        # was: supported_major_versions=[9, 10]\n"
         "        supported_major_versions=[9, 10, 12]\n"
         "        " + END.format(FUSION["name"]) + "\n"))
@@ -245,7 +245,7 @@ def test_replace_crlf_trailing_comment_odd_indent_and_no_final_newline():
     new = assert_round_trip(src, spec)
     assert new == (b"def f():\r\n"
                    b"\tif True:\r\n"
-                   b"\t   " + BEGIN.format("r", sha(spec)).encode() + b"\r\n"
+                   b"\t   " + BEGIN.format("r", sha(spec), "replace").encode() + b"\r\n"
                    b"\t   # was: flags = get(archs=[9, 10])  # hopper, blackwell\r\n"
                    b"\t   flags = get(archs=[9, 10, 12])  # hopper, blackwell\r\n"
                    b"\t   " + END.format("r").encode() + b"\r\n"
@@ -315,3 +315,27 @@ def test_bad_specs_are_refused_by_the_engine_and_the_playbook(bad, says, tmp_pat
     body = {k: v for k, v in spec.items() if k != "name"}
     with pytest.raises(ConfigError, match=re.escape(says) if bad.get("kind") != "patch-it" else "patch.kind"):
         parse_playbook(yaml.safe_dump({"name": "x", "patch": body}), "x.yaml")
+
+
+def test_a_delegate_spec_is_sent_as_before():
+    # no kind/package/applies keys for today's specs: their sha (journal, state) stays the same
+    spec = load_patch_spec("kimi-k25-eagle3")
+    assert set(spec.to_engine()) == {"name", "file", "class", "delegate", "methods"}
+    assert spec.sha == "f654f9839785"  # as before the spec kinds (checked against the parent commit)
+
+
+def test_a_delegation_block_and_a_replace_edit_in_one_class_leave_each_other_alone(src_059, resolver_059):
+    from tests.engine.conftest import KIMI_SPEC
+
+    edit = {"name": "kimi-dtype", "kind": "replace", "file": KIMI_SPEC["file"],
+            "scope": "KimiK25ForConditionalGeneration.__init__",
+            "find": 'if hasattr(self.language_model, "dtype"):', "replace": 'if getattr(self.language_model, "dtype", None):'}
+    one = engine.plan_patch(src_059, edit)["new"]
+    both = engine.plan_patch(one, KIMI_SPEC, resolver_059)
+    assert both["verdict"] == "patched" and both["notes"] == [], both
+    assert engine.plan_patch(both["new"], edit)["verdict"] == "unchanged"
+    assert engine.plan_patch(both["new"], KIMI_SPEC, resolver_059)["verdict"] == "unchanged"
+    no_edit = engine.plan_unpatch(both["new"], edit)["new"]
+    assert no_edit == engine.plan_patch(src_059, KIMI_SPEC, resolver_059)["new"]
+    assert engine.plan_unpatch(no_edit, KIMI_SPEC)["new"] == src_059
+    assert engine.plan_unpatch(engine.plan_unpatch(both["new"], KIMI_SPEC)["new"], edit)["new"] == src_059

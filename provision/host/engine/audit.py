@@ -1,8 +1,13 @@
 """Audit an installed SGLang ``models/`` directory for EAGLE-3 delegation gaps.
 
-This file is shipped as text to a GPU host and run there by the host's own
-python (3.10 or later). It therefore imports nothing but the standard library,
-and nothing from SGLang: every model file is read with ``ast``, never imported.
+Shipped to a GPU host in the bundle with the rest of provision/host/ and run there by the
+host's own python (3.10 or later). It imports nothing but the standard library and the
+engine's AST helpers (engine/pysource.py: statement blocks, imports made absolute, the same
+for every spec kind), and nothing from SGLang: every model file is read with ``ast``, never
+imported. (It used to run as a lone file, ``python3 audit.py``, from before the bundle
+carried the whole host package; nothing of provision uses that any more and it would need
+its own copy of those helpers, so it is gone. ``python3 -m provision.host.engine.audit``
+from a checkout does the same.)
 
 ``audit_models(models_dir)`` parses each ``*.py`` in ``sglang/srt/models/``
 once, builds the class graph across those files (bases resolved through each
@@ -22,7 +27,7 @@ EAGLE-3 target methods (``set_eagle3_layers_to_capture``, ``get_embed_and_head``
 ``spec_for(gap)`` turns a fixable gap into the patch-spec dict the patch engine
 consumes; ``spec_yaml(spec, note)`` renders it as a playbook without PyYAML.
 
-On a host: ``python3 audit.py [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as JSON.
+``python3 -m provision.host.engine.audit [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import os
 import re
 import sys
 import textwrap
+
+from provision.host.engine.pysource import Module, Resolver, body_statements, import_bindings
 
 TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
 PARITY_METHOD = "set_embed_and_head"  # called on the draft; injected for parity
@@ -79,77 +86,26 @@ class _Func:
 
 
 class _Module:
-    __slots__ = ("name", "rel", "is_pkg", "classes", "functions", "imports", "assigns", "entry")
+    __slots__ = ("name", "rel", "is_pkg", "classes", "assigns", "entry", "src")
 
     def __init__(self, name: str, rel: str, is_pkg: bool) -> None:
         self.name = name
         self.rel = rel
         self.is_pkg = is_pkg
         self.classes: dict = {}
-        self.functions: dict = {}
-        self.imports: dict = {}
         self.assigns: dict = {}
         self.entry = None
+        self.src = Module(name, ast.Module(body=[], type_ignores=[]), is_pkg)  # the engine's bindings
 
     def package(self) -> str:
         return self.name if self.is_pkg else self.name.rpartition(".")[0]
 
 
-def _block_stmts(body):
-    """Statements of a module or class body, looking inside if/try/with/for blocks."""
-    for node in body:
-        yield node
-        if isinstance(node, (ast.If, ast.For, ast.While)):
-            yield from _block_stmts(node.body)
-            yield from _block_stmts(node.orelse)
-        elif isinstance(node, ast.Try):
-            yield from _block_stmts(node.body)
-            for handler in node.handlers:
-                yield from _block_stmts(handler.body)
-            yield from _block_stmts(node.orelse)
-            yield from _block_stmts(node.finalbody)
-        elif isinstance(node, ast.With):
-            yield from _block_stmts(node.body)
-
-
-def _absolute(package: str, level: int, module: str | None) -> str | None:
-    if not level:
-        return module
-    parts = package.split(".") if package else []
-    if level - 1 > len(parts):
-        return None
-    base = parts[: len(parts) - (level - 1)]
-    if module:
-        base.append(module)
-    return ".".join(base) or None
-
-
-def _bind_import(imports: dict, node, package: str) -> None:
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            if alias.asname:
-                imports[alias.asname] = ("mod", alias.name)
-            else:
-                head = alias.name.partition(".")[0]
-                imports[head] = ("mod", head)
-        return
-    base = _absolute(package, node.level or 0, node.module)
-    if base is None:
-        return
-    for alias in node.names:
-        if alias.name != "*":
-            imports[alias.asname or alias.name] = ("from", base, alias.name)
-
-
 def _build_module(mod: _Module, tree) -> None:
-    package = mod.package()
-    for node in _block_stmts(tree.body):
+    mod.src = Module(mod.name, tree, mod.is_pkg)
+    for node in body_statements(tree.body):
         if isinstance(node, ast.ClassDef):
             mod.classes[node.name] = node
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            mod.functions[node.name] = node
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            _bind_import(mod.imports, node, package)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if node.value is None:
@@ -178,7 +134,7 @@ class _Class:
         self.name = node.name
         self.methods: dict = {}      # name -> FunctionDef, or None when bound by assignment
         self.class_attrs: dict = {}  # name -> value expr, or a nested ClassDef
-        for stmt in _block_stmts(node.body):
+        for stmt in body_statements(node.body):
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.methods[stmt.name] = stmt
             elif isinstance(stmt, ast.ClassDef):
@@ -226,7 +182,9 @@ class _FnInfo:
         self.calls_init = False
         for node in nodes:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                _bind_import(self.imports, node, package)
+                for name, b in import_bindings(node, [package]):
+                    if b[0] == "module" or (b[0] == "from" and b[1]):
+                        self.imports[name] = b
             elif isinstance(node, ast.Return):
                 if node.value is not None:
                     self.returns.append(node.value)
@@ -282,6 +240,21 @@ def _params(fn) -> str:
 # the index: parsed modules, class graph, name resolution
 # --------------------------------------------------------------------------
 
+class _IndexResolver(Resolver):
+    """The engine's resolver, reading modules through the index (each parsed once)."""
+
+    def __init__(self, index) -> None:
+        super().__init__(None, [])
+        self.index = index
+
+    def module(self, name: str, load: bool = True):
+        mod = self.index.module(name, load) if name else None
+        return None if mod is None else mod.src
+
+    def is_module(self, name: str) -> bool:
+        return self.index.locate(name) is not None
+
+
 class _Index:
     def __init__(self, package_root: str) -> None:
         self.root = os.path.abspath(package_root)
@@ -291,6 +264,7 @@ class _Index:
         self._classes: dict = {}
         self._fninfo: dict = {}
         self._located: dict = {}
+        self.resolver = _IndexResolver(self)
 
     def release(self) -> None:
         """Drop every parsed tree; break the class graph's reference cycles first."""
@@ -370,59 +344,26 @@ class _Index:
         return got
 
     # ---- name resolution: -> _Class | _Func | _ModRef | None ------------------
-    # ``load`` says whether modules outside the already parsed set (the models
-    # directory plus whatever base classes needed) may be parsed to answer.
-    def _binding(self, b: tuple, seen: set, load: bool):
-        if b[0] == "mod":
-            return _ModRef(b[1]) if self.locate(b[1]) is not None else None
-        _, modname, sym = b
-        sub = modname + "." + sym
-        if self.locate(sub) is not None:
-            return _ModRef(sub)
-        target = self.module(modname, load)
-        if target is None:
+    # The engine's resolver (pysource.Resolver) over this index's modules, its answers made the
+    # audit's objects. ``load`` says whether modules outside the already parsed set (the
+    # models directory plus whatever base classes needed) may be parsed to answer.
+    def resolve_expr(self, mod: _Module, expr, info: _FnInfo | None = None, load: bool = True):
+        r = self.resolver.resolve(mod.src, expr, info.imports if info is not None else None, load)
+        if r is None:
             return None
-        return self.resolve_name(target, sym, seen, load)
-
-    def resolve_name(self, mod: _Module, name: str, seen: set | None = None, load: bool = True):
-        seen = set() if seen is None else seen
-        key = (mod.name, name)
-        if key in seen or len(seen) > 64:
+        if r[0] == "module":
+            return _ModRef(r[1])
+        owner = self.modules.get(r[1].name)
+        if owner is None:
             return None
-        seen.add(key)
-        if name in mod.classes:
-            return self.cls(mod, name)
-        if name in mod.functions:
-            return _Func(mod, mod.functions[name])
-        b = mod.imports.get(name)
-        if b is not None:
-            return self._binding(b, seen, load)
-        values = mod.assigns.get(name)
-        if values and len(values) == 1 and isinstance(values[0], (ast.Name, ast.Attribute)):
-            return self.resolve_expr(mod, values[0], None, seen, load)
-        return None
-
-    def resolve_expr(self, mod: _Module, expr, info: _FnInfo | None = None, seen: set | None = None, load: bool = True):
-        seen = set() if seen is None else seen
-        if isinstance(expr, ast.Name):
-            if info is not None and expr.id in info.imports:
-                return self._binding(info.imports[expr.id], seen, load)
-            return self.resolve_name(mod, expr.id, seen, load)
-        if isinstance(expr, ast.Attribute):
-            base = self.resolve_expr(mod, expr.value, info, seen, load)
-            if isinstance(base, _ModRef):
-                sub = base.name + "." + expr.attr
-                if self.locate(sub) is not None:
-                    return _ModRef(sub)
-                target = self.module(base.name, load)
-                return None if target is None else self.resolve_name(target, expr.attr, seen, load)
-            return None
-        if isinstance(expr, ast.Subscript):  # Generic[T]-style bases
-            return self.resolve_expr(mod, expr.value, info, seen, load)
-        return None
+        if r[0] == "function":
+            return _Func(owner, r[2])
+        return self.cls(owner, r[2].name) if owner.classes.get(r[2].name) is r[2] else None
 
     # ---- class graph -------------------------------------------------------
     def bases(self, c: _Class) -> list:
+        """The class's bases that are SGLang classes, found as the patch engine finds them
+        (pysource.Resolver over this index's parsed modules)."""
         if c.bases is None:
             c.bases = []
             for b in c.node.bases:

@@ -5,7 +5,12 @@ and run by their own interpreter. It does no file IO; a caller that wants base
 classes followed into other SGLang modules passes ``resolve_module(dotted_name)
 -> bytes | None``.
 
-What it does: inject delegation methods into a wrapper class, inside a marked
+The spec kinds: this module is the delegation (``kind: delegate``, the default) and the
+dispatch: ``plan_patch``, ``plan_unpatch``, ``check_structure`` and ``inspect`` hand a
+``mapping-entry`` or ``replace`` spec to engine/mapping_entry.py or engine/replace.py (through
+engine/edits.py), with the same answer shapes, so the ops never look at the kind.
+
+What the delegation does: inject delegation methods into a wrapper class, inside a marked
 block, one level deeper than the ``class`` line and right after the class's last
 statement, preserving every other byte (line endings, comments, a missing final
 newline, code after the class). ``plan_unpatch`` removes exactly that block, so
@@ -15,8 +20,8 @@ Error kinds: "spec", "encoding", "too-large", "syntax", "class-missing",
 "class-ambiguous", "class-layout", "delegate-missing", "block-corrupt",
 "block-other-spec", "not-a-method", "internal".
 
-Every provision-managed block inside the class counts as provision's, whatever
-spec name its markers carry: a patch under a new spec name replaces a block
+Every provision-managed delegation block inside the class counts as provision's, whatever
+spec name its markers carry (another kind's edit, marked `kind=...`, is left alone): a patch under a new spec name replaces a block
 written under an old one (when the new spec provides every method the old block
 holds) or refuses; it is never taken for the class's own code. A name counts as
 native only when the class or an SGLang base binds it to a function; a property,
@@ -28,11 +33,7 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
-import io
-import keyword
-import re
 import textwrap
-import tokenize
 from typing import Any, Mapping, TYPE_CHECKING, cast
 
 from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in one namespace)
@@ -58,6 +59,7 @@ from provision.host.engine.markers import (  # noqa: F401
     begin_line,
     end_line,
     find_block as _find_block,
+    marker_kind,
     pair as _pair,
     scan_markers as _scan_markers,
 )
@@ -237,8 +239,8 @@ def _other_blocks(lines: list, spec_name: str, lo: int, hi: int) -> list:
     hi (a class's region), oldest first. Raises block-corrupt for broken ones there."""
     out = []
     for name, marks in _scan_markers(lines).items():
-        if name == spec_name:
-            continue
+        if name == spec_name or any(marker_kind(lines[i]) != "delegate" for i, _ in marks["begins"]):
+            continue  # ours for this spec, or another kind's edit (mapping-entry, replace): not a block of methods
         at = [i for i, _ in marks["begins"]] + marks["ends"]
         if not any(lo < i < hi for i in at):
             continue
@@ -781,12 +783,7 @@ def _inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
         out["hand_patch_defs"] = list(c["hand"]["removed"])
     out["module_level_leftovers"] = list(c["leftovers"])
     out["notes"] = list(c["notes"])
-    plan = plan_patch(source, spec, resolve_module)
-    out["would_change"] = plan["new"] is not None
-    out["planned_verdict"] = plan["verdict"]
-    if plan["error"]:
-        out["error"] = plan["error"]
-    return out
+    return edits.with_plan(out, plan_patch(source, spec, resolve_module))
 
 
 def unified_diff(old: bytes, new: bytes, path: str) -> str:

@@ -143,7 +143,11 @@ def inspect(kind, source: bytes, spec: dict) -> dict:
     else:
         out["methods"][label] = "missing"
     out["notes"] = list(a["notes"])
-    plan = plan_patch(kind, source, spec)
+    return with_plan(out, plan_patch(kind, source, spec))
+
+
+def with_plan(out: dict, plan: dict) -> dict:
+    """An inspection completed with what `provision patch` would do (every kind's inspect)."""
     out["would_change"] = plan["new"] is not None
     out["planned_verdict"] = plan["verdict"]
     if plan["error"]:

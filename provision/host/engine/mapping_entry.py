@@ -31,7 +31,7 @@ import ast
 from provision.host.engine.edits import spec_sha
 from provision.host.engine.markers import begin_line, end_line, find_block, has_word
 from provision.host.engine.pysource import (
-    body, body_statements, ending, find_scope, literal_key, parse, split_lines,
+    body, body_statements, ending, find_scope, line_offsets, literal_key, parse, split_lines,
 )
 from provision.host.engine.spec import EngineError
 
@@ -83,15 +83,6 @@ def _pos(lines: list, offs: list, lineno: int, col: int) -> int:
     return offs[lineno - 1] + _char_col(lines[lineno - 1], col)
 
 
-def _offsets(lines: list) -> list:
-    out, pos = [], 0
-    for line in lines:
-        out.append(pos)
-        pos += len(line)
-    out.append(pos)
-    return out
-
-
 def _keys(d) -> list:
     return [literal_key(k)[1] for k in d.keys]
 
@@ -138,7 +129,7 @@ def _key_src(s: dict, d, base: str, lines: list, offs: list) -> str:
 
 def _render(base: str, d, s: dict) -> str:
     lines = split_lines(base)
-    offs = _offsets(lines)
+    offs = line_offsets(lines)
     close = _pos(lines, offs, d.end_lineno, d.end_col_offset) - 1  # the `}`
     close_line = d.end_lineno - 1
     prefix = base[offs[close_line]:close]
@@ -162,7 +153,7 @@ def _render(base: str, d, s: dict) -> str:
     else:
         value = _copied(base, lines, offs, d, s, indent)
     entry = indent + _key_src(s, d, base, lines, offs) + sep + value + "," + nl
-    block = (indent + begin_line(s["name"], spec_sha(s), COMMA_ADDED if comma_at is not None else "") + nl
+    block = (indent + begin_line(s["name"], spec_sha(s), "kind=mapping-entry" + (" " + COMMA_ADDED if comma_at is not None else "")) + nl
              + entry + indent + end_line(s["name"]) + nl)
     at = offs[close_line]
     if comma_at is not None:
@@ -198,7 +189,7 @@ def remove(text: str, block: dict, s: dict) -> str:
     olines = split_lines(out)
     if d.values:
         v = d.values[-1]
-        at = _pos(olines, _offsets(olines), v.end_lineno, v.end_col_offset)
+        at = _pos(olines, line_offsets(olines), v.end_lineno, v.end_col_offset)
         if out[at:at + 1] == ",":
             return out[:at] + out[at + 1:]
     raise EngineError("block-corrupt", f"expected the comma provision added after the last entry of {s['mapping']} (its marker at line {b + 1} says {COMMA_ADDED}), found none; fix or remove the block by hand")

@@ -16,6 +16,16 @@ def begin_line(spec_name: str, sha: str, extra: str = "") -> str:
     return f"{BEGIN_MARK} spec={spec_name} sha={sha}{' ' + extra if extra else ''} (remove with `provision unpatch`)"
 
 
+def marker_kind(line: str) -> str:
+    """The spec kind a begin marker line was written for: its `kind=...` word (mapping-entry,
+    replace), or "delegate" (the delegation block's markers carry none)."""
+    head = line.split("(remove with", 1)[0]
+    for w in head.split():
+        if w.startswith("kind="):
+            return w[len("kind="):]
+    return "delegate"
+
+
 def has_word(line: str, word: str) -> bool:
     """Does a begin marker line carry `word` (between its sha and `(remove with ...)`)?"""
     head = line.split("(remove with", 1)[0]

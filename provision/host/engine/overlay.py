@@ -56,7 +56,7 @@ def module_for(spec_name: str) -> str:
 def is_overlayable(spec: dict) -> bool:
     """Only delegation specs become overlays: other kinds change module-level values or other
     packages' files, which a subclass cannot replace."""
-    return spec.get("kind", "delegate") == "delegate"
+    return spec.get("kind", "delegate") == "delegate" and spec.get("package", "sglang") == "sglang"
 
 
 def render_module(spec: dict, names: list, version: str | None = None) -> str:
@@ -122,3 +122,17 @@ def env_lines(root: str) -> list:
     """What a user who starts the server themselves puts in its environment."""
     env = server_env(root)
     return [f"{ENV_PACKAGE}={env[ENV_PACKAGE]}", f"PYTHONPATH={env['PYTHONPATH']}"]
+
+
+def fix_in_use(server_env: dict, methods: dict, restart_needed: bool = False) -> str:
+    """Which fix a running server uses (pure): "overlay" (its environment names our package),
+    "native" (the release has every method), "edited file" (the file holds provision's methods
+    and the server started after they were written), else "none"."""
+    if (server_env or {}).get(ENV_PACKAGE) == PACKAGE:
+        return "overlay"
+    states = set((methods or {}).values())
+    if states and states == {"native"}:
+        return "native"
+    if states and "missing" not in states and not restart_needed:
+        return "edited file"
+    return "none"

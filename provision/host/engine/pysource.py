@@ -6,10 +6,12 @@ engine/replace.py) and the model auditor (engine/audit.py) need to find things i
 - the file's text: ``decode`` (bytes -> text and encoding, refusing what would not
   round-trip), ``split_lines`` (lines with their endings, as the tokenizer counts them);
 - the names a module or class body binds (``scope_bindings``, ``Module.bindings``), with
-  imports made absolute (``absolute_modules``);
+  imports made absolute (``absolute_module``, ``import_bindings``);
 - a dotted scope (``find_scope``: ``func``, ``Class``, ``Class.method``);
-- base classes followed into other SGLang modules (``Resolver``: ``resolve_class``,
-  ``inherited``, ``base_classes``).
+- what a name or dotted expression stands for, followed through imports into other SGLang
+  modules (``Resolver.resolve``: a class, a function or a module), and so base classes
+  (``resolve_class``, ``inherited``, ``base_classes``). The patch engine reads modules through
+  a callback (bytes in); the audit subclasses the resolver to read them through its index.
 """
 
 from __future__ import annotations
@@ -120,73 +122,60 @@ def target_names(t, out):
 
 def scope_bindings(body) -> list:
     """(name, first line, node, kind) for every name a class/module body binds,
-    looking into if/try/with/for blocks (they run in the same scope) but not into
+    looking into if/try/with/for/match blocks (they run in the same scope) but not into
     function bodies."""
-    out = []
-
-    def visit(stmts):
-        for st in stmts:
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((st.name, first_line(st), st, "def"))
-            elif isinstance(st, ast.ClassDef):
-                out.append((st.name, first_line(st), st, "class"))
-            elif isinstance(st, ast.Assign):
-                names = []
-                for t in st.targets:
-                    target_names(t, names)
-                kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
-                out.extend((n, st.lineno, st, kind) for n in names)
-            elif isinstance(st, ast.AnnAssign):
-                if st.value is not None and isinstance(st.target, ast.Name):
-                    out.append((st.target.id, st.lineno, st, "assignment"))
-            elif isinstance(st, ast.AugAssign):
-                names = []
-                target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)):
-                for a in st.names:
-                    if a.name != "*":
-                        out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
-            elif isinstance(st, ast.Delete):
-                names = []
-                for t in st.targets:
-                    target_names(t, names)
-                out.extend((n, st.lineno, st, "del") for n in names)
-            elif isinstance(st, (ast.For, ast.AsyncFor)):
-                names = []
-                target_names(st.target, names)
-                out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, (ast.With, ast.AsyncWith)):
-                for item in st.items:
-                    if item.optional_vars is not None:
-                        names = []
-                        target_names(item.optional_vars, names)
-                        out.extend((n, st.lineno, st, "assignment") for n in names)
-                visit(st.body)
-            elif isinstance(st, (ast.If, ast.While)):
-                visit(st.body)
-                visit(st.orelse)
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                visit(st.body)
-                for h in st.handlers:
-                    visit(h.body)
-                visit(st.orelse)
-                visit(st.finalbody)
-            elif type(st).__name__ == "Match":
-                for case in st.cases:
-                    visit(case.body)
-    visit(body)
+    out: list = []
+    for st in body_statements(body):
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((st.name, first_line(st), st, "def"))
+        elif isinstance(st, ast.ClassDef):
+            out.append((st.name, first_line(st), st, "class"))
+        elif isinstance(st, ast.Assign):
+            names = []
+            for t in st.targets:
+                target_names(t, names)
+            kind = "lambda" if isinstance(st.value, ast.Lambda) else "assignment"
+            out.extend((n, st.lineno, st, kind) for n in names)
+        elif isinstance(st, ast.AnnAssign):
+            if st.value is not None and isinstance(st.target, ast.Name):
+                out.append((st.target.id, st.lineno, st, "assignment"))
+        elif isinstance(st, ast.AugAssign):
+            names = []
+            target_names(st.target, names)
+            out.extend((n, st.lineno, st, "assignment") for n in names)
+        elif isinstance(st, (ast.Import, ast.ImportFrom)):
+            for a in st.names:
+                if a.name != "*":
+                    out.append(((a.asname or a.name).split(".")[0], st.lineno, st, "import"))
+        elif isinstance(st, ast.Delete):
+            names = []
+            for t in st.targets:
+                target_names(t, names)
+            out.extend((n, st.lineno, st, "del") for n in names)
+        elif isinstance(st, (ast.For, ast.AsyncFor)):
+            names = []
+            target_names(st.target, names)
+            out.extend((n, st.lineno, st, "assignment") for n in names)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            for item in st.items:
+                if item.optional_vars is not None:
+                    names = []
+                    target_names(item.optional_vars, names)
+                    out.extend((n, st.lineno, st, "assignment") for n in names)
     return out
 
 
 # --------------------------------------------------------------------------- base-class resolution
 
 class Module:
-    def __init__(self, name: str, tree):
+    """One parsed module's bindings (name -> what it is bound to), for name resolution.
+    `is_pkg`: the module is a package's __init__.py (None: not known, both readings of its
+    relative imports are tried)."""
+
+    def __init__(self, name: str, tree, is_pkg: bool | None = None):
         self.name = name
         self.tree = tree
+        self.is_pkg = is_pkg
         self._bind = None
         self.stars = []
 
@@ -198,25 +187,17 @@ class Module:
 
     def _collect(self, stmts):
         b = self._bind
-        for st in stmts:
+        for st in body_statements(stmts):
             if isinstance(st, ast.ClassDef):
                 b[st.name] = ("class", st)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                b[st.name] = ("other", None)
-            elif isinstance(st, ast.Import):
-                for a in st.names:
-                    if a.asname:
-                        b[a.asname] = ("module", a.name)
+                b[st.name] = ("function", st)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                for name, binding in import_bindings(st, package_candidates(self.name, self.is_pkg)):
+                    if binding[0] == "*":
+                        self.stars.extend(binding[1])
                     else:
-                        top = a.name.split(".")[0]
-                        b[top] = ("module", top)
-            elif isinstance(st, ast.ImportFrom):
-                mods = self._absolute(st.module, st.level)
-                for a in st.names:
-                    if a.name == "*":
-                        self.stars.extend(mods)
-                    else:
-                        b[a.asname or a.name] = ("from", mods, a.name)
+                        b[name] = binding
             elif isinstance(st, ast.Assign):
                 if (len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
                         and isinstance(st.value, (ast.Name, ast.Attribute))):
@@ -227,32 +208,54 @@ class Module:
                         target_names(t, names)
                     for n in names:
                         b[n] = ("other", None)
-            elif isinstance(st, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-                self._collect(st.body)
-                self._collect(getattr(st, "orelse", []))
-            elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-                self._collect(st.body)
-                for h in st.handlers:
-                    self._collect(h.body)
-                self._collect(st.orelse)
-                self._collect(st.finalbody)
 
-    def _absolute(self, module, level) -> list:
-        """Candidate absolute module names for `from <level dots><module> import`."""
-        if not level:
-            return [module] if module else []
-        parts = self.name.split(".")
-        out = []
-        # As a plain module (x.py) the package is the parent; as a package
-        # (__init__.py) it is the module itself. We can't tell from bytes alone.
-        for pkg_parts in (parts[:-1], parts):
-            if level - 1 > len(pkg_parts):
-                continue
-            base = pkg_parts[: len(pkg_parts) - (level - 1)]
-            name = ".".join(base + ([module] if module else []))
-            if name and name not in out:
-                out.append(name)
+
+# --------------------------------------------------------------------------- imports
+
+def absolute_module(package: str, level: int, module: str | None) -> str | None:
+    """The absolute name `from <level dots><module> import ...` refers to, inside `package`
+    (the package the importing module is in); None when it climbs above the top."""
+    if not level:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    if module:
+        base.append(module)
+    return ".".join(base) or None
+
+
+def package_candidates(name: str, is_pkg: bool | None) -> list:
+    """The package(s) a module's relative imports are relative to: the parent for a plain
+    module (x.py), the module itself for a package (__init__.py); both when the caller cannot
+    tell (bytes alone do not say), the plain-module reading first."""
+    parent = name.rpartition(".")[0]
+    if is_pkg is None:
+        return list(dict.fromkeys([parent, name]))
+    return [name] if is_pkg else [parent]
+
+
+def import_bindings(node, packages: list) -> list:
+    """(bound name, binding) for each name an import statement binds: ("module", dotted) for
+    `import a.b` (binds a) or `import a.b as m`; ("from", [absolute module candidates], symbol)
+    for `from .x import y`; ("*", [candidates]) for `from x import *` (bound name None)."""
+    out: list = []
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                out.append((a.asname, ("module", a.name)))
+            else:
+                top = a.name.split(".")[0]
+                out.append((top, ("module", top)))
         return out
+    mods = [m for m in dict.fromkeys(absolute_module(p, node.level or 0, node.module) for p in packages) if m]
+    for a in node.names:
+        if a.name == "*":
+            out.append((None, ("*", mods)))
+        else:
+            out.append((a.asname or a.name, ("from", mods, a.name)))
+    return out
 
 
 class Resolver:
@@ -261,7 +264,8 @@ class Resolver:
         self.notes = notes
         self.cache = {}
 
-    def module(self, name: str):
+    def module(self, name: str, load: bool = True):
+        """The parsed SGLang module `name` (read through the callback once), or None."""
         if not name or name.split(".")[0] != PACKAGE or self.cb is None:
             return None
         if name in self.cache:
@@ -286,63 +290,68 @@ class Resolver:
         self.cache[name] = mod
         return mod
 
-    def _modules(self, names) -> list:
-        return [m for m in (self.module(n) for n in names) if m is not None]
+    def is_module(self, name: str) -> bool:
+        """Is `name` a module (so `from a import b` may bind the submodule a.b)?"""
+        return self.module(name) is not None
 
-    def resolve_class(self, mod: Module, expr, depth: int = 0):
-        """The (module, ClassDef) an expression names, or None."""
+    def resolve(self, mod: Module, expr, local: dict | None = None, load: bool = True, depth: int = 0):
+        """What an expression names: ("class", Module, ClassDef), ("function", Module, def),
+        ("module", dotted name), or None (not an SGLang name, or not known). `local`: bindings
+        that shadow the module's (a function's own imports); `load`: whether modules not read
+        yet may be read to answer."""
         if depth > MAX_BASE_DEPTH:
             return None
-        if isinstance(expr, ast.Subscript):
-            return self.resolve_class(mod, expr.value, depth + 1)
+        if isinstance(expr, ast.Subscript):  # Generic[T]-style bases
+            return self.resolve(mod, expr.value, local, load, depth + 1)
         if isinstance(expr, ast.Name):
-            return self._lookup(mod, expr.id, depth)
+            if local and expr.id in local:
+                return self._ref(mod, local[expr.id], load, depth + 1)
+            return self._name(mod, expr.id, load, depth + 1)
         if isinstance(expr, ast.Attribute):
-            for mname in self._module_of(mod, expr.value, depth):
-                target = self.module(mname)
-                if target is not None:
-                    r = self._lookup(target, expr.attr, depth + 1)
-                    if r is not None:
-                        return r
+            base = self.resolve(mod, expr.value, local, load, depth + 1)
+            if base is not None and base[0] == "module":
+                return self._in_module(base[1], expr.attr, load, depth + 1)
         return None
 
-    def _lookup(self, mod: Module, name: str, depth: int):
+    def resolve_class(self, mod: Module, expr):
+        """The (module, ClassDef) an expression names, or None."""
+        r = self.resolve(mod, expr)
+        return (r[1], r[2]) if r is not None and r[0] == "class" else None
+
+    def _name(self, mod: Module, name: str, load: bool, depth: int):
         if depth > MAX_BASE_DEPTH:
             return None
         b = mod.bindings().get(name)
         if b is None:
-            for star in self._modules(mod.stars):
-                r = self._lookup(star, name, depth + 1)
+            for star in mod.stars:
+                target = self.module(star, load)
+                r = None if target is None else self._name(target, name, load, depth + 1)
                 if r is not None:
                     return r
             return None
-        if b[0] == "class":
-            return (mod, b[1])
-        if b[0] == "alias":
-            return self.resolve_class(mod, b[1], depth + 1)
-        if b[0] == "from":
-            for src in self._modules(b[1]):
-                r = self._lookup(src, b[2], depth + 1)
+        return self._ref(mod, b, load, depth)
+
+    def _ref(self, mod: Module, b: tuple, load: bool, depth: int):
+        kind = b[0]
+        if kind in ("class", "function"):
+            return (kind, mod, b[1])
+        if kind == "module":
+            return ("module", b[1]) if self.is_module(b[1]) else None
+        if kind == "alias":
+            return self.resolve(mod, b[1], None, load, depth + 1)
+        if kind == "from":
+            for m in b[1]:
+                r = self._in_module(m, b[2], load, depth + 1)
                 if r is not None:
                     return r
         return None
 
-    def _module_of(self, mod: Module, expr, depth: int) -> list:
-        """Candidate dotted module names an expression (`y`, `a.b`) refers to."""
-        if depth > MAX_BASE_DEPTH:
-            return []
-        if isinstance(expr, ast.Name):
-            b = mod.bindings().get(expr.id)
-            if b is None:
-                return []
-            if b[0] == "module":
-                return [b[1]]
-            if b[0] == "from":
-                return [f"{m}.{b[2]}" for m in b[1]]
-            return []
-        if isinstance(expr, ast.Attribute):
-            return [f"{m}.{expr.attr}" for m in self._module_of(mod, expr.value, depth + 1)]
-        return []
+    def _in_module(self, modname: str, name: str, load: bool, depth: int):
+        sub = f"{modname}.{name}"
+        if self.is_module(sub):
+            return ("module", sub)
+        target = self.module(modname, load)
+        return None if target is None else self._name(target, name, load, depth)
 
     def inherited(self, mod: Module, cls) -> dict:
         """name -> ("module.Class", [(line, kind, node), ...]) for every name the SGLang bases
@@ -395,7 +404,8 @@ class Resolver:
 
 def body_statements(body) -> list:
     """The statements of a module or class body that run in that scope, looking into
-    if/try/with/for/while blocks (not into function or class bodies), in source order."""
+    if/try/with/for/while/match blocks (not into function or class bodies), in source order
+    (a block's own statement before those inside it)."""
     out = []
 
     def visit(stmts):
@@ -412,7 +422,20 @@ def body_statements(body) -> list:
                     visit(h.body)
                 visit(st.orelse)
                 visit(st.finalbody)
+            elif type(st).__name__ == "Match":
+                for case in st.cases:
+                    visit(case.body)
     visit(body)
+    return out
+
+
+def line_offsets(lines: list) -> list:
+    """The character offset where each line starts, and the text's length last."""
+    out, pos = [], 0
+    for line in lines:
+        out.append(pos)
+        pos += len(line)
+    out.append(pos)
     return out
 
 

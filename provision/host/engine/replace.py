@@ -31,7 +31,9 @@ import re
 
 from provision.host.engine.edits import spec_sha
 from provision.host.engine.markers import begin_line, end_line, find_block
-from provision.host.engine.pysource import body, ending, find_scope, parse, scope_lines, split_lines, try_parse
+from provision.host.engine.pysource import (
+    body, ending, find_scope, line_offsets, parse, scope_lines, split_lines, try_parse,
+)
 from provision.host.engine.spec import EngineError
 
 _WAS = re.compile(r"([ \t\f]*)# was([:|]) ")
@@ -60,15 +62,6 @@ def _uncovered(seg: str, frag: str, find: str) -> list:
     return [i for i in _occurrences(seg, frag) if not any(a <= i and i + len(frag) <= b for a, b in spans)]
 
 
-def _offsets(lines: list) -> list:
-    out, pos = [], 0
-    for line in lines:
-        out.append(pos)
-        pos += len(line)
-    out.append(pos)
-    return out
-
-
 def _line_of(offsets: list, pos: int) -> int:
     """Index of the line holding character `pos`."""
     lo, hi = 0, len(offsets) - 2
@@ -94,7 +87,7 @@ def analyse(text: str, s: dict) -> dict:
     blines = split_lines(base)
     node = find_scope(tree, s["scope"], s["file"])
     lo, hi = scope_lines(node, len(blines))
-    offs = _offsets(blines)
+    offs = line_offsets(blines)
     start, stop = offs[lo - 1], offs[min(hi, len(blines))]
     seg = base[start:stop]
     out = {"base": base, "block": block, "native": False, "via": None, "want": None, "notes": []}
@@ -130,7 +123,7 @@ def _render(base: str, lines: list, offs: list, pos: int, s: dict) -> str:
     head = base[offs[l1]:pos]
     tail = base[pos + len(find):offs[l2 + 1]]
     region = head + repl.replace("\n", nl) + tail + ("" if last_end else nl)
-    new = (base[:offs[l1]] + indent + begin_line(s["name"], spec_sha(s)) + nl + "".join(was) + region
+    new = (base[:offs[l1]] + indent + begin_line(s["name"], spec_sha(s), "kind=replace") + nl + "".join(was) + region
            + indent + end_line(s["name"]) + last_end + base[offs[l2 + 1]:])
     plain = base[:pos] + repl.replace("\n", nl) + base[pos + len(find):]
     plain_tree = try_parse(plain)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import glob
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import subprocess
 from provision.host.engine import core
 from provision.host.engine import overlay as render
 from provision.host.facts import installs
+from provision.host.lib import procfs
 from provision.host.lib.hostlog import host_log
 from provision.host.lib.modules import make_resolver
 from provision.host.lib.paths import default_state_dir
@@ -115,11 +117,49 @@ def _on_disk(root: str, files: dict) -> bool:
 
 
 def remove(root: str) -> bool:
-    """Take an overlay away (the install became native, or the user asked). True if there was one."""
+    """Take an overlay away (the user asked). True if there was one."""
     if not os.path.isdir(root):
         return False
     shutil.rmtree(root)
     return True
+
+
+def users(root: str, state_dir: str) -> list:
+    """What still names this overlay: running SGLang servers whose environment has our package and
+    the overlay on PYTHONPATH, and persistent servers' saved specs (systemd restarts them with it)."""
+    out = []
+    for s in installs.running_servers():
+        env = procfs.environ(s["pid"])
+        if env.get(render.ENV_PACKAGE) == render.PACKAGE and root in (env.get("PYTHONPATH") or "").split(":"):
+            out.append(f"server pid {s['pid']} (port {s.get('port')})")
+    for spec_path in sorted(glob.glob(os.path.join(state_dir, "server", "server-*.spec.json"))):
+        try:
+            with open(spec_path) as fh:
+                env = (json.load(fh).get("env") or {})
+        except (OSError, ValueError):
+            continue
+        if root in str(env.get("PYTHONPATH") or "").split(":"):
+            out.append(f"the persistent server of {os.path.basename(spec_path)}")
+    return out
+
+
+def retire(root: str, state_dir: str) -> dict:
+    """The install no longer needs its overlay: remove it. While a server (or a persistent unit)
+    still names it, only its modules go and an empty package stays, so a restart with the old
+    environment still starts (SGLang does not catch a missing package); the next run removes the rest."""
+    if not os.path.isdir(root):
+        return {"removed": False, "kept_for": []}
+    left = users(root, state_dir)
+    if not left:
+        shutil.rmtree(root)
+        return {"removed": True, "kept_for": []}
+    pkg = os.path.join(root, render.PACKAGE)
+    for name in os.listdir(pkg) if os.path.isdir(pkg) else []:
+        if name.endswith(".py") and name != "__init__.py":
+            os.unlink(os.path.join(pkg, name))
+    shutil.rmtree(os.path.join(pkg, "__pycache__"), ignore_errors=True)
+    _write(os.path.join(pkg, "__init__.py"), render.render_init())
+    return {"removed": True, "kept_for": left}
 
 
 COMPILE_SNIPPET = ("import sys\n"
@@ -155,6 +195,21 @@ def static_problems(inst: dict, specs: list, rows: list, files: dict) -> list:
     return out
 
 
+def _closed_to_others(root: str) -> str | None:
+    """The first directory on the way to the overlay that other users cannot enter (or None)."""
+    path = os.path.abspath(root)
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return path
+        except OSError:
+            pass  # not there (yet): look above it
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
 def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> OverlayStage:
     """Render, write (unless `check`), compile and check the overlay of one install.
 
@@ -175,8 +230,17 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
         out["verdict"], out["error"] = "failed", {"kind": "overlay", "message": "; ".join(p["errors"])}
         return out
     if not p["modules"]:
-        out["removed"] = os.path.isdir(root) and (check or remove(root))
         out["verdict"] = "native"
+        if check or not os.path.isdir(root):
+            out["removed"] = check and os.path.isdir(root)  # (would be)
+            return out
+        gone = retire(root, state_dir)
+        out["removed"] = gone["removed"]
+        if gone["kept_for"]:
+            out["notes"].append(f"an empty {render.PACKAGE} package stays in {root} while "
+                                + ", ".join(gone["kept_for"]) + " names it (a restart with the old environment "
+                                "still starts); restart without the overlay, and the next run removes it")
+        host_log(f"overlay retired: {root} for {inst['path']} (the methods are native)")
         return out
     files = render.render_package(p["modules"])
     out["digest"] = render.digest(files)
@@ -190,6 +254,7 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
         return out
     else:
         pkg = os.path.join(root, render.PACKAGE)
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)  # the state dir stays root's, as fileops makes it
         os.makedirs(pkg, mode=0o755, exist_ok=True)
         for name in os.listdir(pkg):  # a module of a spec no longer asked for
             if name.endswith(".py") and f"{render.PACKAGE}/{name}" not in files:
@@ -289,6 +354,11 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
         return {"ok": True, "facts": facts, "overlay": {"verdict": "removed" if gone else "absent", "root": root,
                                                          "install": inst["path"], "version": inst.get("version")}}
     st = stage(inst, specs, state_dir, check=bool(req.get("check")))
+    closed = _closed_to_others(st["root"]) if st.get("verdict") in ("staged", "unchanged") else None
+    if closed:  # the user starts the server, maybe not as root
+        st.setdefault("notes", []).append(
+            f"{closed} is closed to other users: a server running as another user than root cannot import the "
+            "overlay from here; for one, write it where it can read it (`provision overlay write --out DIR`)")
     if st.get("verdict") in ("staged", "unchanged") and not req.get("check"):
         python, extra = installs.owner_python(inst)
         env = dict(os.environ, **extra)

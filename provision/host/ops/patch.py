@@ -75,9 +75,13 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
             info["package"] = pkg
             out["patch"] = info
             out["restart_needed"] = _stale_servers(facts, inst, path)
+            from provision.host.engine import overlay as render
             from provision.host.ops import overlay
 
-            out["overlay"] = overlay.status(inst, [spec], state_dir)
+            out["overlay"] = overlay.status(inst, [spec], state_dir) if render.is_overlayable(spec) else None
+            out["server_fixes"] = {str(s["pid"]): render.fix_in_use(procfs.environ(s["pid"]), info.get("methods") or {},
+                                                                   s["pid"] in out["restart_needed"])
+                                   for s in facts.get("servers", []) if s.get("install") == inst["path"]}
     if req.get("port"):
         from provision.host.ops import server
 

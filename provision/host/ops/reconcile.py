@@ -149,7 +149,7 @@ def classify(f: dict) -> dict:
         if moved:
             why = f"SGLang changed{moved}"
         elif f.get("pristine"):
-            why = "the file is the release's own again (SGLang reinstalled)"
+            why = f"the file is the release's own again ({f.get('package') or 'SGLang'} reinstalled)"
         else:
             why = "the file was replaced"
         return out("wiped", "patch", f"our block is gone: {why}")
@@ -277,11 +277,17 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
     base = {"ok": True, "path": "full", "facts": slim, "file": real, "install": inst["path"],
             "version": inst.get("version"), "kind": inst.get("kind"), "git": inst.get("git"),
             "servers": servers, "notes": [], "restart_needed": [], "package": pkg}
+    from provision.host.engine import overlay as overlay_render
+    from provision.host.ops import overlay
+
+    if overlay_render.is_overlayable(spec) and os.path.isdir(overlay.overlay_root(state_dir, inst["path"])):
+        return _overlay(req, inst, spec, state_dir, base, facts)
     entry = read_state(state_dir).get(real) or {}
     f = {"exists": os.path.isfile(real), "force": bool(req.get("force")), "version": inst.get("version"),
          "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
          "recorded_version": entry.get("sglang_version"), "recorded_by": entry.get("by"),
-         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held"))}
+         "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held")),
+         "package": None if pkg["name"] == "sglang" else pkg["name"]}
     if f["exists"]:
         try:
             src = _read(real)
@@ -346,6 +352,41 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
             changed = time.time()
         base["restart_needed"] = [s["pid"] for s in restart_needed(servers, inst["path"], changed)]
     return base
+
+
+def _overlay(req: dict, inst: dict, spec: dict, state_dir: str, base: dict, facts: dict) -> dict:
+    """An install in overlay mode (provision staged an overlay for it): keep the overlay current,
+    never edit the file. Regenerated when the spec (or the release's missing methods) changed,
+    removed when the release has every method natively."""
+    from provision.host.engine import overlay as render
+    from provision.host.lib import procfs
+    from provision.host.ops import overlay
+
+    check = bool(req.get("check"))
+    st = overlay.stage(inst, [spec], state_dir, check=check)
+    base["overlay"] = st
+    base["notes"] += list(st.get("notes") or [])
+    root = st["root"]
+    if st.get("verdict") == "failed":
+        return dict(base, ok=False, state="error", action="none", error=st.get("error"),
+                    reason=(st.get("error") or {}).get("message", ""))
+    if st.get("verdict") == "unchanged":
+        return dict(base, state="unchanged", action="none",
+                    reason=f"overlay mode: the overlay {root} is current (the file is left as released)")
+    users = [s for s in facts.get("servers") or []
+             if s.get("install") == inst["path"] and procfs.environ(s["pid"]).get(render.ENV_PACKAGE) == render.PACKAGE]
+    base["restart_needed"] = [] if check else [s["pid"] for s in users]
+    if st.get("verdict") == "native":
+        if not st.get("removed"):
+            return dict(base, state="native", action="none", reason="the methods are native")
+        return dict(base, state="native", action="remove-overlay",
+                    reason=f"the methods are native now (SGLang {inst.get('version')}): the overlay {root} is "
+                           "no longer needed")
+    held = ", ".join(m for r in st.get("specs") or [] for m in r.get("methods") or [])
+    if not check:
+        host_log(f"reconcile regenerated the overlay {root} ({held}; spec {spec['name']})")
+    return dict(base, state="stale-overlay", action="restage",
+                reason=f"overlay mode: the overlay {root} differed from the spec ({held})")
 
 
 OPS = {"reconcile": op_reconcile}

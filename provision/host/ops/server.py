@@ -390,7 +390,8 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     from provision.host.ops import overlay
 
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    why = render.refusal_for_env((req.get("profile") or {}).get("env"))
+    why = render.refusal_for_env((req.get("profile") or {}).get("env")) or (
+        None if specs else "overlay mode needs a patch spec, and the profile's playbook has no `patch:` section")
     if why:
         checks.append({"level": "fail", "check": "overlay", "message": why})
         return None, "none"
@@ -408,7 +409,7 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     env = _server_env(req, inst)
     st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"))),
                                          float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
-    held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
+    held = "; ".join(f"{r['class']}: {', '.join(r['methods'])}" for r in st["specs"] if r["methods"])
     if st["verify"]["status"] == "failed":
         checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
                        f"{st['verify']['why']}"})

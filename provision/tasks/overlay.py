@@ -1,0 +1,129 @@
+"""Overlay mode from the control side: `patch --overlay` / `unpatch --overlay` on a host, and
+`overlay write` on this machine (no SSH).
+
+An overlay is the fix as a package SGLang (0.5.6+) loads on purpose through
+SGLANG_EXTERNAL_MODEL_PACKAGE: a subclass of the wrapper, of the same name, with the spec's
+delegation methods. The host renders and stages it (provision/host/ops/overlay.py); `overlay
+write` renders it here with the same engine code (host/engine/overlay.py, pure) for a container
+or a Kubernetes init container that writes it into a shared volume.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from provision.config.inventory import Host
+from provision.config.playbook import PatchSpec, load_patch_spec
+from provision.output.results import HostResult
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import OverlayAnswer, OverlayRequest
+
+
+def request_for(host: Host, spec: PatchSpec, *, check: bool = False, remove: bool = False,
+                sglang_path: str | None = None, python: str | None = None) -> OverlayRequest:
+    return {"op": "overlay", "check": check, "remove": remove, "spec": spec.to_engine(),
+            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python")}
+
+
+def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False) -> HostResult:
+    """staged / unchanged / native / removed / absent / failed, with the two environment lines."""
+    from provision.tasks.patch import _chosen, discovery_notes
+
+    facts = answer.get("facts") or {}
+    inst = _chosen(facts)
+    ov = answer.get("overlay") or {}
+    err = answer.get("error") or ov.get("error")
+    verdict = ov.get("verdict") or ("failed" if err else "ok")
+    notes = list(ov.get("notes") or []) + discovery_notes(facts, skipped=False)
+    held = "; ".join(f"{r['class']}: {', '.join(r['methods'])}" for r in ov.get("specs") or [] if r.get("methods"))
+    root = ov.get("root")
+    if err:
+        verdict, detail = "failed", err.get("message", str(err))
+    elif verdict == "native":
+        detail = (f"SGLang {inst.get('version')} has every method natively: no overlay"
+                  + (" (the old one " + ("would be" if check else "was") + f" removed: {root})"
+                     if ov.get("removed") else ""))
+    elif verdict in ("removed", "absent"):
+        detail = f"overlay {root} " + ("removed" if verdict == "removed" else "was not there")
+    else:
+        detail = f"overlay {root}: {held}" + (" (would be written)" if check else "")
+        notes += [f"environment: {line}" for line in ov.get("env_lines") or []]
+        if ov.get("verify"):
+            notes.append(f"check: {ov['verify']['why']}")
+        if not check:
+            notes.append("start the server with these two variables (a PYTHONPATH of yours goes after it), or "
+                         f"use EnvironmentFile={root}/overlay.env in its unit")
+    data = {"overlay": ov, "env_lines": list(ov.get("env_lines") or []), "install_kind": inst.get("kind")}
+    return HostResult(host=host, verdict=verdict, detail=detail, version=inst.get("version"),
+                      install=inst.get("path"), file=root, notes=notes, error_kind=(err or {}).get("kind"),
+                      data=data)
+
+
+def do_overlay(spec: PatchSpec | None, *, check=False, remove=False, sglang_path=None, python=None,
+               timeout=300.0):
+    def fn(host: Host, session, fleet) -> HostResult:
+        hspec = spec or load_patch_spec(host.get("spec"))
+        req = request_for(host, hspec, check=check, remove=remove, sglang_path=sglang_path, python=python)
+        answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        res = result_from_answer(host.name, answer, check=check)
+        res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal
+        return res
+
+    return fn
+
+
+# --------------------------------------------------------------------------- overlay write (no SSH)
+
+def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, version: str | None = None) -> dict:
+    """Write the overlay package for `specs` into `out` (every method of each delegate spec: there
+    is no install here to ask which ones it lacks) and say the environment the SGLang container
+    needs, with the overlay seen at `mount_path` (default: `out`). Refuses a `version` below 0.5.6.
+    Returns {"files": [...], "env_lines": [...], "notes": [...]}."""
+    from provision.errors import ConfigError
+    from provision.host.engine import overlay as render
+
+    if version:
+        why = render.refusal_for_version(version)
+        if why:
+            raise ConfigError(why)
+    modules, notes = {}, []
+    for spec in specs:
+        e = spec.to_engine()
+        if not render.is_overlayable(e):
+            notes.append(f"spec {spec.name} is not a delegation spec: it cannot be an overlay (left out)")
+            continue
+        modules[render.module_for(spec.name)] = render.render_module(e, [m.name for m in spec.methods], version)
+    if not modules:
+        raise ConfigError("no delegation spec to write an overlay for")
+    files = render.render_package(modules)
+    root = os.path.abspath(out)
+    written = []
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        tmp = path + ".provision-tmp"  # not a .py name: SGLang imports every .py of the package
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        written.append(path)
+    seen = mount_path or root
+    lines = render.env_lines(seen)
+    with open(os.path.join(root, render.ENV_FILE), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    compile_errors = []
+    for path in written:
+        with open(path, "rb") as fh:
+            try:
+                compile(fh.read(), path, "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                compile_errors.append(f"{path}: {exc}")
+    if compile_errors:
+        raise ConfigError("the overlay does not compile: " + "; ".join(compile_errors))
+    if not version:
+        notes.append("no install was asked which methods it lacks, so the overlay holds every method of each spec "
+                     f"(for SGLang {'.'.join(map(str, render.MIN_VERSION))} and later); a release that has them all "
+                     "natively (0.5.10+ for Kimi-K2.5) needs no overlay")
+    return {"files": written, "env_lines": lines, "notes": notes, "digest": render.digest(files)}

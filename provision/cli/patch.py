@@ -8,7 +8,7 @@ import sys
 import click
 
 from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, install_options, load_spec,
-                                main, run_fleet, spec_option)
+                                main, run_fleet, spec_option, transport_options)
 
 
 OVERLAY_HELP = {
@@ -22,6 +22,7 @@ OVERLAY_HELP = {
 def _patch_like(command: str):
     def deco(fn):
         @fleet_options
+        @transport_options()
         @spec_option
         @install_options
         @check_option
@@ -84,6 +85,7 @@ def unpatch(ctx):
 
 @main.command()
 @fleet_options
+@transport_options()
 @spec_option
 @install_options
 def status(ctx, spec, sglang_path, python_):

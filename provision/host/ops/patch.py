@@ -44,8 +44,11 @@ def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
 
 
 def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
+    from provision.host.facts.containers import sglang_containers
+
     facts = installs.for_request(req)
-    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
+    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
+           "containers": sglang_containers()}
     inst = installs.chosen_install(facts)
     if inst is None:
         if req.get("port"):  # no SGLang on the host itself: its server may run in a container

@@ -6,12 +6,13 @@ import sys
 
 import click
 
-from provision.cli.main import fleet_options, install_options, run_fleet
+from provision.cli.main import fleet_options, install_options, run_fleet, transport_options
 from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
 
 
 @click.command()
 @fleet_options
+@transport_options()
 @click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides the shipped playbooks).")
 @install_options
 def audit(ctx, spec, sglang_path, python_):

@@ -8,9 +8,9 @@ import sys
 
 import click
 
-from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, format_options, gpu_option,
-                                install_options, load_spec, profile_option, run_fleet, selected_hosts, spec_option,
-                                specs_option)
+from provision.cli.main import (check_option, check_specs, check_transport, diff_option, fleet_options, format_options,
+                                gpu_option, install_options, load_spec, profile_option, run_fleet, selected_hosts,
+                                spec_option, specs_option, transport_options)
 from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 
 
@@ -18,6 +18,7 @@ from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 
 @click.command()
 @fleet_options
+@transport_options(container=False)
 @specs_option
 @gpu_option
 @install_options
@@ -78,6 +79,9 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
     from provision.control.runner import Fleet, run_hosts
 
     win = rc.parse_window(window) if window else None
+    if restart and ctx.conn.local:
+        raise UsageError("--restart restarts servers through `provision launch`, which works over SSH only: "
+                         "drop --restart with --local (the report still says \"restart needed\")")
     if serial:
         plan.parse_serial(serial, 1)
     if (serial or window) and not restart:
@@ -274,7 +278,9 @@ def history(host, spec_name, last, fmt, as_json):
 # would not have). Except these, which make no sense unattended:
 NOT_FORWARDED = {"check", "full"}
 # Local files: made absolute, since the timer does not run in this directory.
-LOCAL_PATHS = {"inventory", "identity", "ssh_config", "known_hosts", "sudo_password_file"}
+LOCAL_PATHS = {"inventory", "identity", "ssh_config", "known_hosts", "sudo_password_file", "state_dir"}
+# With --local the host is this machine, so its paths are local files too.
+HOST_PATHS = {"sglang_path", "python_"}
 LOCAL_PATHS_OR_NAMES = {"spec", "profile"}  # a path when such a file exists, else a shipped name
 
 
@@ -293,6 +299,7 @@ def _abs(path: str) -> str:
 def forwarded_argv(params: dict, given: set[str]) -> list[str]:
     """The `reconcile` arguments for the options in ``given`` (pure: values in, argv out)."""
     argv: list[str] = []
+    local = "local" in given and bool(params.get("local"))
     for opt in forwarded_params():
         if opt.name not in given:
             continue
@@ -310,7 +317,8 @@ def forwarded_argv(params: dict, given: set[str]) -> list[str]:
                 continue
             v = str(v)
             if opt.name in LOCAL_PATHS or isinstance(opt.type, click.Path) or (
-                    opt.name in LOCAL_PATHS_OR_NAMES and os.path.isfile(v)):
+                    opt.name in LOCAL_PATHS_OR_NAMES and os.path.isfile(v)) or (
+                    local and opt.name in HOST_PATHS and os.sep in v):
                 v = _abs(v)
             argv += [_long(opt.opts), v]
     return argv
@@ -331,14 +339,20 @@ def _schedule(every, install, unit_dir, **params):
     if unit_dir and not install:
         raise UsageError("--unit-dir says where --install writes the units: give --install too, or drop --unit-dir")
     inventory = params.get("inventory")
-    if not inventory and not params.get("hosts"):
-        raise UsageError("say which hosts the timer reconciles: -i INVENTORY.yaml or --host HOST")
+    check_transport(hosts=params.get("hosts"), inventory=inventory, limit=params.get("limit"),
+                    local=params.get("local"), state_dir=params.get("state_dir"))
+    if not inventory and not params.get("hosts") and not params.get("local"):
+        raise UsageError("say which hosts the timer reconciles: -i INVENTORY.yaml or --host HOST, or --local "
+                         "(pull mode: this machine reconciles itself)")
     if inventory:
         load_inventory(_abs(inventory))  # a bad inventory fails now (exit 2), not at 3 am
     if params.get("window"):
         parse_window(params["window"])
     if (params.get("window") or params.get("serial")) and not params.get("restart"):
         raise UsageError("--serial and --window only apply with --restart")
+    if params.get("restart") and params.get("local"):
+        raise UsageError("--restart restarts servers through `provision launch`, which works over SSH only: "
+                         "drop --restart with --local")
     if params.get("serial"):
         parse_serial(params["serial"], 1)
     if params.get("spec"):

@@ -97,14 +97,81 @@ def fleet_options(fn):
     return wrapper
 
 
+def transport_options(*, container: bool = True):
+    """--local (this machine, no SSH) and, unless ``container=False``, --container/--runtime
+    (a running container on the host): which way the host-side step travels. Apply under
+    fleet_options. The runner picks the transport (control/runner.py Fleet.session)."""
+    def deco(fn):
+        opts = [
+            click.option("--local", is_flag=True,
+                         help="Work on this machine itself, with no SSH: the same host-side code, journal and exit "
+                              "codes (a Dockerfile's RUN, a host's own timer). Takes no --host/-i."),
+            click.option("--state-dir", metavar="DIR",
+                         help="With --local: where this machine keeps provision's backups, state and lock (default "
+                              "/var/lib/provision as root, else ~/.local/state/provision)."),
+        ]
+        if container:
+            opts += [
+                click.option("--container", metavar="NAME",
+                             help="Act inside this running container on the host (through `RUNTIME exec -i`): its "
+                                  "SGLang, its files, its own state dir. The edit survives `RUNTIME restart`, not "
+                                  "recreating the container."),
+                click.option("--runtime", type=click.Choice(["auto", "docker", "podman"]), default=None,
+                             help="With --container: the host's container runtime (default auto: the first of "
+                                  "docker and podman on the host's PATH that knows the container)."),
+            ]
+        for opt in reversed(opts):
+            fn = opt(fn)
+
+        @functools.wraps(fn)
+        def wrapper(ctx, local, state_dir, container=None, runtime=None, **kw):
+            check_transport(hosts=ctx.hosts, inventory=ctx.inventory, limit=ctx.limit, local=local,
+                            state_dir=state_dir, container=container, runtime=runtime)
+            ctx.conn.local, ctx.conn.container, ctx.conn.runtime = local, container, runtime
+            if local:
+                import os
+
+                ctx.conn.state_dir = os.path.abspath(state_dir) if state_dir else None
+                for key in ("sglang_path", "python_"):  # the step runs in /, as on a host
+                    if kw.get(key) and os.sep in kw[key]:
+                        kw[key] = os.path.abspath(kw[key])
+            return fn(ctx, **kw)
+
+        return wrapper
+
+    return deco
+
+
+def check_transport(*, hosts=(), inventory=None, limit=None, local=False, state_dir=None, container=None,
+                    runtime=None) -> None:
+    """The transport flags make sense together, or exit 2 before anything runs."""
+    if local and (hosts or inventory or limit):
+        raise UsageError("--local works on this machine itself: drop --host/-i/--limit, or drop --local")
+    if state_dir and not local:
+        raise UsageError("--state-dir is this machine's state directory: it goes with --local")
+    if state_dir and container:
+        raise UsageError("--state-dir is this machine's; a container keeps its own: drop --state-dir")
+    if runtime and not container:
+        raise UsageError("--runtime says how to reach --container NAME: give --container too, or drop --runtime")
+    if container:
+        from provision.control.transport.container import check_name
+
+        check_name(container)
+
+
 def selected_hosts(ctx: Ctx):
     """The hosts to work on. An unknown --host (with -i) or a --limit matching nothing is exit 5,
     naming the hosts that do exist."""
     from provision.errors import NoHostsError
     from provision.config.inventory import adhoc, existing_names, load_inventory, select
 
+    if getattr(ctx.conn, "local", False):
+        from provision.config.inventory import Host
+        from provision.control.transport.local import machine_name
+
+        return [Host(name=machine_name())]
     if not ctx.hosts and not ctx.inventory:
-        raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY")
+        raise UsageError("say which hosts: --host HOST (repeatable) or -i INVENTORY (or --local: this machine)")
     if not ctx.inventory:
         if ctx.limit:
             raise UsageError("--limit selects inventory hosts: give -i INVENTORY too, or drop --limit")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, gpu_option, install_options,
-                                load_spec, main, run_fleet, specs_option)
+                                load_spec, main, run_fleet, specs_option, transport_options)
 
 
 OVERLAY_HELP = {
@@ -25,6 +25,7 @@ def _patch_like(command: str):
             fn = gpu_option(fn)
 
         @fleet_options
+        @transport_options()
         @specs_option
         @install_options
         @check_option
@@ -94,6 +95,7 @@ def unpatch(ctx):
 
 @main.command()
 @fleet_options
+@transport_options()
 @specs_option
 @gpu_option
 @install_options

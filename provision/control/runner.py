@@ -2,6 +2,10 @@
 
 A slow or dead host never blocks the others: every connection and remote step
 has a deadline, and every host ends in a HostResult, whatever happens.
+
+The Fleet picks how each host is reached (control/transport/: an SSH Session, this
+machine with --local, a container on either with --container); the per-host functions
+get a base.Transport and never know which.
 """
 
 from __future__ import annotations
@@ -11,14 +15,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from provision.control.transport import settings as sshconfig
 from provision.errors import ProvisionError, UnknownOutcome, UsageError
-from provision.control.transport.hostkeys import KnownHosts
 from provision.config.inventory import Host
 from provision.output.results import HostResult
-from provision.control.transport.ssh import GatewayPool, Session
+from provision.control.transport.base import Transport
+
+if TYPE_CHECKING:  # paramiko and fabric are imported only when a host is reached over SSH
+    from provision.control.transport.hostkeys import KnownHosts
+    from provision.control.transport.ssh import GatewayPool
 
 
 @dataclass
@@ -36,6 +43,10 @@ class ConnOptions:
     forks: int = 16
     sudo: bool | None = None
     sudo_password_file: str | None = None
+    local: bool = False                    # this machine, no connection (--local)
+    container: str | None = None           # a running container on the host (--container NAME)
+    runtime: str | None = None             # its runtime: docker, podman or auto (--runtime)
+    state_dir: str | None = None           # with --local: the host-side state directory (--state-dir)
     extra: dict = field(default_factory=dict)
 
 
@@ -54,18 +65,20 @@ class Fleet:
 
     def __init__(self, opts: ConnOptions):
         self.opts = opts
-        self.config = sshconfig.load_ssh_config(opts.ssh_config)
-        self.gateways = GatewayPool(known_for=self.known_for)
+        self.config = sshconfig.load_ssh_config(None if opts.local else opts.ssh_config)
+        self.gateways: GatewayPool | None = None  # opened with the first SSH session
         self._known: dict[tuple, KnownHosts] = {}
         self._lock = threading.Lock()
         self.warnings: list[str] = []
-        self.live: set[Session] = set()
+        self.live: set[Transport] = set()
         self.interrupted = threading.Event()
         self.sudo_password = read_sudo_password(opts.sudo_password_file, self.warnings)
         self._passwords: dict[str, bytes | None] = {}
         self._targets: dict[str, sshconfig.Target] = {}
 
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
+        from provision.control.transport.hostkeys import KnownHosts
+
         key = target.known_hosts
         with self._lock:
             if key not in self._known:
@@ -74,8 +87,11 @@ class Fleet:
                 self.warnings.extend(kh.warnings)
             return self._known[key]
 
-    def target(self, host: Host) -> sshconfig.Target:
-        """The host's connection settings, resolved once per run (ssh config errors raise ConfigError)."""
+    def target(self, host: Host) -> sshconfig.Target | None:
+        """The host's connection settings, resolved once per run (ssh config errors raise ConfigError);
+        None for this machine (--local: nothing to connect to)."""
+        if self.opts.local:
+            return None
         with self._lock:
             got = self._targets.get(host.name)
         if got is None:
@@ -84,12 +100,31 @@ class Fleet:
                 self._targets[host.name] = got
         return got
 
-    def session(self, host: Host) -> Session:
-        target = self.target(host)
-        known = self.known_for(target)
-        append = target.known_hosts[0] if target.known_hosts else None
-        return Session(target, known=known, accept_append=append, gateways=self.gateways,
-                       sudo_password=self.password_for(host))
+    def session(self, host: Host) -> Transport:
+        """How this host is reached: an SSH session, or this machine (--local); with --container,
+        the container through either."""
+        transport: Transport
+        if self.opts.local:
+            from provision.control.transport.local import LocalTransport
+
+            transport = LocalTransport(host.name, sudo_password=self.password_for(host), state_dir=self.opts.state_dir)
+        else:
+            from provision.control.transport.ssh import GatewayPool, Session
+
+            target = self.target(host)
+            assert target is not None
+            with self._lock:
+                if self.gateways is None:
+                    self.gateways = GatewayPool(known_for=self.known_for)
+            known = self.known_for(target)
+            append = target.known_hosts[0] if target.known_hosts else None
+            transport = Session(target, known=known, accept_append=append, gateways=self.gateways,
+                                sudo_password=self.password_for(host))
+        if self.opts.container:
+            from provision.control.transport.container import ContainerTransport
+
+            transport = ContainerTransport(transport, self.opts.container, self.opts.runtime)
+        return transport
 
     def password_for(self, host: Host) -> bytes | None:
         """--sudo-password-file wins; else the host's `sudo_password_file` (ansible_become_password_file),
@@ -102,7 +137,7 @@ class Fleet:
                 self._passwords[path] = read_sudo_password(path, self.warnings)
             return self._passwords[path]
 
-    def track(self, session: Session, alive: bool) -> None:
+    def track(self, session: Transport, alive: bool) -> None:
         with self._lock:
             (self.live.add if alive else self.live.discard)(session)
         if alive and self.interrupted.is_set():
@@ -116,15 +151,16 @@ class Fleet:
         for session in live:
             session.cancel()
 
-    def uses_sudo(self, host: Host, session: Session) -> bool:
+    def uses_sudo(self, host: Host, session: Transport) -> bool:
         if self.opts.sudo is not None:
             return self.opts.sudo
         if host.get("sudo") is not None:
             return bool(host.get("sudo"))
-        return session.target.user != "root"
+        return session.default_sudo
 
     def close(self) -> None:
-        self.gateways.close()
+        if self.gateways is not None:
+            self.gateways.close()
         self.config.close()
 
 
@@ -149,7 +185,7 @@ def read_sudo_password(path: str | None, warnings: list[str]) -> bytes | None:
 
 
 # A host function returns one HostResult, or one per spec (patch, status, ...: one row per host and spec).
-HostFn = Callable[[Host, Session, "Fleet"], "HostResult | list[HostResult]"]
+HostFn = Callable[[Host, Transport, "Fleet"], "HostResult | list[HostResult]"]
 
 
 def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult | list[HostResult]:
@@ -174,6 +210,10 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult | list[HostResul
             session.close()
     elapsed = round(time.monotonic() - t0, 3)
     for r in (res if isinstance(res, list) else [res]):
+        if session is not None:
+            r.data.setdefault("transport", session.kind)  # ssh, local or container
+            if session.kind == "container":
+                r.host = session.label  # HOST/NAME: the container's file is not the host's
         r.elapsed = elapsed
     return res
 

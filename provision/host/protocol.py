@@ -198,6 +198,7 @@ class StatusRequest(Request, total=False):
 
 
 class StatusAnswer(Answer, total=False):
+    containers: "ContainersFacts"  # running SGLang-server containers (transport section, below)
     patch: Inspection
     patches: List["SpecStatus"]
     gpu: "GpuInfo"
@@ -536,3 +537,21 @@ class ContainerImage(TypedDict, total=False):
     pulled: bool
     cached: bool
     error: ErrorInfo
+
+
+# --------------------------------------------------------------------------- transport: containers on a host
+
+class SglangContainer(TypedDict, total=False):
+    """A running container whose command is an SGLang server (facts/containers.py)."""
+    runtime: str               # docker | podman
+    name: str
+    id: str
+    image: str
+    command: List[str]
+    state: str
+    port: Optional[int]
+
+
+class ContainersFacts(TypedDict, total=False):
+    containers: List[SglangContainer]
+    notes: List[str]           # runtimes skipped (not root's) or that did not answer

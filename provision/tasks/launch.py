@@ -17,7 +17,7 @@ from tenacity import (RetryError, Retrying, retry_if_exception, retry_if_result,
 
 from provision.config.inventory import Host
 from provision.config.profile import Profile, host_profile
-from provision.control.transport.ssh import Interrupted
+from provision.control.transport.base import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.output.results import HostResult
 from provision.tasks import specs as multi

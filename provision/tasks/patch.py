@@ -134,6 +134,18 @@ def patch_state(p: Inspection) -> tuple[str, str]:
     return "missing", "missing: " + ", ".join(missing)
 
 
+def container_notes(answer: StatusAnswer) -> list[str]:
+    """The SGLang servers running in containers on the host (not its installs: their files are
+    the containers'), each with the command that looks inside."""
+    found = answer.get("containers") or {}
+    notes = []
+    for c in found.get("containers") or []:
+        port = f", port {c['port']}" if c.get("port") else ""
+        notes.append(f"container {c.get('name')} ({c.get('runtime')}, image {c.get('image') or '?'}{port}) runs an "
+                     f"SGLang server: `provision status --container {c.get('name')}` looks inside")
+    return notes + [f"containers: {n}" for n in found.get("notes") or []]
+
+
 def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tuple[str, str, list[str]]:
     """The status verdict once the host's staged overlay is counted (pure): a file that lacks the
     methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
@@ -164,9 +176,11 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         from provision.tasks.container import container_status
 
         return container_status(host, answer)
+    containers = list((answer.get("containers") or {}).get("containers") or [])
     if err:
         return HostResult(host, "error", err.get("message", ""), error_kind=err.get("kind"),
-                          data={"installs": facts.get("installs", [])}, notes=discovery_notes(facts))
+                          data={"installs": facts.get("installs", []), "containers": containers},
+                          notes=discovery_notes(facts) + container_notes(answer))
     p = answer.get("patch") or {}
     methods = p.get("methods") or {}
     verdict, why = patch_state(p)
@@ -233,11 +247,12 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
-            "package": pkg or None}
+            "package": pkg or None, "containers": containers}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),
-                      install=inst.get("path"), file=p.get("file"), notes=discovery_notes(facts) + notes, data=data,
+                      install=inst.get("path"), file=p.get("file"),
+                      notes=discovery_notes(facts) + notes + container_notes(answer), data=data,
                       error_kind="status" if verdict == "error" else None)
 
 
@@ -347,6 +362,8 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, sglang_path=None, p
             one["restart_needed"] = part.get("restart_needed") or []
             one["overlay"] = part.get("overlay")
             one["server_fixes"] = part.get("server_fixes") or {}
+            if rows:  # the host's containers are said once, on its first row
+                one["containers"] = {}
             r = status_from_answer(host.name, one)
             r.data["spec"] = s.name
             rows.append(r)

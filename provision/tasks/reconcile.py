@@ -75,7 +75,7 @@ def format_window(window) -> str:
 # --------------------------------------------------------------------------- the remote call
 
 def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
-    """Session.call with reconcile's lighter bundle: only the reconcile op's modules are
+    """Transport.call with reconcile's lighter bundle: only the reconcile op's modules are
     compiled on the host, and the audit and server modules are not even sent, so an unchanged
     host answers in a few ms of CPU instead of ~100."""
     return session.call(request, timeout=timeout, sudo=sudo, entry="provision.host.agent",

@@ -46,12 +46,17 @@ def _exec_start(output: str) -> list[str]:
     return shlex.split(line[len("ExecStart="):])
 
 
+# --local (this machine) and its --state-dir exclude the host selection: given on their own (below)
+LOCAL_MODE = {"local", "state_dir"}
+
+
 def test_every_reconcile_option_given_to_schedule_reaches_reconcile(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inv.yaml").write_text(INVENTORY)
-    options = [p for p in reconcile.params if isinstance(p, click.Option) and p.name not in NOT_FORWARDED]
+    every = [p for p in reconcile.params if isinstance(p, click.Option) and p.name not in NOT_FORWARDED]
     schedule_names = {p.name for p in schedule.params}
-    assert {p.name for p in options} <= schedule_names  # every reconcile option is a schedule option
+    assert {p.name for p in every} <= schedule_names  # every reconcile option is a schedule option
+    options = [p for p in every if p.name not in LOCAL_MODE]
     args, want = ["--every", "30m"], {}
     for opt in options:
         typed, parsed = _value(opt)
@@ -110,3 +115,22 @@ def test_unit_dir_is_a_documented_option_of_install(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--install" in result.output and not (tmp_path / "u").exists()
     result = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--install", "--unit-dir", str(tmp_path / "u")])
     assert result.exit_code == 0 and (tmp_path / "u" / "provision-reconcile.timer").exists(), result.output
+
+
+def test_schedule_local_is_pull_mode_with_this_machines_paths_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(schedule, ["--local", "--state-dir", "state", "--sglang-path", "tree/sglang",
+                                           "--every", "15m"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    argv = _exec_start(result.output)
+    assert argv[1:] == ["reconcile", "--local", "--state-dir", str(tmp_path / "state"),
+                        "--sglang-path", str(tmp_path / "tree/sglang")], argv
+    got = reconcile.make_context("reconcile", argv[2:]).params
+    assert got["local"] is True and got["state_dir"] == str(tmp_path / "state")
+    # what a timer could never run is refused now, not at 3 am
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    for args in (["--local", "-i", "inv.yaml"], ["--local", "--host", "gpu01"], ["--state-dir", "s", "-i", "inv.yaml"],
+                 ["--local", "--restart"]):
+        result = CliRunner().invoke(main, ["schedule", *args])
+        assert result.exit_code == 2 and "error: " in result.output, (args, result.output)
+        assert "[Service]" not in result.output

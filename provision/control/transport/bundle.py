@@ -13,7 +13,7 @@ import os
 import zlib
 from pathlib import Path
 
-from provision.host.bootstrap import BOOTSTRAP, bootstrap_code, frame
+from provision.host.bootstrap import bootstrap_code, frame
 
 HOST_DIR = Path(__file__).resolve().parents[2] / "host"
 # Host modules that never run on a host: the protocol's types are imported there only under
@@ -60,13 +60,12 @@ def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
 
 def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
                       ready: str | None = None, entry: str = "provision.host.agent") -> str:
-    """The remote command line: ``python -c BOOTSTRAP``, quoted for the remote shell.
+    """The host-side command line: ``python -c BOOTSTRAP``, quoted for a shell.
 
     ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
-    ``sudo -S -p <sudo_prompt>``: sudo prints that token on stderr when it wants the
-    password, which the caller then writes to stdin (never into this command line).
-    ``ready``: the interpreter first prints this line on stdout, before reading stdin,
-    so the caller knows sudo is done and the request may follow.
+    ``sudo -S -p <sudo_prompt>`` (base.sudo_wrap; a transport applies it itself, around
+    whatever it wraps the command in). ``ready``: the interpreter first prints this line on
+    stdout, before reading stdin, so the caller knows sudo is done and the request may follow.
     Nothing secret ever goes in here: the line is visible in the host's process list.
     """
     import shlex
@@ -75,14 +74,11 @@ def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_promp
     if ready is not None:
         if "\n" in ready or "'" in ready or "\\" in ready:
             raise ValueError("ready token must be one plain line")
-        code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + BOOTSTRAP
+        code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + code
     # -S: the agent is stdlib-only, so skip site (and any .pth files) for a faster start.
     cmd = f"{shlex.quote(python)} -S -c {shlex.quote(code)}"
     if sudo:
-        if sudo_prompt is not None:
-            if "%" in sudo_prompt or "\n" in sudo_prompt:
-                raise ValueError("sudo prompt token must not contain % or a newline")
-            cmd = f"sudo -S -p {shlex.quote(sudo_prompt)} -- " + cmd
-        else:
-            cmd = "sudo -n -- " + cmd
+        from provision.control.transport.base import sudo_wrap
+
+        cmd = sudo_wrap(cmd, sudo_prompt=sudo_prompt)
     return cmd

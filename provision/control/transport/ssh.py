@@ -1,16 +1,11 @@
 """One SSH session per host: Fabric for connecting, the paramiko channel for running.
 
-Policy lives here and only here: host-key checking, timeouts, keepalive, retries
-of transient failures (tenacity), deadlines on every remote step, and how the
-remote engine travels (bootstrap as the argument, bundle + request written
-straight to the channel's stdin, never through Fabric's slow ``in_stream`` and
-never in the command line or environment).
-
-Every step's interpreter first prints a one-off ready line, so a step that never
-started (sudo refused, no python) is told apart from one that started and died
-(outcome unknown). sudo: ``sudo -n`` by default (never waits at a prompt); with
-a password, ``sudo -S -p <one-off token>``: the password goes to stdin only when
-that token appears on stderr, and the request only after the ready line.
+The SSH implementation of base.Transport. The SSH policy lives here and only here:
+host-key checking, connect timeouts, keepalive, gateways, retries of transient failures
+(tenacity). How a step runs (bootstrap as the argument, bundle + request written straight
+to the channel's stdin, never through Fabric's slow ``in_stream`` and never in the
+command line or environment; the ready line; sudo and its password; deadlines) is
+base.Transport's, the same for every transport: this module only opens the channel.
 
 Retried (at most 4 attempts, backoff 0.5, 1, 2 s plus jitter): refused or reset
 connections and dropped handshakes. Never retried: authentication and host-key
@@ -19,10 +14,7 @@ failures, and timeouts (a silent host has had its deadline).
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import secrets
 import select
 import socket
 import threading
@@ -35,9 +27,10 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
                       wait_random)
 
-from provision.errors import AuthError, ConnectError, HostError, HostKeyError, RemoteError, UnknownOutcome
+from provision.errors import AuthError, ConnectError, HostKeyError
+# Interrupted and SudoRefused are named here too: callers have always imported them from ssh
+from provision.control.transport.base import Interrupted, SudoRefused, Transport  # noqa: F401
 from provision.control.transport.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
-from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 from provision.control.transport.settings import Target
 
 
@@ -193,35 +186,8 @@ def _short(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
-READY_PREFIX = "PROVISION-READY "
-SUDO_HANDSHAKE_SECONDS = 60.0
-_PROMPT_FALLBACK = re.compile(rb"(?i)password[^\n]{0,80}:\s*$")
-_SUDO_NOISE = ("unable to resolve host", "unable to send audit message", "lecture", "we trust you have")
-
-
-@dataclass
-class ExecResult:
-    rc: int
-    out: str
-    err: str
-    ready: bool          # the remote interpreter started (its ready line arrived)
-    password_sent: bool  # a sudo password went over stdin
-
-
-class Interrupted(HostError):
-    """Ctrl-C before this host's step was sent: nothing was run there."""
-
-    kind = "interrupted"
-
-
-class SudoRefused(RemoteError):
-    """sudo would not run the engine (needs a password, wrong password, requiretty, not allowed)."""
-
-    kind = "sudo"
-
-
-class Session:
-    """An open SSH session to one host.
+class Session(Transport):
+    """An open SSH session to one host (the SSH implementation of base.Transport).
 
     ``sudo_password`` (bytes) is used only for steps run with ``sudo=True``: the step
     becomes ``sudo -S -p <one-off token>``, and the password is written to the
@@ -243,7 +209,23 @@ class Session:
         self.sudo_password = sudo_password
         self.conn = None
         self.attempts = 0
-        self._cancelled = threading.Event()
+        super().__init__()
+
+    kind = "ssh"
+    channel_errors = (paramiko.SSHException,)
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return self.target.alias
+
+    @property
+    def user(self) -> str:  # type: ignore[override]
+        return self.target.user
+
+    @property
+    def default_sudo(self) -> bool:  # type: ignore[override]
+        """An SSH user other than root steps up with sudo (unless told otherwise)."""
+        return self.target.user != "root"
 
     def open(self) -> "Session":
         import fabric
@@ -277,33 +259,9 @@ class Session:
             transport.set_keepalive(self.keepalive)
         return self
 
-    def _sleep(self, seconds: float) -> None:
-        self._cancelled.wait(seconds)
-
-    def pause(self, seconds: float) -> None:
-        """Sleep between retries; ends at once on Ctrl-C (``cancel``)."""
-        self._sleep(seconds)
-
-    @property
-    def cancelled(self) -> bool:
-        """Ctrl-C (``cancel``) was called: nothing more may be tried on this host."""
-        return self._cancelled.is_set()
-
     @property
     def connected(self) -> bool:
-        transport = self.conn.client.get_transport() if self.conn is not None else None
-        return transport is not None and transport.is_active()
-
-    def reconnect(self) -> "Session":
-        """A fresh connection after this one died (same target, host-key policy and retries)."""
-        self.close()
-        return self.open()
-
-    def cancel(self) -> None:
-        """From another thread (Ctrl-C): stop waiting on this host now. A step already sent
-        ends as UnknownOutcome; the connection is closed."""
-        self._cancelled.set()
-        self.close()
+        return self._alive()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -312,223 +270,24 @@ class Session:
             except Exception:  # noqa: BLE001
                 pass
 
-    def __enter__(self):
-        return self.open()
-
-    def __exit__(self, *exc):
-        self.close()
-
-    # -- running ---------------------------------------------------------
-    def exec(self, command: str, stdin: bytes = b"", timeout: float = 120.0,
-             on_line: Callable[[str], None] | None = None, started: list | None = None) -> tuple[int, str, str]:
-        """Run one command with a hard deadline. Returns (exit status, stdout, stderr).
-
-        ``started`` (a list) gets True appended once the request is fully sent:
-        after that point a dead channel means the outcome is unknown.
-        """
-        res = self._exec(command, stdin, timeout, on_line, started)
-        return res.rc, res.out, res.err
-
-    def _exec(self, command: str, stdin: bytes, timeout: float, on_line, started, *, ready: str | None = None,
-              wait_ready: bool = False, sudo_prompt: str | None = None,
-              sudo_password: bytes | None = None) -> ExecResult:
-        alias = self.target.alias
-        if self._cancelled.is_set():
-            raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
+    # -- running (the loop, the answer and the sentences are Transport's) ---
+    def _channel(self, command: str, timeout: float):
         transport = self.conn.client.get_transport() if self.conn else None
         if transport is None or not transport.is_active():
-            raise ConnectError(f"{alias}: connection is closed")
+            raise ConnectError(f"{self.target.alias}: connection is closed")
         _count("commands")
-        deadline = time.monotonic() + timeout
-        # sudo answers at once or asks for the password; something else (an OTP prompt...) must not
-        # keep the host waiting for the whole step deadline
-        ready_deadline = time.monotonic() + min(timeout, SUDO_HANDSHAKE_SECONDS)
         chan = transport.open_session(timeout=min(timeout, 30))
-        marker = (ready + "\n").encode() if ready else b""
-        ready_seen = not ready
-        view = None if (wait_ready and ready) else memoryview(stdin)
-        write_closed = False
-        out, err = bytearray(), bytearray()
-        fed = 0           # bytes of `out` handed to on_line
-        scan = 0          # bytes of `err` already searched for a sudo prompt
-        passwords = 0
+        chan.settimeout(0.0)
         try:
-            chan.settimeout(0.0)
             chan.exec_command(command)
-            while True:
-                if self._cancelled.is_set():
-                    if write_closed:
-                        raise UnknownOutcome(f"{alias}: interrupted while the remote step ran; its outcome is "
-                                             "unknown until `provision status` looks")
-                    raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
-                got = False
-                while chan.recv_ready():
-                    chunk = chan.recv(65536)
-                    if not chunk:
-                        break
-                    out += chunk
-                    got = True
-                while chan.recv_stderr_ready():
-                    chunk = chan.recv_stderr(65536)
-                    if not chunk:
-                        break
-                    err += chunk
-                    got = True
-                if not ready_seen:
-                    i = out.find(marker)
-                    if i >= 0:
-                        del out[: i + len(marker)]
-                        ready_seen = True
-                        if view is None:
-                            view = memoryview(stdin)
-                    elif sudo_password is not None and len(err) > scan:
-                        tail = bytes(err[scan:])
-                        if (sudo_prompt and sudo_prompt.encode() in tail) or _PROMPT_FALLBACK.search(tail):
-                            scan = len(err)
-                            if passwords:
-                                raise SudoRefused(f"{alias}: sudo rejected the password from --sudo-password-file "
-                                                  f"for {self.target.user}; nothing was run")
-                            passwords += 1
-                            self._send_all(chan, sudo_password + b"\n", deadline)
-                if ready_seen and on_line is not None:
-                    while True:
-                        j = out.find(b"\n", fed)
-                        if j < 0:
-                            break
-                        on_line(out[fed:j].decode("utf-8", "replace"))
-                        fed = j + 1
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    if chan.exit_status != -1 or transport.is_active():
-                        break
-                    # no exit status because the connection itself died: handled just below
-                if not transport.is_active():
-                    if write_closed:
-                        raise UnknownOutcome(f"{alias}: the connection dropped while the remote step ran; its "
-                                             "outcome is unknown until `provision status` looks")
-                    raise ConnectError(f"{alias}: the connection dropped before the remote step started")
-                if view is not None and not write_closed:
-                    if view and chan.send_ready():
-                        n = chan.send(view[:32768])
-                        view = view[n:]
-                        got = got or n > 0
-                    if not view:
-                        chan.shutdown_write()
-                        write_closed = True
-                        if started is not None:
-                            started.append(True)
-                if wait_ready and not ready_seen and time.monotonic() > ready_deadline:
-                    last = (err.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1][:200]
-                    raise SudoRefused(f"{alias}: sudo did not start the engine within "
-                                      f"{min(timeout, SUDO_HANDSHAKE_SECONDS):g} s and nothing was run; is it asking "
-                                      f"for more than a password? (last words: {last})")
-                if time.monotonic() > deadline:
-                    if write_closed:
-                        raise UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still "
-                                             "be running: its outcome is unknown until `provision status` looks")
-                    if not ready_seen and ready:
-                        what = "sudo or the remote python"
-                        raise ConnectError(f"{alias}: {what} did not start within {timeout:g} s; nothing was run")
-                    raise ConnectError(f"{alias}: timed out sending the request after {timeout:g} s")
-                if not got:
-                    select.select([chan], [], [], 0.05)
-            if on_line is not None and ready_seen and fed < len(out):
-                on_line(out[fed:].decode("utf-8", "replace"))
-            return ExecResult(chan.recv_exit_status(), out.decode("utf-8", "replace"),
-                              err.decode("utf-8", "replace"), ready_seen, passwords > 0)
-        finally:
-            try:
-                chan.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    @staticmethod
-    def _send_all(chan, data: bytes, deadline: float) -> None:
-        view = memoryview(data)
-        while view:
-            if time.monotonic() > deadline:
-                raise ConnectError("timed out sending the sudo password to the host")
-            if chan.send_ready():
-                view = view[chan.send(view):]
-            else:
-                select.select([], [], [], 0.01)
-
-    def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
-             on_event: Callable[[dict], None] | None = None, entry: str = "provision.host.agent",
-             exclude: frozenset = frozenset()) -> dict:
-        """Run a remote entry module (the agent by default) with one request; return its JSON answer.
-
-        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle."""
-        from provision.control.transport.bundle import bootstrap_command, payload
-
-        ready = READY_PREFIX + secrets.token_hex(8)
-        password = self.sudo_password if sudo else None
-        prompt = f"[provision-sudo-{secrets.token_hex(8)}] " if password is not None else None
-        cmd = bootstrap_command(python, sudo=sudo, sudo_prompt=prompt, ready=ready, entry=entry)
-        result: list[dict] = []
-
-        def on_line(line: str) -> None:
-            if line.startswith(RESULT_PREFIX):
-                result.append(json.loads(line[len(RESULT_PREFIX):]))
-            elif line.startswith(EVENT_PREFIX) and on_event is not None:
-                on_event(json.loads(line[len(EVENT_PREFIX):]))
-
-        started: list = []
-        try:
-            res = self._exec(cmd, payload(request, exclude), timeout, on_line, started, ready=ready,
-                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password)
-        except (UnknownOutcome, SudoRefused, Interrupted):
+        except BaseException:
+            chan.close()
             raise
-        except ConnectError as exc:
-            if started:
-                raise UnknownOutcome(str(exc)) from None
-            raise
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            if started:
-                raise UnknownOutcome(f"{self.target.alias}: connection lost during the remote step "
-                                     f"({_short(exc)}); outcome unknown until `provision status` looks") from None
-            raise ConnectError(f"{self.target.alias}: {_short(exc)}") from None
-        if result:
-            return result[-1]
-        rc, out, err = res.rc, res.out, res.err
-        if not res.ready and not (rc == -1 and started):
-            raise self._not_started(rc, err, python, sudo, res.password_sent)
-        tail = (err.strip() or out.strip())[-600:]
-        if rc in (-9, 137, -1) and started:
-            raise UnknownOutcome(f"{self.target.alias}: the remote engine was killed (exit "
-                                 f"{'by a signal' if rc == -1 else rc}) before it answered; the file is either as "
-                                 "before or as intended: run `provision status` to see which")
-        raise RemoteError(f"{self.target.alias}: the remote engine gave no answer (exit {rc}): "
-                          + " | ".join(tail.splitlines()[-4:]))
+        return chan
 
-    def _not_started(self, rc: int, err: str, python: str, sudo: bool, password_sent: bool) -> RemoteError:
-        """The remote interpreter never ran: say why in one sentence (sudo, or no python)."""
-        alias, user = self.target.alias, self.target.user
-        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
-        sudo_lines = [ln for ln in lines if ln.startswith("sudo:") and not any(n in ln.lower() for n in _SUDO_NOISE)]
-        low = err.lower()
-        first = (sudo_lines or lines or [f"exit {rc}"])[0][:200]
-        if sudo:
-            if "must have a tty" in low or "requiretty" in low:
-                return SudoRefused(
-                    f"{alias}: sudo for {user} requires a terminal (sudoers has `Defaults requiretty`) and provision "
-                    f"runs without one; allow it with the sudoers line `Defaults:{user} !requiretty` (visudo), "
-                    f"or connect as root ({first})")
-            if "incorrect password" in low or "sorry, try again" in low:
-                return SudoRefused(f"{alias}: sudo rejected the password from --sudo-password-file for {user}; "
-                                   "nothing was run")
-            if "a password is required" in low or "a terminal is required" in low or "no askpass" in low:
-                return SudoRefused(
-                    f"{alias}: sudo needs a password for {user} and provision never waits at a prompt; give {user} "
-                    f"passwordless sudo (sudoers: `{user} ALL=(root) NOPASSWD: ALL`) or pass --sudo-password-file "
-                    f"FILE ({first})")
-            if "not in the sudoers" in low or "not allowed to" in low or "may not run sudo" in low:
-                return SudoRefused(f"{alias}: {user} may not run {python} as root through sudo ({first}); "
-                                   f"grant it in sudoers or connect as root")
-            if "command not found" in low:
-                return RemoteError(f"{alias}: {python} not found on the host through sudo's PATH "
-                                   f"(secure_path) ({first})")
-            if sudo_lines or rc == 1:
-                return SudoRefused(f"{alias}: sudo did not run the engine as root: {first}")
-        if rc == 127 or "not found" in low or "no such file" in low:
-            return RemoteError(f"{alias}: {python} not found on the host (SGLang needs Python 3.10+)")
-        return RemoteError(f"{alias}: the remote python did not start (exit {rc}): {first}")
+    def _wait(self, chan, seconds: float) -> None:
+        select.select([chan], [], [], seconds)
+
+    def _alive(self) -> bool:
+        transport = self.conn.client.get_transport() if self.conn is not None else None
+        return transport is not None and transport.is_active()

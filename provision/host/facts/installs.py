@@ -31,6 +31,7 @@ from provision.host.facts import packages
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
+from provision.host.lib.procfs import same_root, sees_our_file
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
@@ -309,7 +310,8 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def running_servers() -> list[dict]:
-    """SGLang launch_server processes on this host (the main process of each tree)."""
+    """SGLang launch_server processes on this host (the main process of each tree); a server
+    in a container (its root is not ours) is not the host's."""
     found = []
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
     by_pid = {}
@@ -320,6 +322,8 @@ def running_servers() -> list[dict]:
         joined = " ".join(argv)
         if "sglang.launch_server" in joined or "sglang/launch_server.py" in joined or \
                 (len(argv) > 2 and argv[1].endswith("sglang") and argv[2] == "serve"):
+            if same_root(pid) is False:
+                continue  # in a container: its files are not ours (facts/containers.py names it)
             by_pid[pid] = argv
     for pid, argv in by_pid.items():
         try:
@@ -333,6 +337,8 @@ def running_servers() -> list[dict]:
             exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             exe = argv[0]
+        if sees_our_file(pid, argv[0] if os.path.isabs(argv[0]) else exe) is False:
+            continue  # another mount namespace whose interpreter is not ours: not this host's server
         host = _flag(argv, "--host", default="127.0.0.1")
         port = int(_flag(argv, "--port", default="30000") or 30000)
         found.append({"pid": int(pid), "argv": argv, "exe": exe, "python": argv[0],

@@ -78,3 +78,31 @@ def environ(pid: int | str) -> dict[str, str]:
             k, v = item.split(b"=", 1)
             env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     return env
+
+
+def same_root(pid: int | str) -> bool | None:
+    """Does the process see the same root directory as we do? False: it is in a container
+    (or a chroot), and the paths it names are not ours. None: cannot tell (gone, no access)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/root")
+        ours = os.stat("/")
+    except OSError:
+        return None
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def sees_our_file(pid: int | str, path: str) -> bool | None:
+    """Is ``path``, as the process names it (through its root and mounts), the file we see at
+    ``path``? False for a process in a container or in another mount namespace with other files
+    there (the paths it names are not ours); None: cannot tell (gone, no access)."""
+    if not os.path.isabs(path):
+        return None
+    try:
+        theirs = os.stat(f"/proc/{pid}/root{path}")
+    except OSError:
+        return None
+    try:
+        ours = os.stat(path)
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)

@@ -651,11 +651,9 @@ def op_start(req: dict, bundle: bytes) -> dict:
     extra_mounts: list[str] = []
     staged = req.get("overlay_stage")
     if staged:
-        from provision.host.engine import overlay as render
+        from provision.host.ops.overlay import start_refusal
 
-        why = render.refusal_for_env(prof.get("env")) or (
-            None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
-            else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+        why = start_refusal(staged, prof.get("env"))
         if why:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
         extra_env = overlay_env(img, prof.get("env"))

@@ -210,6 +210,15 @@ def _closed_to_others(root: str) -> str | None:
         path = parent
 
 
+def start_refusal(staged: dict, profile_env: dict | None) -> str | None:
+    """Why a server must not start on what preflight staged (None when it may): the profile now
+    owns SGLANG_EXTERNAL_MODEL_PACKAGE, or the overlay went away since preflight. Shared by a
+    server on the host (ops/server.py) and one in a container (ops/container.py)."""
+    return render.refusal_for_env(profile_env) or (
+        None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
+        else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+
+
 def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> OverlayStage:
     """Render, write (unless `check`), compile and check the overlay of one install.
 

@@ -80,8 +80,11 @@ def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
 
 
 def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
+    from provision.host.facts.containers import sglang_containers
+
     facts = installs.for_request(req)
-    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"]}
+    out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
+           "containers": sglang_containers()}
     if req.get("gpu"):
         from provision.host.facts.gpu import compute_capability
 

@@ -561,10 +561,9 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
     staged = req.get("overlay_stage")
     if staged:
         from provision.host.engine import overlay as render
+        from provision.host.ops.overlay import start_refusal
 
-        why = render.refusal_for_env(prof.get("env")) or (
-            None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
-            else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
+        why = start_refusal(staged, prof.get("env"))
         if why:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
         env.update(render.server_env(staged["root"], env.get("PYTHONPATH")))

@@ -1,0 +1,121 @@
+"""The container transport's pure parts: the command it wraps, the sentences for a step that never
+started (from the runtimes' own words), and the SGLang-server containers in `RUNTIME ps`."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from provision.control.transport.container import (MISSING, ContainerTransport, check_name, exec_command,
+                                                   not_started_reason)
+from provision.control.transport.local import LocalTransport
+from provision.errors import UsageError
+from provision.host.facts.containers import is_sglang_server, parse_ps
+
+HOSTILE = """python3 -S -c 'print("it'"'"'s $HOME `x` \\\\n")'"""
+
+
+@pytest.mark.parametrize("runtime", ["auto", "docker", "podman"])
+def test_the_wrapped_command_runs_the_step_verbatim_in_the_container(runtime):
+    wrapped = exec_command(runtime, "sglang-30000", HOSTILE)
+    argv = shlex.split(wrapped)
+    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3
+    lexer = shlex.shlex(argv[2][argv[2].rindex('exec "$r" exec -i '):], posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    tail = list(lexer)
+    assert tail[:8] == ["exec", "$r", "exec", "-i", "sglang-30000", "sh", "-c", HOSTILE]
+    assert tail[8:10] in ([], [";", "fi"]), tail  # auto: the exec is inside the runtime loop
+
+
+@pytest.mark.parametrize("runtime", ["auto", "podman"])
+def test_a_missing_runtime_stops_before_anything_runs(runtime, tmp_path):
+    # real /bin/sh with a PATH that holds no runtime: the marker, exit 127, nothing executed
+    proc = subprocess.run(["/bin/sh", "-c", exec_command(runtime, "c1", f"touch {tmp_path}/ran")],
+                          capture_output=True, text=True, env={"PATH": str(tmp_path)})
+    assert proc.returncode == 127 and MISSING in proc.stderr
+    assert not (tmp_path / "ran").exists()
+    err = not_started_reason("gpu01/c1", "c1", runtime, proc.returncode, proc.stderr, "python3")
+    assert err is not None and err.kind == "container"
+    want = "neither docker nor podman is installed" if runtime == "auto" else "podman is not installed on this host"
+    assert want in err.message and "\n" not in err.message
+
+
+def test_a_missing_runtime_through_the_local_transport_is_one_sentence(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path) + ":/usr/bin:/bin")
+    t = ContainerTransport(LocalTransport("here"), "c1", "docker").open()
+    with pytest.raises(Exception) as info:
+        t.call({"op": "status"}, timeout=30)
+    assert "here/c1: cannot reach container c1: docker is not installed on this host" in str(info.value)
+
+
+# The runtimes' own words (podman 4.3 as run here; docker's from its daemon's error responses).
+RUNTIME_ERRORS = [
+    ("podman", 125, 'Error: no container with name or ID "c1" found: no such container', "no container named c1"),
+    ("docker", 1, "Error response from daemon: No such container: c1", "no container named c1"),
+    ("podman", 125, "Error: can only create exec sessions on running containers: container state improper",
+     "container c1 is not running; start it (`podman start c1`)"),
+    ("docker", 1, "Error response from daemon: Container 3f2a is not running", "container c1 is not running"),
+    ("docker", 1, "Error response from daemon: Container 3f2a is paused, unpause the container before exec",
+     "container c1 is not running"),
+    ("podman", 127, "sh: 1: python3: not found", "python3 not found in container c1"),
+    ("docker", 126, 'OCI runtime exec failed: exec failed: unable to start container process: exec: "sh": '
+                    'executable file not found in $PATH: unknown', "has no /bin/sh"),
+    ("docker", 1, "permission denied while trying to connect to the Docker daemon socket at "
+                  "unix:///var/run/docker.sock", "the runtime refused this user"),
+]
+
+
+@pytest.mark.parametrize("runtime,rc,err,want", RUNTIME_ERRORS)
+def test_a_step_that_never_started_in_the_container_is_one_sentence(runtime, rc, err, want):
+    got = not_started_reason("gpu01/c1", "c1", runtime, rc, err, "python3")
+    assert got is not None and want in got.message and got.message.startswith("gpu01/c1: "), got
+
+
+def test_other_failures_are_left_to_the_generic_sentences():
+    assert not_started_reason("h/c", "c", "podman", 1, "sudo: a password is required", "python3") is None
+
+
+@pytest.mark.parametrize("name", ["", "a b", "-x", "a;rm", "$(x)", "a/b"])
+def test_a_container_name_is_checked_before_anything_runs(name):
+    with pytest.raises(UsageError):
+        check_name(name)
+
+
+@pytest.mark.parametrize("argv,yes", [
+    (["python3", "-m", "sglang.launch_server", "--model-path", "/m"], True),
+    (["/usr/bin/python3", "/sgl-workspace/sglang/python/sglang/launch_server.py"], True),
+    (["/opt/venv/bin/sglang", "serve", "--model-path", "/m"], True),
+    (["python3", "-m", "sglang.bench_serving"], False),
+    (["sleep", "600"], False),
+    (["sglang-router", "serve"], False),
+])
+def test_what_counts_as_an_sglang_server(argv, yes):
+    assert is_sglang_server(argv) is yes
+
+
+def test_docker_ps_json_lines():
+    # `docker ps --no-trunc --format '{{json .}}'`: one object per line, Command quoted, Names comma-joined
+    text = ('{"Command":"\\"python3 -m sglang.launch_server --model-path /models/k --port 30001\\"",'
+            '"ID":"3f2a1b0c9d8e7f6a5b4c","Image":"lmsysorg/sglang:v0.5.9-cu129","Names":"sglang-30001",'
+            '"State":"running","Status":"Up 2 minutes"}\n'
+            '{"Command":"\\"sleep 600\\"","ID":"aa","Image":"debian","Names":"idle","State":"running"}\n')
+    (c,) = parse_ps("docker", text)
+    assert c == {"runtime": "docker", "name": "sglang-30001", "id": "3f2a1b0c9d8e", "image": "lmsysorg/sglang:v0.5.9-cu129",
+                 "command": ["python3", "-m", "sglang.launch_server", "--model-path", "/models/k", "--port", "30001"],
+                 "state": "running", "port": 30001}
+
+
+def test_ps_output_that_is_not_json_is_no_container():
+    assert parse_ps("podman", "") == [] and parse_ps("podman", "[oops") == [] and parse_ps("docker", "x\ny") == []
+
+
+def test_auto_names_the_runtime_that_took_the_step():
+    err = "provision-container-runtime: podman\nError: can only create exec sessions on running containers: " \
+          "container state improper\n"
+    got = not_started_reason("h/c1", "c1", "auto", 125, err, "python3")
+    assert got is not None and "(`podman start c1`)" in got.message
+    err = "provision-no-runtime-knows-the-container: docker podman\n"
+    got = not_started_reason("h/c1", "c1", "auto", 125, err, "python3")
+    assert got is not None and "no container named c1 on this host (asked docker and podman" in got.message

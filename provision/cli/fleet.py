@@ -9,8 +9,8 @@ import sys
 import click
 
 from provision.cli.main import (check_option, check_specs, check_transport, diff_option, fleet_options, format_options,
-                                install_options, load_spec, profile_option, run_fleet, selected_hosts, spec_option,
-                                transport_options)
+                                gpu_option, install_options, load_spec, profile_option, run_fleet, selected_hosts,
+                                spec_option, specs_option, transport_options)
 from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 
 
@@ -19,7 +19,8 @@ from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 @click.command()
 @fleet_options
 @transport_options(container=False)
-@spec_option
+@specs_option
+@gpu_option
 @install_options
 @check_option
 @click.option("--force", is_flag=True, help="Also patch files someone else edited (foreign-edit).")
@@ -34,8 +35,8 @@ from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 @click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="With --restart: seconds to wait for each restarted server to be healthy.")
 @click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
-def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, restart, serial, window, profile,
-              restart_deadline, full):
+def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, include_held, restart, serial, window,
+              profile, restart_deadline, full):
     """Bring every host back to the patched state; meant for cron / systemd timers.
 
     One remote call per host decides, from the host's provision state, the
@@ -56,7 +57,11 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
                     then reconcile
 
     An unchanged host costs one short remote call: no
-    interpreter is probed and nothing is written.
+    interpreter is probed and nothing is written. Every spec a host carries
+    (`--spec`, repeatable, or the inventory's `specs:`) goes in that one call,
+    one row each. A spec whose `applies:` needs the host's facts goes in it
+    too: intact, it is unchanged; else the answer brings the facts, and it
+    is patched in a second call where it applies, not-applicable elsewhere.
 
     A server started before its file changed is reported "restart needed";
     --restart restarts it through the launch machinery, in --serial batches,
@@ -98,9 +103,10 @@ def reconcile(ctx, spec, sglang_path, python_, check, force, include_held, resta
         try:
             results = run_hosts(fleet, hosts, rc.reconcile_fn(
                 pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
-                timeout=ctx.conn.command_timeout, full=full, include_held=include_held))
+                timeout=ctx.conn.command_timeout, full=full, include_held=include_held,
+                gpu_capability=gpu_capability))
             batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
-            by_name = {r.host: r for r in results}
+            by_name = rc.row_per_host(results)
             for name, note in notes.items():
                 r = by_name[name]
                 if note.startswith("restart needed") and any(n.startswith("restart needed") for n in r.notes):
@@ -212,15 +218,17 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
 
 @click.command()
 @click.option("--host", metavar="HOST", help="Only this host's entries.")
+@click.option("--spec", "spec_name", metavar="NAME", help="Only this spec's entries (its playbook name).")
 @click.option("--last", "-n", "last", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
               help="The last N entries (0: all).")
 @format_options(json_is="JSON lines, one entry each")
-def history(host, last, fmt, as_json):
+def history(host, spec_name, last, fmt, as_json):
     """Show the change journal of this control machine.
 
     Every change provision made (patched, repaired, unpatched, restored,
     started, stopped, restarted) and every failed attempt of patch, unpatch,
-    restore and reconcile: time, user, host, file, sha256 before and after.
+    restore and reconcile: time, user, host, spec, file, sha256 before and after;
+    one row per host and spec.
     The journal is $PROVISION_JOURNAL or ~/.local/state/provision/journal.jsonl.
     """
     from provision.control import journal
@@ -228,7 +236,10 @@ def history(host, last, fmt, as_json):
     from provision.output.report import print_table, resolve_format
 
     fmt = resolve_format("json" if as_json else fmt)
-    recs, bad = journal.read(host=host, limit=last or None)
+    recs, bad = journal.read(host=host, limit=None if spec_name else last or None)
+    if spec_name:
+        recs = [r for r in recs if r.get("spec") == spec_name]
+        recs = recs[-last:] if last else recs
     for n in bad[:5]:
         click.echo(f"warning: {journal.path()}:{n}: not a JSON line; skipped", err=True)
     if fmt == "json":
@@ -236,17 +247,19 @@ def history(host, last, fmt, as_json):
             click.echo(json.dumps(rec))
         sys.exit(EXIT_OK)
     if not recs:
-        click.echo(f"no journal entries{' for ' + host if host else ''} in {journal.path()}", err=True)
+        which = " and ".join(x for x in ((host and f"host {host}"), (spec_name and f"spec {spec_name}")) if x)
+        click.echo(f"no journal entries{' for ' + which if which else ''} in {journal.path()}", err=True)
         sys.exit(EXIT_OK)
     import shutil
 
     wide = fmt == "lines" or shutil.get_terminal_size((80, 24)).columns >= 130  # --json has everything
-    cols = ["time", "host", "command", "verdict"] + (["file"] if wide else []) + ["sha256"] + \
+    cols = ["time", "host", "spec", "command", "verdict"] + (["file"] if wide else []) + ["sha256"] + \
         (["user"] if wide else []) + ["detail"]
     rows = []
     for rec in recs:
         before, after = (rec.get("sha256_before") or "")[:8], (rec.get("sha256_after") or "")[:8]
         row = {"time": str(rec.get("time", ""))[:16].replace("T", " "), "host": str(rec.get("host", "")),
+               "spec": str(rec.get("spec") or ""),
                "command": str(rec.get("command", "")), "verdict": rec.get("verdict") or "",
                "file": os.path.basename(str(rec.get("file") or "")),
                "sha256": f"{before or '-'}>{after or '-'}" if before != after else before,

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from provision.cli.main import fleet_options, profile_option, run_fleet
+from provision.cli.main import fleet_options, gpu_option, profile_option, run_fleet
 from provision.errors import UsageError
 
 
@@ -108,7 +108,9 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.command()
 @fleet_options
 @_profile_options
-@click.option("--patch", "do_patch", is_flag=True, help="Apply the playbook's patch first if it is missing.")
+@click.option("--patch", "do_patch", is_flag=True,
+              help="Apply the playbook's patch (and the profile's `requires:` specs that apply) first where missing.")
+@gpu_option
 @click.option("--overlay", is_flag=True,
               help="Fix EAGLE-3 without editing SGLang's files: stage an overlay package (SGLang 0.5.6+) in the "
                    "host's state directory and start the server with SGLANG_EXTERNAL_MODEL_PACKAGE and "
@@ -129,8 +131,8 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
               help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
-def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, overlay, force, restart, deadline, poll,
-           smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
+def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
+           deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
     """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
 
     Preflight first (patch in place, port free, weights present, GPUs free,
@@ -150,7 +152,8 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, overl
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
-                    max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt)
+                    max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,
+                    gpu_capability=gpu_capability)
     check_profiles(ctx, opts, multinode)
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together

@@ -198,14 +198,23 @@ def selected_hosts(ctx: Ctx):
 
 
 def check_specs(ctx: Ctx, pspec) -> None:
-    """Load every selected host's patch spec (`spec:` in the inventory) before any host is
-    touched: a spec the host-side engine would reject is exit 2 here, once, not exit 3 per host."""
+    """Load every selected host's patch specs (`specs:`/`spec:` in the inventory) before any host
+    is touched: a spec the host-side engine would reject, or two specs of one host editing the
+    same file, is exit 2 here, once, not exit 3 per host."""
+    from provision.config.inventory import host_spec_names
     from provision.config.playbook import load_patch_spec
+    from provision.tasks.specs import check_distinct
 
     if pspec is not None:
+        check_distinct(pspec if isinstance(pspec, list) else [pspec], "--spec")
         return
-    for name in dict.fromkeys(h.get("spec") for h in selected_hosts(ctx)):
-        load_patch_spec(name)
+    loaded: dict = {}
+    for h in selected_hosts(ctx):
+        names = host_spec_names(h)
+        for name in names:
+            if name not in loaded:
+                loaded[name] = load_patch_spec(name)
+        check_distinct([loaded[n] for n in names], f"host {h.name}")
 
 
 def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -> None:
@@ -328,10 +337,38 @@ def main():
 
 
 def spec_option(fn):
-    """--spec: the patch spec (patch, unpatch, status, reconcile, restore)."""
+    """--spec: the patch spec (restore: one file)."""
     return click.option("--spec", metavar="PLAYBOOK",
                         help="Patch spec playbook (a path, or the name of a shipped one). "
                              "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
+
+
+def specs_option(fn):
+    """--spec, repeatable: the patch specs a host carries (patch, unpatch, status, reconcile)."""
+    return click.option("--spec", "spec", metavar="PLAYBOOK", multiple=True,
+                        help="Patch spec playbook (a path, or the name of a shipped one); repeat it for several "
+                             "(one row per host and spec). Default: the host's `specs:`/`spec:`, then "
+                             "kimi-k25-eagle3.")(fn)
+
+
+def gpu_option(fn):
+    """--gpu-capability: what specs' `applies: gpu_capability` is decided from (patch, status, reconcile)."""
+    return click.option("--gpu-capability", metavar="MAJOR.MINOR", callback=_capability,
+                      help="The hosts' GPU compute capability (e.g. 12.0), for specs whose `applies:` names one, "
+                           "where nvidia-smi cannot tell (default: the host's `gpu_capability`, then nvidia-smi; "
+                           "without either such a spec is not-applicable).")(fn)
+
+
+def _capability(ctx, param, value):
+    if value is None:
+        return None
+    from provision.config.applies import normalise_capability
+    from provision.errors import ConfigError
+
+    try:
+        return normalise_capability(value, "--gpu-capability")
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message.split(": ", 1)[-1]) from None
 
 
 def install_options(fn):
@@ -363,10 +400,16 @@ def profile_option(when: str = ""):
 
 
 def load_spec(spec):
-    """The --spec playbook's patch spec, or None (each host's own `spec:`). Either way a broken
-    default playbook fails here, exit 2, before any host is touched."""
+    """The --spec playbook's patch spec (a list of them for a repeatable --spec), or None (each
+    host's own `specs:`/`spec:`). Either way a broken default playbook fails here, exit 2, before
+    any host is touched."""
     from provision.config.playbook import load_patch_spec
 
+    if isinstance(spec, (tuple, list)):
+        pspec = [load_patch_spec(s) for s in spec] or None
+        if pspec is None:
+            load_patch_spec(None)
+        return pspec
     pspec = load_patch_spec(spec) if spec else None
     if pspec is None:
         load_patch_spec(None)

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, install_options, load_spec,
-                                main, run_fleet, spec_option, transport_options)
+from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, gpu_option, install_options,
+                                load_spec, main, run_fleet, specs_option, transport_options)
 
 
 OVERLAY_HELP = {
@@ -21,16 +21,19 @@ OVERLAY_HELP = {
 
 def _patch_like(command: str):
     def deco(fn):
+        if command == "patch":  # unpatch takes our edit out wherever it is: applicability is not asked
+            fn = gpu_option(fn)
+
         @fleet_options
         @transport_options()
-        @spec_option
+        @specs_option
         @install_options
         @check_option
         @diff_option
         @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
         @click.option("--overlay", is_flag=True, help=OVERLAY_HELP[command])
         @functools.wraps(fn)
-        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, overlay, **kw):
+        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, overlay, gpu_capability=None, **kw):
             from provision.tasks.patch import do_patch
 
             pspec = load_spec(spec)
@@ -42,13 +45,16 @@ def _patch_like(command: str):
 
                 if diff:
                     raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
-                op_fn = do_overlay(pspec, check=check, remove=command == "unpatch", sglang_path=sglang_path,
-                                   python=python_, timeout=ctx.conn.command_timeout)
+                if pspec is not None and len(pspec) > 1:
+                    raise UsageError("--overlay stages one delegation spec's overlay: give one --spec")
+                op_fn = do_overlay(pspec[0] if pspec else None, check=check, remove=command == "unpatch",
+                                   sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
             else:
                 op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                                 python=python_, timeout=ctx.conn.command_timeout, **extra)
+                                 python=python_, timeout=ctx.conn.command_timeout, gpu_capability=gpu_capability,
+                                 **extra)
             code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
-                             columns=["host", "verdict", "version", "methods", "detail", "elapsed"])
+                             columns=["host", "spec", "verdict", "version", "methods", "detail", "elapsed"])
             sys.exit(code)
 
         return wrapped
@@ -69,8 +75,12 @@ def patch(ctx, verify_import=False):
     Methods the class already has natively are left alone; a broken hand patch
     (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
 
+    Every spec a host carries (`--spec`, repeatable, or the inventory's
+    `specs:`) in one remote call: one row per host and spec. A spec whose
+    `applies:` rules the host out is not-applicable (with the reason).
+
     \b
-    Verdicts: patched, unchanged, native, repaired, failed, unknown;
+    Verdicts: patched, unchanged, native, repaired, not-applicable, failed, unknown;
     with --overlay: staged, unchanged, native, failed.
     """
     return {"verify_import": verify_import}
@@ -86,9 +96,10 @@ def unpatch(ctx):
 @main.command()
 @fleet_options
 @transport_options()
-@spec_option
+@specs_option
+@gpu_option
 @install_options
-def status(ctx, spec, sglang_path, python_):
+def status(ctx, spec, gpu_capability, sglang_path, python_):
     """Show each host's SGLang version, install, patch state and server.
 
     \b
@@ -100,8 +111,10 @@ def status(ctx, spec, sglang_path, python_):
       stale       provision's block differs from the spec: `patch` re-renders it
       hand-patch  a hand patch (`cat >>`) that binds nothing: `patch` repairs it
       error       the file could not be judged (no SGLang, no such file, ...)
+      not-applicable  the spec's `applies:` rules the host out (the reason says why)
 
-    Exit 0 when every host is patched, native or overlay, 4 when a host is missing,
+    One row per host and spec (`--spec` repeatable, or the inventory's `specs:`).
+    Exit 0 when every row is patched, native, overlay or not-applicable, 4 when one is missing,
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the
     running server started before the file last changed.
@@ -110,7 +123,9 @@ def status(ctx, spec, sglang_path, python_):
 
     pspec = load_spec(spec)
     check_specs(ctx, pspec)
-    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
-    code = run_fleet(ctx, "status", fn, columns=["host", "verdict", "version", "install_kind", "server_state",
-                                                 "elapsed"], journal=False, exit_code=status_exit_code)
+    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout,
+                   gpu_capability=gpu_capability)
+    code = run_fleet(ctx, "status", fn, columns=["host", "spec", "verdict", "version", "install_kind",
+                                                 "server_state", "elapsed"], journal=False,
+                     exit_code=status_exit_code)
     sys.exit(code)

@@ -42,7 +42,9 @@ HOST_KEYS = {
     "known_hosts": "known_hosts file to check host keys against",
     "python": "interpreter that owns SGLang on the host",
     "sglang_path": "pin the sglang package directory (the one holding srt/)",
-    "spec": "patch spec playbook",
+    "spec": "patch spec playbook (short for specs: [NAME])",
+    "specs": "patch spec playbooks this host carries, a list (patch/status/unpatch/reconcile act on each)",
+    "gpu_capability": "the GPUs' compute capability (\"12.0\"), for specs' applies: where nvidia-smi cannot tell",
     "profile": "launch profile playbook",
     "offline": "host cannot download weights from a hub (true/false)",
     "sudo": "use sudo -n for file writes and process control (default: when user is not root)",
@@ -125,9 +127,48 @@ def _check_vars(path: str, mapping: Any, where: str, line: int | None) -> dict:
             raise _err(path, kline, f"{where}.{key}: expected a mapping")
         if key in ("offline", "sudo") and not isinstance(value, bool):
             raise _err(path, kline, f"{where}.{key}: expected true or false, got {value!r}")
-        if key not in ("args", "env", "offline", "sudo", "port", "node_rank") and not isinstance(value, str):
+        if key not in ("args", "env", "offline", "sudo", "port", "node_rank", "specs", "gpu_capability") \
+                and not isinstance(value, str):
             raise _err(path, kline, f"{where}.{key}: expected a string, got {type(value).__name__}")
-    return {k: _plain(v) for k, v in mapping.items()}
+    out = {k: _plain(v) for k, v in mapping.items()}
+    try:
+        return spec_vars(out, where)
+    except ConfigError as exc:
+        key = "specs" if "specs" in mapping else "gpu_capability"
+        at = mapping.line_of(key) if isinstance(mapping, LineDict) else None
+        raise _err(path, at or line, exc.message) from None
+
+
+def spec_vars(hv: dict, where: str) -> dict:
+    """One layer's `spec`/`specs`/`gpu_capability`, normalised: `spec: X` is short for `specs: [X]`
+    (both in one place is an error); `specs` is a list of names (an INI value may be "a,b");
+    `gpu_capability` is "MAJOR.MINOR". A more specific layer's `specs` replaces a less specific one's."""
+    out = dict(hv)
+    if "spec" in out and "specs" in out:
+        raise ConfigError(f"{where}: give `spec` or `specs`, not both")
+    if "spec" in out and out["spec"] is not None:
+        out["specs"] = [str(out["spec"])]
+    elif "specs" in out:
+        raw = out["specs"]
+        if isinstance(raw, str):
+            raw = [x.strip() for x in raw.strip().strip("[]").split(",") if x.strip().strip("'\"")]
+            raw = [x.strip("'\"") for x in raw]
+        if not isinstance(raw, list) or not raw or not all(isinstance(x, str) and x for x in raw):
+            raise ConfigError(f"{where}.specs: expected a non-empty list of spec names, got {hv['specs']!r}")
+        if len(set(raw)) != len(raw):
+            raise ConfigError(f"{where}.specs: a spec is listed twice: {raw!r}")
+        out["specs"] = list(raw)
+        out["spec"] = raw[0]
+    if out.get("gpu_capability") is not None:
+        from provision.config.applies import normalise_capability
+
+        out["gpu_capability"] = normalise_capability(out["gpu_capability"], f"{where}.gpu_capability")
+    return out
+
+
+def host_spec_names(host: "Host") -> list:
+    """The spec names a host carries (`specs:`, `spec:`), or [None] (the default spec)."""
+    return list(host.get("specs") or ([host.get("spec")] if host.get("spec") else [None]))
 
 
 def _plain(v: Any) -> Any:
@@ -315,7 +356,7 @@ def _ansible_vars(raw: dict, path: str, notes: "_Notes", who: str = "") -> dict:
             out[key] = value
         else:
             notes.plain.add(key)
-    return out
+    return spec_vars(out, where)
 
 
 def _finish(inv: Inventory, notes: "_Notes") -> Inventory:

@@ -137,10 +137,13 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if applies is not None:
         from provision.host.engine.spec import EngineError, validate_applies
 
+        from provision.config.applies import parse_applies
+
         try:
             applies = validate_applies(applies)
         except EngineError as exc:
             raise ConfigError(f"{path}: patch: {exc.message}") from None
+        applies = parse_applies(applies, f"{path}: patch.applies")  # the specifiers as `packaging` reads them
     if kind != "delegate":
         file = data.get("file")
         if not isinstance(file, str):

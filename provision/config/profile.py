@@ -18,7 +18,7 @@ from provision.config.keys import check_keys
 from provision.errors import ConfigError
 
 PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
-                "offline", "fix", "container"}
+                "offline", "fix", "container", "requires"}
 CONTAINER_KEYS = {"runtime", "image", "name", "gpus", "ipc", "shm_size", "network", "volumes", "run_args"}
 RUNTIMES = ("docker", "podman")
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -112,6 +112,7 @@ class Profile:
     grace: float = 30.0
     fix: str = "edit"
     container: Container | None = None
+    requires: tuple = ()   # patch specs (names) that must be in place where they apply: launch preflight checks
 
     @property
     def port(self) -> int:
@@ -177,6 +178,11 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         if k.upper() in SECRET_ENV:
             raise ConfigError(f"{path}: env.{k} is a secret: set it in provision's environment "
                               f"(PROVISION_{k.upper()}) instead of a file")
+    requires = launch.get("requires") or []
+    if not isinstance(requires, list) or not all(isinstance(r, str) and r for r in requires):
+        raise ConfigError(f"{path}: launch.requires: expected a list of patch spec names, got {requires!r}")
+    if len(set(requires)) != len(requires):
+        raise ConfigError(f"{path}: launch.requires: a spec is listed twice: {requires!r}")
     keep = launch.get("keep_logs", 5)
     if not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"{path}: launch.keep_logs: expected a whole number >= 1")
@@ -191,7 +197,8 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
     prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"), fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
-                   health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)))
+                   health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)),
+                   requires=tuple(requires))
     if launch.get("container") is not None:
         prof = Profile(**{**prof.__dict__, "container": build_container(launch["container"],
                                                                          f"{path}: launch.container", prof.port)})
@@ -272,12 +279,17 @@ def host_profile(host, profile: str | None = None, overrides: dict | None = None
     """(Profile, the playbook's patch spec or None) for one inventory host: the playbook named by
     `profile` (else the host's `profile:`, else the default), its `launch:` merged with the host's
     variables and `overrides`. ConfigError when the playbook has no `launch:` section."""
-    from provision.config.playbook import load_playbook
+    from provision.config.playbook import load_patch_spec, load_playbook
 
     pb = load_playbook(profile or host.get("profile"))
     if pb.launch is None:
         raise ConfigError(f"{pb.path}: has no `launch:` section, so it cannot be used as a launch profile")
     prof = build_profile(pb.launch, pb.path, pb.name, host.vars, dict(overrides or {}))
+    for name in prof.requires:  # a required spec that does not load is this profile's error (exit 2)
+        try:
+            load_patch_spec(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{pb.path}: launch.requires: {name}: {exc.message}") from None
     if python:
         prof = Profile(**{**prof.__dict__, "python": python})
     return prof, pb.patch

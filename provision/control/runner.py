@@ -184,11 +184,13 @@ def read_sudo_password(path: str | None, warnings: list[str]) -> bytes | None:
     return line
 
 
-HostFn = Callable[[Host, Transport, "Fleet"], HostResult]
+# A host function returns one HostResult, or one per spec (patch, status, ...: one row per host and spec).
+HostFn = Callable[[Host, Transport, "Fleet"], "HostResult | list[HostResult]"]
 
 
-def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult:
+def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult | list[HostResult]:
     t0 = time.monotonic()
+    res: HostResult | list[HostResult]
     session = None
     try:
         session = fleet.session(host)
@@ -206,18 +208,21 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult:
         if session is not None:
             fleet.track(session, False)
             session.close()
-    if session is not None:
-        res.data.setdefault("transport", session.kind)  # ssh, local or container
-        if session.kind == "container":
-            res.host = session.label  # HOST/NAME: the container's file is not the host's
-    res.elapsed = round(time.monotonic() - t0, 3)
+    elapsed = round(time.monotonic() - t0, 3)
+    for r in (res if isinstance(res, list) else [res]):
+        if session is not None:
+            r.data.setdefault("transport", session.kind)  # ssh, local or container
+            if session.kind == "container":
+                r.host = session.label  # HOST/NAME: the container's file is not the host's
+        r.elapsed = elapsed
     return res
 
 
 def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
               on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
-    """Run fn on every host, at most ``forks`` at once; results in inventory order."""
-    results: dict[str, HostResult] = {}
+    """Run fn on every host, at most ``forks`` at once; results in inventory order (a host whose
+    fn returns several rows, one per spec, gives them in the fn's order)."""
+    results: dict[str, list[HostResult]] = {}
     forks = max(1, min(fleet.opts.forks, len(hosts) or 1))
     pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
     try:
@@ -230,10 +235,12 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
     futs = {pool.submit(run_one, fleet, h, fn): h for h in hosts}
     try:
         for fut in as_completed(futs):
-            res = fut.result()
-            results[futs[fut].name] = res
+            got = fut.result()
+            rows = got if isinstance(got, list) else [got]
+            results[futs[fut].name] = rows
             if on_result is not None:
-                on_result(res)
+                for res in rows:
+                    on_result(res)
     except KeyboardInterrupt:
         # Ctrl-C: hosts not started never start; hosts mid-step stop waiting at once (their
         # outcome is "unknown") and are reported; then the interrupt goes on up.
@@ -243,7 +250,9 @@ def run_hosts(fleet: Fleet, hosts: list[Host], fn: HostFn,
         done, _ = wait(pending, timeout=(fleet.opts.connect_timeout or sshconfig.DEFAULT_CONNECT_TIMEOUT) + 5)
         for fut in pending:
             if fut in done and not fut.cancelled() and fut.exception() is None and on_result is not None:
-                on_result(fut.result())
+                got = fut.result()
+                for res in (got if isinstance(got, list) else [got]):
+                    on_result(res)
         raise
     pool.shutdown(wait=True)
-    return [results[h.name] for h in hosts]
+    return [r for h in hosts for r in results[h.name]]

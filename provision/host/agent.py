@@ -15,7 +15,7 @@ from provision.host.lib import failpoints
 
 # op -> the ops module (provision.host.ops.<name>) whose OPS table has it
 OP_MODULES = {
-    "discover": "patch", "status": "patch", "patch": "patch", "unpatch": "patch",
+    "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch", "unpatch": "patch",
     "preflight": "server", "start": "server", "stop": "server", "probe": "server",
     "server_status": "server", "logs": "server", "smoke": "server",
     "audit": "audit",

@@ -191,6 +191,8 @@ class DiscoverAnswer(Answer, total=False):
 
 class StatusRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `patches` holds one view each
+    gpu: bool                  # also report the GPUs' compute capability (answer `gpu`)
     port: Optional[int]
     health_timeout: float
 
@@ -198,6 +200,8 @@ class StatusRequest(Request, total=False):
 class StatusAnswer(Answer, total=False):
     containers: "ContainersFacts"  # running SGLang-server containers (transport section, below)
     patch: Inspection
+    patches: List["SpecStatus"]
+    gpu: "GpuInfo"
     overlay: Optional["OverlayStage"]  # the overlay staged for this install (ops/overlay.status)
     server_fixes: Dict[str, str]       # pid -> the fix that server uses (engine/overlay.fix_in_use)
     restart_needed: List[int]
@@ -208,20 +212,27 @@ class StatusAnswer(Answer, total=False):
 
 class PatchRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `results` holds one answer each
     verify_import: bool
     actor: Optional[str]       # unpatch: who (user@control-host), recorded on the host
 
 
 class PatchAnswer(Answer, total=False):
     result: FileResult
+    spec: str                  # in `results`: the spec this answer is for
+    results: List["PatchAnswer"]
 
 
 # --------------------------------------------------------------------------- fleet ops
 
 class ReconcileRequest(Request, total=False):
     spec: Spec
+    specs: List[Spec]          # several specs: the answer's `results` holds one answer each
     include_held: bool
     block_shas: List[str]
+    spec_block_shas: Dict[str, List[str]]  # with specs: each spec's block_shas, by name
+    pending: List[str]         # specs whose applies: needs this host's facts: fast path only, else "pending"
+    gpu: bool                  # with pending: also the GPUs' compute capability (answer `gpu`)
 
 
 class ReconcileAnswer(Answer, total=False):
@@ -247,6 +258,8 @@ class ReconcileAnswer(Answer, total=False):
     overlay: "OverlayStage"    # overlay mode: the overlay as reconcile left it (ops/reconcile._overlay)
     classifier_input: Dict[str, Any]
     elapsed: float
+    results: List["ReconcileAnswer"]
+    gpu: "GpuInfo"             # with pending (and gpu asked): what applies: is decided from
     package: "PackageInfo"     # full path: the package the spec's file was found in
 
 
@@ -291,6 +304,8 @@ class ServerRequest(Request, total=False):
     port: Optional[int]
     spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
     specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
+    patch_specs: List[Dict[str, Any]]  # preflight: every spec that must be in place (the playbook's and
+                                       # the profile's `requires:` that apply)
     profile: Dict[str, Any]
     profile_name: str
     profile_digest: str
@@ -398,9 +413,38 @@ class SmokeAnswer(Answer, total=False):
     spec_accept_rate: Optional[float]
 
 
+# --------------------------------------------------------------------------- several specs per host
+
+class GpuInfo(TypedDict, total=False):
+    """facts/gpu.compute_capability: the GPUs' compute capabilities (nvidia-smi)."""
+    capabilities: List[str]    # distinct, in GPU order ("12.0"); empty when unknown
+    count: int                 # GPUs listed
+    source: Optional[str]      # the nvidia-smi that was run
+    unknown: Optional[str]     # why the capability cannot be told (no nvidia-smi, ...)
+
+
+class FactsRequest(Request, total=False):
+    """The `facts` op (ops/hostfacts.py): what `applies:` is decided from, before a patch."""
+    gpu: bool                  # ask nvidia-smi (packages: Request's, their versions beside the chosen SGLang)
+
+
+class FactsAnswer(Answer, total=False):
+    gpu: GpuInfo
+
+
+class SpecStatus(TypedDict, total=False):
+    """status with `specs`: one spec's view of its file."""
+    spec: str
+    patch: Inspection
+    restart_needed: List[int]
+    overlay: Optional["OverlayStage"]
+    server_fixes: Dict[str, str]
+
+
 # op name -> (request type, answer type): the table tasks/ and the agent agree on
 OPS: Dict[str, Any] = {
     "discover": (DiscoverRequest, DiscoverAnswer), "status": (StatusRequest, StatusAnswer),
+    "facts": (FactsRequest, FactsAnswer),
     "patch": (PatchRequest, PatchAnswer), "unpatch": (PatchRequest, PatchAnswer),
     "reconcile": (ReconcileRequest, ReconcileAnswer), "backups": (BackupsRequest, BackupsAnswer),
     "restore": (RestoreRequest, RestoreAnswer), "audit": (AuditRequest, AuditAnswer),

@@ -12,7 +12,7 @@ from provision import __version__
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: F401
 from provision.output.results import CHANGED_VERDICTS, HostResult
 
-STYLE = {"patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",
+STYLE = {"not-applicable": "dim", "patched": "green", "repaired": "green", "unpatched": "green", "unchanged": "dim", "native": "cyan",
          "absent": "dim", "failed": "bold red", "unknown": "bold yellow", "ready": "green", "running": "green",
          "stopped": "green", "crashed": "bold red", "timeout": "bold red", "skipped": "yellow",
          "missing": "yellow", "stale": "yellow", "hand-patch": "bold yellow", "error": "bold red",
@@ -40,6 +40,8 @@ def host_line(r: HostResult, check: bool = False) -> str:
     parts = [r.host, verdict]
     if r.version:
         parts.append(f"sglang {r.version}")
+    if r.data.get("spec"):
+        parts.append(f"spec {r.data['spec']}")
     if r.file:
         parts.append(r.file)
     if r.added:
@@ -54,7 +56,16 @@ def summary_line(results: list[HostResult]) -> str:
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     body = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{len(results)} host{'s' if len(results) != 1 else ''}: {body or 'none'}"
+    return f"{count_label(results)}: {body or 'none'}"
+
+
+def count_label(results: list[HostResult]) -> str:
+    """"3 hosts", or with several specs per host "2 hosts, 5 host-specs" (one row each). Pure."""
+    hosts = len(dict.fromkeys(r.host for r in results))
+    label = f"{hosts} host{'s' if hosts != 1 else ''}"
+    if len(results) != hosts:
+        label += f", {len(results)} host-specs"
+    return label
 
 
 def to_document(command: str, results: Iterable[HostResult], code: int, extra: dict | None = None) -> str:

@@ -48,12 +48,25 @@ def sandbox() -> None:
               help="Set podman up on each (namespace) host: its own /etc/containers (runc, cgroupfs), and the "
                    "SGLang images laid out as the official ones (localhost/provision-sglang:vVERSION, the "
                    "stand-in server inside), built once (about a minute) and shared read-only.")
+@click.option("--gpu-capability", metavar="MAJOR.MINOR",
+              help="Give each (namespace) host a stand-in nvidia-smi reporting 8 GPUs of this compute capability "
+                   "(e.g. 12.0), in the host's own mount namespace: what specs' applies: is decided from.")
 @base_dir_option
 def up(count: int, version: str, layout: str, first_address: str, port: int, systemd_: bool, podman_: bool,
-       base_dir: str) -> None:
+       gpu_capability: str | None, base_dir: str) -> None:
     """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
     if systemd_ and podman_:
         _fail("--podman is for namespace hosts: leave out --systemd", EXIT_USAGE)
+    if gpu_capability is not None:
+        if systemd_:
+            _fail("--gpu-capability is for namespace hosts: leave out --systemd", EXIT_USAGE)
+        from provision.config.applies import normalise_capability
+        from provision.errors import ConfigError
+
+        try:
+            gpu_capability = normalise_capability(gpu_capability, "--gpu-capability")
+        except ConfigError as exc:
+            _fail(exc.message, EXIT_USAGE)
     problems = Sandbox.check_prereqs()
     if problems:
         _fail("the sandbox cannot run here: " + "; ".join(problems), EXIT_USAGE)
@@ -65,7 +78,7 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
         _fail(f"--first-address {first_address} (+{count - 1}) must stay inside 127.0.0.0/8", EXIT_USAGE)
     specs = [HostSpec(name=f"sbx{i + 1}", address=str(first + i), port=port,
                       sglang=None if layout == "none" else version, layout=layout,
-                      kind="systemd" if systemd_ else "namespaces", podman=podman_)
+                      kind="systemd" if systemd_ else "namespaces", podman=podman_, gpu_capability=gpu_capability)
              for i in range(count)]
     box = Sandbox(base_dir)
     from provision.sandbox.images import ImageUnavailable

@@ -252,6 +252,16 @@ def setup(fsdir, hostname, mounts):
     libc = ctypes.CDLL(None, use_errno=True)
     sources = []
     for item in mounts:  # "TARGET=SUB" (SUB under fsdir, or an absolute path), "ro:" first: read-only
+        if item.startswith("+"):
+            # "+/usr/bin=gpu-bin": a read-only overlay of the host's dir over this machine's
+            # (the stand-in nvidia-smi), in this host's mount namespace only; first, while
+            # fsdir is still reachable by name (lowerdir takes paths).
+            target, sub = item[1:].split("=", 1)
+            opts = ("lowerdir=%s:%s" % (os.path.join(fsdir, sub), target)).encode()
+            if libc.mount(b"overlay", target.encode(), b"overlay", 0, opts) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, "overlay over %s failed: %s" % (target, os.strerror(err)))
+            continue
         ro = item.startswith("ro:")
         target, sub = item[3 if ro else 0:].split("=", 1)
         sources.append((target, os.open(os.path.join(fsdir, sub), os.O_PATH | os.O_DIRECTORY), ro))
@@ -389,6 +399,7 @@ class HostSpec:
     kind: str = "namespaces"  # or "systemd" (see KINDS)
     flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
     podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
+    gpu_capability: str | None = None  # a stand-in nvidia-smi reporting 8 GPUs of this compute capability
 
     def __post_init__(self) -> None:
         if self.podman and self.kind != "namespaces":
@@ -814,6 +825,28 @@ class SandboxHost:
 
 
 _PY_VERSION: list[str] = []
+
+
+# The stand-in nvidia-smi of a sandbox host with a GPU capability: what provision asks of the
+# real one (the GPUs' compute capability; the GPU list and busy processes for the launch
+# preflight), for 8 GPUs, none busy. There are no GPUs: it says so in its own name only.
+NVIDIA_SMI = """#!/bin/sh
+# provision sandbox: a stand-in nvidia-smi (there is no GPU here; see provision/sandbox/hosts.py)
+case "$*" in
+  *--query-gpu=compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo "{cap}"; done ;;
+  *--query-compute-apps*) ;;
+  *-L*) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sandbox-$i)"; done ;;
+  *) echo "NVIDIA-SMI stand-in (provision sandbox): 8 GPUs, compute capability {cap}" ;;
+esac
+"""
+
+
+def _standin_nvidia_smi(directory: Path, capability: str) -> None:
+    directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755)
+    smi = directory / "nvidia-smi"
+    smi.write_text(NVIDIA_SMI.format(cap=capability))
+    os.chmod(smi, 0o755)
 
 
 def _system_python_version() -> str:
@@ -1256,6 +1289,9 @@ class Sandbox:
                        check=True, capture_output=True)
         (etc_ssh / "sshd_config").write_text(SSHD_CONFIG.format(name=spec.name))
         extra_mounts = _podman_setup(fs / PODMAN_ETC_SUB) if spec.podman else []
+        if spec.gpu_capability:
+            _standin_nvidia_smi(fs / "gpu-bin", spec.gpu_capability)
+            extra_mounts.insert(0, "+/usr/bin=gpu-bin")
 
         log = state / "host.log"
         unshare_pid = _spawn_detached(

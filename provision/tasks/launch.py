@@ -20,6 +20,7 @@ from provision.config.profile import Profile, host_profile
 from provision.control.transport.base import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.output.results import HostResult
+from provision.tasks import specs as multi
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import LogsAnswer, PreflightAnswer, ProbeAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer, StopAnswer
@@ -54,6 +55,7 @@ class LaunchOptions:
     overlay: bool = False       # launch --overlay (or the profile's `fix: overlay`): no file is edited
     overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
     overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
+    gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
     # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
@@ -387,8 +389,21 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
                       f"`provision stop` the server's hosts")
 
 
+def required_specs(spec, prof: Profile) -> list:
+    """The specs a launch needs in place: the playbook's own patch spec, then the profile's
+    `requires:` (names; loaded when the profile was), each once."""
+    from provision.tasks.specs import _load
+
+    out = [spec] if spec is not None else []
+    for name in prof.requires:
+        s = _load(name)
+        if all(x.name != s.name for x in out):
+            out.append(s)
+    return out
+
+
 def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
-    from provision.tasks.patch import request_for, result_from_answer
+    from provision.tasks.patch import do_patch
 
     def fn(host: Host, session, fleet) -> HostResult:
         try:
@@ -408,19 +423,32 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         t0 = time.monotonic()
         notes: list[str] = []
         opts.stages[host.name] = "preflight"
-        if opts.patch and spec is not None:
+        wanted = required_specs(spec, prof)
+        checked, skipped = wanted, []
+        if any(multi.applies_of(s) for s in wanted):
+            checked, skipped, _ = multi.applicable(session, host, fleet, wanted, opts.gpu_capability,
+                                                   sglang_path=opts.sglang_path, python=opts.python)
+        for r in skipped:
+            display.message(host.name, f"requires {r.data['spec']}: not applicable ({r.detail})")
+        if opts.patch and checked:
             opts.stages[host.name] = "patching"
-            ans = session.call(request_for("patch", host, spec, sglang_path=opts.sglang_path, python=opts.python),
-                               timeout=300, sudo=sudo)
-            pres = result_from_answer(host.name, ans)
-            if pres.failed:
-                return pres
-            display.message(host.name, f"patch: {pres.verdict}")
+            rows = do_patch("patch", checked, sglang_path=opts.sglang_path, python=opts.python,
+                            decided=True)(host, session, fleet)
+            for pres in rows:
+                if pres.failed:
+                    pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
+                    return pres
+                display.message(host.name, f"patch: {pres.verdict}" + (f" ({pres.data.get('spec')})"
+                                                                       if len(rows) > 1 else ""))
             opts.stages[host.name] = "preflight"
         overlay = uses_overlay(prof, opts)
         pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
+        extra = {}
+        if overlay:  # the overlay holds a module for each delegation spec that must be in place
+            extra["specs"] = [s.to_engine() for s in checked if getattr(s, "kind", "delegate") == "delegate"]
         pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
-                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull),
+                                patch_specs=[s.to_engine() for s in checked],
+                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull, **extra),
                            timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull,
                            sudo=sudo)
         if not pre.get("ok"):

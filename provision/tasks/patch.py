@@ -13,7 +13,8 @@ from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
-    from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, StatusAnswer,
+    from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, SpecStatus,
+                                         StatusAnswer,
                                          StatusRequest)
 
 
@@ -94,7 +95,7 @@ def package_note(pkg: dict) -> str:
     return f"file in package {pkg.get('name')} {pkg.get('version') or '(version unknown)'} at {pkg.get('dir')}"
 
 
-STATUS_WANTED = {"patched", "native", "overlay"}
+STATUS_WANTED = {"patched", "native", "overlay", "not-applicable"}  # not-applicable: `applies:` rules it out
 STATUS_DUE = {"missing", "stale", "hand-patch"}   # `provision patch` would change the file (exit 4)
 
 
@@ -279,25 +280,65 @@ def server_survivors_text(ours: dict) -> str:
             "`provision stop` ends them")
 
 
-def do_patch(op: str, spec: PatchSpec | None, *, check=False, diff=False, force=False, sglang_path=None, python=None,
-             verify_import=False, timeout=300.0):
-    def fn(host: Host, session, fleet) -> HostResult:
-        hspec = spec or load_patch_spec(host.get("spec"))
-        req = request_for(op, host, hspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
-                          python=python, verify_import=verify_import)
-        answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        res = result_from_answer(host.name, answer, check=check)
-        res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal
-        return res
+def _spec_rows(host: str, answer: dict, specs: list[PatchSpec], one) -> list[HostResult]:
+    """One row per spec from a several-spec answer (`results`, in the order sent). An answer
+    without them (discovery failed, no install, the owner interpreter could not run) is the
+    same error for each spec."""
+    parts = answer.get("results")
+    rows = []
+    for i, spec in enumerate(specs):
+        part = dict(parts[i]) if parts and i < len(parts) else {k: answer.get(k) for k in ("ok", "error")}
+        part["facts"] = answer.get("facts") or {}
+        r = one(host, part)
+        r.data["spec"], r.data["spec_hash"] = spec.name, spec.sha  # for the journal and the spec column
+        rows.append(r)
+    return rows
+
+
+def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False, diff=False, force=False,
+             sglang_path=None, python=None, verify_import=False, timeout=300.0, gpu_capability=None, decided=False):
+    """patch / unpatch of every spec a host carries: one row per host and spec. Specs whose
+    `applies:` rule them out are `not-applicable` (patch only: unpatch takes our edit out
+    wherever it is; `decided`: the caller has already ruled them out)."""
+    from provision.tasks import specs as multi
+
+    given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
+
+    def fn(host: Host, session, fleet) -> list[HostResult]:
+        hspecs = multi.specs_for(host, given)
+        rows: list[HostResult] = []
+        todo = hspecs
+        if op == "patch" and not decided:
+            todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, sglang_path=sglang_path,
+                                             python=python)
+        if todo:
+            req = request_for(op, host, None, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                              python=python, verify_import=verify_import)
+            req["specs"] = [s.to_engine() for s in todo]
+            answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+            rows += _spec_rows(host.name, answer, todo,
+                               lambda h, part: result_from_answer(h, part, check=check))
+        return multi.in_order(hspecs, rows)
 
     return fn
 
 
-def do_status(spec: PatchSpec | None, *, sglang_path=None, python=None, timeout=120.0):
-    def fn(host: Host, session, fleet) -> HostResult:
-        hspec = spec or load_patch_spec(host.get("spec"))
+def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, sglang_path=None, python=None, timeout=120.0,
+              gpu_capability=None):
+    """status of every spec a host carries, in one call (with the facts `applies:` needs):
+    one row per host and spec."""
+    from provision.tasks import specs as multi
+
+    given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
+
+    def fn(host: Host, session, fleet) -> list[HostResult]:
+        hspecs = multi.specs_for(host, given)
         req: StatusRequest = {"op": "status", "sglang_path": sglang_path or host.get("sglang_path"),
-                              "python": python or host.get("python"), "spec": hspec.to_engine()}
+                              "python": python or host.get("python"), "specs": [s.to_engine() for s in hspecs],
+                              "gpu": multi.wants_gpu(hspecs, host, gpu_capability)}
+        pk = multi.packages_wanted(hspecs)
+        if pk:
+            req["packages"] = pk  # discovery reports their versions
         try:
             from provision.config.profile import host_profile
 
@@ -306,6 +347,26 @@ def do_status(spec: PatchSpec | None, *, sglang_path=None, python=None, timeout=
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        return status_from_answer(host.name, answer)
+        no: dict[str, str] = {}
+        if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
+            _, no = multi.split(hspecs, multi.host_view(answer, host, gpu_capability))
+        parts = answer.get("patches") or []
+        rows = []
+        for i, s in enumerate(hspecs):
+            if s.name in no:
+                rows.append(multi.not_applicable(host.name, s, no[s.name], answer.get("facts")))
+                continue
+            one: StatusAnswer = dict(answer)  # type: ignore[assignment]
+            part: SpecStatus = parts[i] if i < len(parts) else {}
+            one["patch"] = part.get("patch") or {}
+            one["restart_needed"] = part.get("restart_needed") or []
+            one["overlay"] = part.get("overlay")
+            one["server_fixes"] = part.get("server_fixes") or {}
+            if rows:  # the host's containers are said once, on its first row
+                one["containers"] = {}
+            r = status_from_answer(host.name, one)
+            r.data["spec"] = s.name
+            rows.append(r)
+        return rows
 
     return fn

@@ -28,7 +28,7 @@ _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
 # Hosts in these states need a human: they make the run exit 3 like a failure.
 ATTENTION = {"foreign-edit", "blocked-git"}
-VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "foreign-edit": "foreign-edit",
+VERDICT_OF_STATE = {"unchanged": "unchanged", "native": "native", "not-applicable": "not-applicable", "foreign-edit": "foreign-edit",
                     "blocked-git": "blocked-git", "held": "held", "missing-file": "failed", "error": "failed"}
 
 
@@ -115,13 +115,64 @@ def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=No
 
 
 def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
-                 full=False, include_held=False):
-    def fn(host, session, fleet) -> HostResult:
-        hspec = spec or _spec(host.get("spec"))
-        req = request(hspec, host, check=check, force=force, sglang_path=sglang_path, python=python, full=full,
-                      include_held=include_held)
-        ans = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        return result_from_answer(host.name, ans, check=check, spec=hspec)
+                 full=False, include_held=False, gpu_capability=None):
+    """Every spec a host carries, in one reconcile call: one row per host and spec.
+
+    A spec whose `applies:` needs the host's facts goes in the same call as "pending": its file
+    exactly as our last write left it is `unchanged` there and then (no discovery, as for any
+    spec); otherwise the answer brings the facts, the spec is decided here, and the ones that
+    apply go in one more call on the same connection."""
+    from provision.tasks import specs as multi
+
+    given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
+
+    def call(host, session, fleet, todo, pending=()) -> dict:
+        req = request(todo[0], host, check=check, force=force, sglang_path=sglang_path, python=python,
+                      full=full, include_held=include_held)
+        del req["spec"], req["block_shas"]
+        req["specs"] = [s.to_engine() for s in todo]
+        req["spec_block_shas"] = {s.name: list(block_shas(s)) for s in todo}
+        if pending:
+            req["pending"] = [s.name for s in pending]
+            req["gpu"] = multi.wants_gpu(list(pending), host, gpu_capability)
+        return call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+
+    def parts_of(ans: dict, todo: list) -> list:
+        parts = ans.get("results")
+        return [parts[i] if parts and i < len(parts) else {k: ans.get(k) for k in ("ok", "error", "facts")}
+                for i in range(len(todo))]
+
+    def fn(host, session, fleet) -> list[HostResult]:
+        hspecs = multi.specs_for(host, given)
+        stated = multi.gpu_given(host, gpu_capability) is not None
+        ask = [s for s in hspecs if multi.needs_host(multi.applies_of(s), stated)]
+        rows: list[HostResult] = []
+        # what can be decided without the host (no applies:, or only a stated GPU)
+        known, no = multi.split([s for s in hspecs if s not in ask],
+                                multi.host_view({}, host, gpu_capability) if stated else None)
+        rows += [multi.not_applicable(host.name, s, no[s.name]) for s in hspecs if s.name in no]
+        todo = known + ask
+        if not todo:
+            return multi.in_order(hspecs, rows)
+        ans = call(host, session, fleet, todo, pending=ask)
+        later: list = []
+        for s, part in zip(todo, parts_of(ans, todo)):
+            if part.get("state") == "pending":
+                later.append(s)
+            else:
+                rows.append(result_from_answer(host.name, part, check=check, spec=s))
+        err = (ans.get("facts") or {}).get("error")
+        if later and err:  # no install to decide them on: the same failure for each
+            rows += [result_from_answer(host.name, {"ok": False, "error": err}, check=check, spec=s) for s in later]
+            later = []
+        if later:
+            ok, no = multi.split(later, multi.host_view(ans, host, gpu_capability))
+            rows += [multi.not_applicable(host.name, s, no[s.name], ans.get("facts")) for s in later if s.name in no]
+            if ok:
+                ans2 = call(host, session, fleet, ok)
+                rows += [result_from_answer(host.name, part, check=check, spec=s)
+                         for s, part in zip(ok, parts_of(ans2, ok))]
+        return multi.in_order(hspecs, rows)
 
     return fn
 
@@ -188,6 +239,16 @@ def needs_restart(r: HostResult) -> bool:
     return bool(r.data.get("restart_needed")) and not r.failed and r.verdict != "deferred"
 
 
+def row_per_host(results: list[HostResult]) -> dict[str, HostResult]:
+    """{host: the row a host's restart is reported on}: with several specs per host, the first
+    row whose file changed under a running server, else the host's first row. Pure."""
+    out: dict[str, HostResult] = {}
+    for r in results:
+        if r.host not in out or (needs_restart(r) and not needs_restart(out[r.host])):
+            out[r.host] = r
+    return out
+
+
 # --------------------------------------------------------------------------- restart planning (pure)
 
 def window_clock():
@@ -226,7 +287,7 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
     from provision.control import plan
 
     by_name = {h.name: h for h in hosts}
-    need = [by_name[r.host] for r in results if needs_restart(r) and r.host in by_name]
+    need = [by_name[n] for n in dict.fromkeys(r.host for r in results if needs_restart(r) and r.host in by_name)]
     notes: dict[str, str] = {}
     if not need:
         return [], notes
@@ -259,10 +320,13 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     from provision.output.progress import Display
     from provision.control.runner import run_hosts
 
-    by_name = {r.host: r for r in results}
+    by_name = row_per_host(results)
     clock = clock or window_clock()
     # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--spec, else the
-    # host's `spec:`), not one re-rendered from the profile's playbook.
+    # host's `spec:`), not one re-rendered from the profile's playbook. Of several --spec, the
+    # overlay is the delegation spec's (the other kinds have none).
+    if isinstance(spec, list):
+        spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)
     opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
                          overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     everyone = [h for b in batches for h in b]
@@ -333,12 +397,14 @@ def summary_line(results: list[HostResult]) -> str:
             failed += 1
             continue
         counts[label(r)] = counts.get(label(r), 0) + 1
-    order = ["unchanged", "re-patched", "to re-patch", "native", "held", "foreign-edit", "blocked-git", "deferred"]
+    order = ["unchanged", "re-patched", "to re-patch", "native", "not-applicable", "held", "foreign-edit", "blocked-git", "deferred"]
     keys = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
     body = ", ".join(f"{counts[k]} {k}" for k in keys) or "none ok"
-    line = f"reconcile: {len(results)} host{'s' if len(results) != 1 else ''}: {body}; {failed} failed"
+    from provision.output.report import count_label
+
+    line = f"reconcile: {count_label(results)}: {body}; {failed} failed"
     rs: dict[str, int] = {}
-    for r in results:
+    for r in row_per_host(results).values():
         if r.data.get("restart"):
             v = r.data["restart"]["verdict"]
             rs[v] = rs.get(v, 0) + 1
@@ -354,6 +420,8 @@ def host_line(r: HostResult) -> str:
     parts = [r.host, label(r) if r.verdict in ("patched", "repaired") else r.verdict]
     if r.version:
         parts.append(f"sglang {r.version}")
+    if r.data.get("spec"):
+        parts.append(f"spec {r.data['spec']}")
     if r.file:
         parts.append(r.file)
     if r.detail:

@@ -15,7 +15,8 @@ SYMM = "srt/distributed/device_communicators/all_reduce_utils.py"
 
 @pytest.fixture(scope="module")
 def sm120_host(sandbox_factory):
-    host = sandbox_factory.host("sm120", sglang="0.5.9", layout="venv", flashinfer="0.6.3")
+    # gpu_capability: a stand-in nvidia-smi saying 12.0, so the specs' `applies:` holds
+    host = sandbox_factory.host("sm120", sglang="0.5.9", layout="venv", flashinfer="0.6.3", gpu_capability="12.0")
     yield host
     sandbox_factory.remove(host)
 
@@ -67,7 +68,7 @@ def test_patch_again_unpatch_over_sshd(sm120_host, ssh_env, spec, key):
 
 
 def test_a_host_without_flashinfer_is_told_so(sandbox_factory, ssh_env):
-    host = sandbox_factory.host("nofi", sglang="0.5.9", layout="venv")
+    host = sandbox_factory.host("nofi", sglang="0.5.9", layout="venv", gpu_capability="12.0")
     try:
         proc = run("patch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-flashinfer-allreduce-fusion")
         assert proc.returncode == 3, (proc.stdout, proc.stderr)
@@ -96,7 +97,7 @@ def test_reconcile_puts_the_flashinfer_fix_back_after_a_reinstall(sm120_host, ss
 
 
 def test_the_latest_release_still_needs_the_symm_mem_entry(sandbox_factory, ssh_env):
-    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv")
+    host = sandbox_factory.host("sm120new", sglang="0.5.23", layout="venv", gpu_capability="12.0")
     try:
         path = host.hostpath(f"{host.sglang_dir}/{SYMM}")
         before = path.read_bytes()

@@ -19,11 +19,14 @@ def _value(opt: click.Option):
     special = {"inventory": "inv.yaml", "window": "02:00-05:00", "serial": "2",
                "spec": "kimi-vl-eagle3", "profile": "kimi-k25-eagle3", "sglang_path": "/opt/x/sglang",
                "python_": "/opt/venv/bin/python", "identity": "keys/id_ed25519", "ssh_config": "ssh/config",
-               "known_hosts": "ssh/known_hosts", "sudo_password_file": "secret/sudo.txt", "user": "ops"}
+               "known_hosts": "ssh/known_hosts", "sudo_password_file": "secret/sudo.txt", "user": "ops",
+               "gpu_capability": "12.0"}
     if opt.is_flag and opt.secondary_opts:
         return ["--no-sudo"], False
     if opt.is_flag:
         return [opt.opts[-1]], True
+    if opt.multiple and opt.name == "spec":  # repeatable --spec: two shipped specs
+        return [opt.opts[-1], "kimi-vl-eagle3", opt.opts[-1], "kimi-k25-eagle3"], ("kimi-vl-eagle3", "kimi-k25-eagle3")
     if opt.multiple:
         return [opt.opts[-1], "a", opt.opts[-1], "b"], ("a", "b")
     if opt.name in special:

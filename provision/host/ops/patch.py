@@ -43,12 +43,52 @@ def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
     return {"ok": True, "facts": installs.for_request(req)}
 
 
+def specs_of(req: dict) -> list:
+    """The specs a request names: ``specs`` (a list: one answer per spec), else ``spec``."""
+    if "specs" in req:
+        return list(req.get("specs") or [])
+    return [req["spec"]] if req.get("spec") else []
+
+
+def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
+    """One spec's read-only view of its file (engine.inspect), with the file, its package, the
+    servers that started before it changed, the overlay's state and the fix each server uses."""
+    out: dict = {"spec": str(spec.get("name"))}
+    path, pkg, resolver = _spec_file(inst, spec)
+    try:
+        if path is None:
+            raise FileNotFoundError
+        with open(path, "rb") as fh:
+            src = fh.read()
+    except OSError as exc:
+        out["patch"] = {"error": pkg["error"] or {"kind": "file-missing", "message": f"{path}: {exc.strerror}"},
+                        "package": pkg}
+        return out
+    info = core.inspect(src, spec, resolve_module=resolver)
+    info["file"] = path
+    info["package"] = pkg
+    out["patch"] = info
+    out["restart_needed"] = _stale_servers(facts, inst, path)
+    from provision.host.engine import overlay as render
+    from provision.host.ops import overlay
+
+    out["overlay"] = overlay.status(inst, [spec], state_dir) if render.is_overlayable(spec) else None
+    out["server_fixes"] = {str(s["pid"]): render.fix_in_use(procfs.environ(s["pid"]), info.get("methods") or {},
+                                                           s["pid"] in out["restart_needed"])
+                           for s in facts.get("servers", []) if s.get("install") == inst["path"]}
+    return out
+
+
 def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
     from provision.host.facts.containers import sglang_containers
 
     facts = installs.for_request(req)
     out = {"ok": facts["error"] is None, "facts": facts, "error": facts["error"],
            "containers": sglang_containers()}
+    if req.get("gpu"):
+        from provision.host.facts.gpu import compute_capability
+
+        out["gpu"] = compute_capability()
     inst = installs.chosen_install(facts)
     if inst is None:
         if req.get("port"):  # no SGLang on the host itself: its server may run in a container
@@ -57,31 +97,14 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
             out["server"] = server.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
                                                          "health_timeout": req.get("health_timeout", 30)}, b"")
         return out
-    spec = req.get("spec")
     state_dir = req.get("state_dir") or default_state_dir()
-    if spec:
-        path, pkg, resolver = _spec_file(inst, spec)
-        try:
-            if path is None:
-                raise FileNotFoundError
-            with open(path, "rb") as fh:
-                src = fh.read()
-        except OSError as exc:
-            out["patch"] = {"error": pkg["error"] or {"kind": "file-missing", "message": f"{path}: {exc.strerror}"},
-                            "package": pkg}
-        else:
-            info = core.inspect(src, spec, resolve_module=resolver)
-            info["file"] = path
-            info["package"] = pkg
-            out["patch"] = info
-            out["restart_needed"] = _stale_servers(facts, inst, path)
-            from provision.host.engine import overlay as render
-            from provision.host.ops import overlay
-
-            out["overlay"] = overlay.status(inst, [spec], state_dir) if render.is_overlayable(spec) else None
-            out["server_fixes"] = {str(s["pid"]): render.fix_in_use(procfs.environ(s["pid"]), info.get("methods") or {},
-                                                                   s["pid"] in out["restart_needed"])
-                                   for s in facts.get("servers", []) if s.get("install") == inst["path"]}
+    if "specs" in req:  # several specs: one view each, in order
+        out["patches"] = [_inspect_one(inst, spec, facts, state_dir) for spec in specs_of(req)]
+    elif req.get("spec"):
+        one = _inspect_one(inst, req["spec"], facts, state_dir)
+        for key in ("patch", "restart_needed", "overlay", "server_fixes"):
+            if key in one:
+                out[key] = one[key]
     if req.get("port"):
         from provision.host.ops import server
 
@@ -133,6 +156,8 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
 
 
 def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAnswer:
+    """patch / unpatch: one discovery, then each spec of the request in turn (``specs``: the
+    answer's ``results`` holds one answer per spec, in order; ``spec``: the one answer)."""
     facts = installs.for_request(req)
     if facts["error"]:
         return {"ok": False, "facts": facts, "error": facts["error"]}
@@ -153,14 +178,24 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
     if sub is not None:
         sub.setdefault("facts", facts)
         return sub
-    spec = req["spec"]
+    if "specs" in req:
+        results = [_patch_one(req, spec, inst, servers, unpatch) for spec in specs_of(req)]
+        return {"ok": all(r.get("ok") for r in results), "facts": facts, "results": results}
+    one = _patch_one(req, req["spec"], inst, servers, unpatch)
+    one.pop("spec", None)
+    return dict(one, facts=facts)  # type: ignore[return-value]
+
+
+def _patch_one(req: dict, spec: dict, inst: dict, servers: list, unpatch: bool) -> PatchAnswer:
+    """One spec's patch or unpatch on the chosen install: {"ok", "spec", "result", "error"}."""
+    name = str(spec.get("name"))
     path, pkg, resolver = _spec_file(inst, spec)
     state_dir = req.get("state_dir") or default_state_dir()
     common = dict(state_dir=state_dir, check=bool(req.get("check")), want_diff=bool(req.get("diff")))
     if path is None:
-        return {"ok": False, "facts": facts, "error": pkg["error"]}
+        return {"ok": False, "spec": name, "error": pkg["error"]}
     if not os.path.lexists(path):
-        return {"ok": False, "facts": facts,
+        return {"ok": False, "spec": name,
                 "error": {"kind": "file-missing",
                           "message": f"{path} does not exist (spec {spec['name']} expects "
                                      f"{spec['file']} in the {pkg['name']} package at {pkg['dir']})"}}
@@ -188,7 +223,7 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
             "to update the file until `provision unpatch`")
     if req.get("verify_import") and not req.get("check") and res.get("verdict") not in ("failed",):
         res["verify_import"] = verify_import(inst, spec)
-    return {"ok": res.get("verdict") != "failed", "facts": facts, "result": res, "error": res.get("error")}
+    return {"ok": res.get("verdict") != "failed", "spec": name, "result": res, "error": res.get("error")}
 
 
 VERIFY_SNIPPET = r"""

@@ -194,9 +194,11 @@ def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
 
 
 def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
-    """The unchanged fast path, or None when a full look is needed."""
-    if (spec.get("package") or "sglang") != "sglang":
-        return None  # the file is in another package (facts/packages.py): the full look finds it
+    """The unchanged fast path, or None when a full look is needed. A spec whose file is in another
+    package (flashinfer) takes it too when that package sits beside the SGLang install it was
+    patched for (the same site-packages: a venv, as pip installs SGLang's pins); else the full
+    look finds it (facts/packages.py)."""
+    package = spec.get("package") or "sglang"
     state = read_state(state_dir)
     rel = spec["file"]
     cands = [(p, e) for p, e in state.items()
@@ -220,6 +222,10 @@ def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
     if not _block_is_current(data, spec["name"], req.get("block_shas")):
         return None  # the spec changed since that patch (or no hint): look closer
     pkg = path[: -len(rel) - 1]
+    if package != "sglang":  # pkg is that package's dir: the SGLang install beside it
+        pkg = os.path.join(os.path.dirname(pkg), "sglang")
+        if not os.path.isfile(os.path.join(pkg, "__init__.py")):
+            return None
     version = package_version(pkg)
     if version and entry.get("sglang_version") and version != entry["sglang_version"]:
         return None
@@ -238,6 +244,49 @@ def _fast(req: dict, spec: dict, state_dir: str) -> dict | None:
 
 
 def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
+    """One spec (``spec``), or several (``specs``: ``results`` holds one answer per spec, in
+    order; discovery runs at most once for all of them, and not at all when every file is
+    exactly as our last write left it).
+
+    ``pending``: specs whose `applies:` the control side has not decided yet (it needs this
+    host's facts). Such a spec still gets the fast path (a file exactly as our last write left
+    it is `unchanged`, whatever decided that write); otherwise it is answered with state
+    "pending" and nothing is done, and the answer carries the facts to decide it from (discovery
+    with the packages' versions, and the GPUs' when ``gpu``): the control side then sends the
+    specs that apply in a second call."""
+    if "specs" in req:
+        t0 = time.monotonic()
+        one = {k: v for k, v in req.items() if k not in ("specs", "spec_block_shas", "pending")}
+        shared: dict = {"specs": req.get("specs") or []}  # discovery reports every spec's package
+        shas = req.get("spec_block_shas") or {}
+        pending = set(req.get("pending") or [])
+        results: list = []
+        for spec in req.get("specs") or []:
+            sub = dict(one, spec=spec, block_shas=shas.get(spec.get("name"), []))
+            if spec.get("name") in pending:
+                state_dir = sub.get("state_dir") or default_state_dir()
+                fast = _fast(sub, spec, state_dir)
+                results.append(fast if fast is not None else
+                               {"ok": True, "state": "pending", "action": "none", "reason": "applies: to decide"})
+                continue
+            results.append(_reconcile_one(sub, bundle, shared))
+        out: ReconcileAnswer = {"ok": all(r.get("ok") for r in results), "results": results}
+        if any(r.get("state") == "pending" for r in results):
+            from provision.host.facts import installs
+
+            if "facts" not in shared:
+                shared["facts"] = installs.for_request(dict(one, specs=shared["specs"]))
+            out["facts"] = shared["facts"]
+            if req.get("gpu"):
+                from provision.host.facts.gpu import compute_capability
+
+                out["gpu"] = compute_capability()
+        out["elapsed"] = round(time.monotonic() - t0, 4)
+        return out
+    return _reconcile_one(req, bundle, {})
+
+
+def _reconcile_one(req: dict, bundle: bytes, shared: dict) -> ReconcileAnswer:
     t0 = time.monotonic()
     spec = req["spec"]
     state_dir = req.get("state_dir") or default_state_dir()
@@ -247,18 +296,21 @@ def op_reconcile(req: ReconcileRequest, bundle: bytes) -> ReconcileAnswer:
     if ans is not None:
         ans["elapsed"] = round(time.monotonic() - t0, 4)
         return ans
-    ans = _full(req, bundle, spec, state_dir)
+    ans = _full(req, bundle, spec, state_dir, shared)
     ans["elapsed"] = round(time.monotonic() - t0, 4)
     return ans
 
 
-def _full(req: dict, bundle: bytes, spec: dict, state_dir: str) -> dict:
+def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | None = None) -> dict:
     from provision.host.engine import core as engine
     from provision.host.facts import installs
     from provision.host.lib.modules import make_resolver
     from provision.host.ops import patch
 
-    facts = installs.for_request(req)
+    shared = {} if shared is None else shared
+    if "facts" not in shared:  # one discovery for every spec of the request
+        shared["facts"] = installs.for_request(dict(req, specs=shared.get("specs") or []))
+    facts = shared["facts"]
     slim = {"installs": facts.get("installs"), "chosen": facts.get("chosen"),
             "chosen_reason": facts.get("chosen_reason"), "error": facts.get("error")}
     if facts.get("error"):

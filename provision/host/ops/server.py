@@ -286,10 +286,46 @@ def _check_model(path: str, what: str, offline: bool) -> list[dict]:
     return items
 
 
-def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
+def _patch_check(spec: dict, inst: dict) -> tuple:
+    """(the preflight check of one spec: is its fix in place, ours or native, in the chosen
+    install?, the fix the server will use: "native", "edited file" or "none")."""
     from provision.host.engine import core as engine
-    from provision.host.lib.modules import make_resolver
+    from provision.host.facts import packages
+    from provision.host.lib.modules import PACKAGE, make_resolver
 
+    name = spec.get("name")
+    path, pkg = packages.spec_file(inst, spec)
+    if path is None:
+        return {"level": "fail", "check": "patch", "spec": name,
+                "message": (pkg.get("error") or {}).get("message", f"spec {name}: its package is missing")}, "none"
+    resolver = make_resolver(inst["path"]) if (spec.get("package") or PACKAGE) == PACKAGE else None
+    try:
+        with open(path, "rb") as fh:
+            info = engine.inspect(fh.read(), spec, resolve_module=resolver)
+    except OSError as exc:
+        return {"level": "fail", "check": "patch", "spec": name, "message": f"{path}: {exc.strerror}"}, "none"
+    methods = info.get("methods") or {}
+    missing = [m for m, v in methods.items() if v == "missing"]
+    if info.get("error"):
+        return {"level": "fail", "check": "patch", "spec": name,
+                "message": f"{path}: {info['error'].get('message')}"}, "none"
+    fix = "native" if set(methods.values()) == {"native"} else "edited file"
+    if (spec.get("kind") or "delegate") == "delegate":
+        if missing:
+            return {"level": "fail", "check": "patch", "spec": name,
+                    "message": f"{spec['class']} lacks {', '.join(missing)}: EAGLE-3 will crash after "
+                               "the weights load. Run `provision patch` (or launch --patch)"}, "none"
+        return {"level": "ok", "check": "patch", "spec": name, "message": f"{spec['class']}: delegation methods "
+                "in place (" + ", ".join(sorted(set(methods.values()))) + ")"}, fix
+    if missing or not methods:
+        return {"level": "fail", "check": "patch", "spec": name,
+                "message": f"spec {name} is not in place in {path} ({', '.join(missing) or 'nothing to judge'}): "
+                           f"run `provision patch --spec {name}` (or launch --patch)"}, "none"
+    return {"level": "ok", "check": "patch", "spec": name, "message": f"spec {name} in place in {path} ("
+            + ", ".join(sorted(set(methods.values()))) + ")"}, fix
+
+
+def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     if (req.get("profile") or {}).get("container"):  # launch.container: the server runs in a container
         from provision.host.ops import container
 
@@ -304,31 +340,18 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     args = prof["args"]
     port = int(args.get("port", 30000))
     bind = str(args.get("host", "127.0.0.1"))
-    spec = req.get("spec")
+    # The specs that must be in place: the playbook's own and the profile's `requires:` that apply.
+    wanted = list(req.get("patch_specs") or ([req["spec"]] if req.get("spec") else []))
     fix = "none"
     staged = None
     if req.get("overlay"):
         staged, fix = _overlay_preflight(req, inst, checks)
-    elif spec:
-        path = os.path.join(inst["path"], spec["file"])
-        try:
-            with open(path, "rb") as fh:
-                info = engine.inspect(fh.read(), spec, resolve_module=make_resolver(inst["path"]))
-            methods = info.get("methods") or {}
-            missing = [m for m, v in methods.items() if v == "missing"]
-            if info.get("error"):
-                checks.append({"level": "fail", "check": "patch",
-                               "message": f"{path}: {info['error'].get('message')}"})
-            elif missing:
-                checks.append({"level": "fail", "check": "patch",
-                               "message": f"{spec['class']} lacks {', '.join(missing)}: EAGLE-3 will crash after "
-                                          "the weights load. Run `provision patch` (or launch --patch)"})
-            else:
-                checks.append({"level": "ok", "check": "patch", "message": f"{spec['class']}: delegation methods "
-                               "in place (" + ", ".join(sorted(set(methods.values()))) + ")"})
-                fix = "native" if set(methods.values()) == {"native"} else "edited file"
-        except OSError as exc:
-            checks.append({"level": "fail", "check": "patch", "message": f"{path}: {exc.strerror}"})
+        wanted = [s for s in wanted if (s.get("kind") or "delegate") != "delegate"]  # the overlay binds those
+    for spec in wanted:
+        check, spec_fix = _patch_check(spec, inst)
+        checks.append(check)  # type: ignore[arg-type]
+        if (spec.get("kind") or "delegate") == "delegate" and fix == "none":
+            fix = spec_fix
     st = _server_state(req, port)
     ours_running = st["running"]
     if port_open(bind, port) and not ours_running:

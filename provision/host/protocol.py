@@ -492,6 +492,7 @@ class OverlayStage(TypedDict, total=False):
     notes: List[str]
     verify: OverlayVerify
     current: bool              # status: the staged overlay is what the spec renders now
+    kept_for: List[str]        # status of a no-longer-needed overlay: what still names it (overlay.users)
     error: Optional[ErrorInfo]
 
 

@@ -154,7 +154,11 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
     missing = [k for k, v in methods.items() if v == "missing"]
     notes = []
     if not ov.get("current"):
-        if ov.get("verdict") == "native":
+        if ov.get("verdict") == "native" and ov.get("kept_for"):
+            notes.append(f"overlay {ov.get('root')} is no longer needed (the install has the methods natively), "
+                         f"but {', '.join(ov['kept_for'])} still names it: restart that server without the overlay "
+                         "(`provision launch --restart`), then `provision reconcile` removes it")
+        elif ov.get("verdict") == "native":
             notes.append(f"overlay {ov.get('root')} is no longer needed (the install has the methods natively): "
                          "`provision reconcile` removes it")
         elif ov.get("verdict") == "failed":

@@ -60,6 +60,7 @@ def test_environment_puts_the_overlay_first_and_keeps_the_rest():
     assert render.server_env("/o", "/a:/b")["PYTHONPATH"] == "/o:/a:/b"
     assert render.server_env("/o", "/a:/o::/b")["PYTHONPATH"] == "/o:/a:/b"   # no duplicate, no empty entry
     assert render.env_lines("/o") == ["SGLANG_EXTERNAL_MODEL_PACKAGE=provision_overlay", "PYTHONPATH=/o"]
+    assert render.env_lines("/o", "/src/python")[1] == "PYTHONPATH=/o:/src/python"
 
 
 def test_a_profile_that_owns_the_variable_is_refused_by_name():
@@ -95,6 +96,10 @@ def test_status_counts_a_current_overlay_that_holds_the_missing_methods():
     gone = dict(ov, current=False, verdict="native")
     v, _, notes = overlay_state("native", "why", {m: "native" for m in METHODS}, gone)
     assert v == "native" and "no longer needed" in notes[0] and "reconcile" in notes[0]
+    named = dict(gone, kept_for=["the persistent server of server-30000.spec.json"])
+    v, _, notes = overlay_state("native", "why", {m: "native" for m in METHODS}, named)
+    assert v == "native" and "but the persistent server of server-30000.spec.json still names it" in notes[0]
+    assert "`provision launch --restart`), then `provision reconcile` removes it" in notes[0]
 
 
 @pytest.mark.parametrize("version, held", [("0.5.9", METHODS), ("0.5.10", []), ("0.5.23", [])])
@@ -142,3 +147,23 @@ def test_non_delegate_specs_are_not_overlays():
     assert render.is_overlayable(kimi())
     assert not render.is_overlayable(dict(kimi(), kind="replace"))
     assert not render.is_overlayable(dict(kimi(), package="flashinfer"))
+
+
+def test_a_checkouts_overlay_env_keeps_its_pythonpath_and_an_old_one_is_rewritten(tmp_path):
+    # A source checkout (no interpreter of its own: python3 finds it through PYTHONPATH). A unit's
+    # EnvironmentFile= replaces the PYTHONPATH its Environment= set, so overlay.env must carry it.
+    from provision.host.ops import overlay
+
+    src = wheels.extracted("0.5.9")
+    inst = {"path": str(src / "sglang"), "version": "0.5.9", "interpreters": [], "pythonpath": str(src)}
+    st = overlay.stage(inst, [kimi()], str(tmp_path / "state"))
+    assert st["verdict"] == "staged", st.get("error")
+    want = f"PYTHONPATH={st['root']}:{src}"
+    assert st["env_lines"][1] == want and st["env"]["PYTHONPATH"] == f"{st['root']}:{src}"
+    env_file = next((tmp_path / "state" / "overlay").glob("*/overlay.env"))
+    assert env_file.read_text().splitlines()[1] == want
+    env_file.write_text(f"SGLANG_EXTERNAL_MODEL_PACKAGE=provision_overlay\nPYTHONPATH={st['root']}\n")  # older provision
+    assert overlay.stage(inst, [kimi()], str(tmp_path / "state"), check=True)["verdict"] == "unchanged"
+    assert env_file.read_text().splitlines()[1] == f"PYTHONPATH={st['root']}"  # --check writes nothing
+    assert overlay.stage(inst, [kimi()], str(tmp_path / "state"))["verdict"] == "unchanged"
+    assert env_file.read_text().splitlines()[1] == want

@@ -118,9 +118,11 @@ def server_env(root: str, current_pythonpath: str | None = None) -> dict:
     return {ENV_PACKAGE: PACKAGE, "PYTHONPATH": ":".join([root] + rest)}
 
 
-def env_lines(root: str) -> list:
-    """What a user who starts the server themselves puts in its environment."""
-    env = server_env(root)
+def env_lines(root: str, current_pythonpath: str | None = None) -> list:
+    """What a user who starts the server themselves puts in its environment (overlay.env, for a
+    unit's EnvironmentFile=): the PYTHONPATH the install itself needs (a checkout's) kept after the
+    overlay, since a unit's EnvironmentFile= replaces the PYTHONPATH its Environment= set."""
+    env = server_env(root, current_pythonpath)
     return [f"{ENV_PACKAGE}={env[ENV_PACKAGE]}", f"PYTHONPATH={env['PYTHONPATH']}"]
 
 

@@ -97,6 +97,14 @@ def _write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def _on_disk(root: str, files: dict) -> bool:
     """The package on disk is exactly `files` (no other module SGLang would import)."""
     pkg = os.path.join(root, render.PACKAGE)
@@ -106,14 +114,7 @@ def _on_disk(root: str, files: dict) -> bool:
         return False
     if present != set(files):
         return False
-    for rel, text in files.items():
-        try:
-            with open(os.path.join(root, rel), encoding="utf-8") as fh:
-                if fh.read() != text:
-                    return False
-        except OSError:
-            return False
-    return True
+    return all(_read(os.path.join(root, rel)) == text for rel, text in files.items())
 
 
 def remove(root: str) -> bool:
@@ -254,10 +255,14 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
     files = render.render_package(p["modules"])
     out["digest"] = render.digest(files)
     out["modules"] = [f"{render.PACKAGE}.{m}" for m in sorted(p["modules"])]
-    out["env"] = render.server_env(root)
-    out["env_lines"] = render.env_lines(root)
+    own_pythonpath = installs.owner_python(inst)[1].get("PYTHONPATH")  # a checkout's: sglang is there
+    out["env"] = render.server_env(root, own_pythonpath)
+    out["env_lines"] = render.env_lines(root, own_pythonpath)
+    env_text = "\n".join(out["env_lines"]) + "\n"
     if _on_disk(root, files) and (read_manifest(root) or {}).get("digest") == out["digest"]:
         out["verdict"] = "unchanged"
+        if not check and _read(os.path.join(root, render.ENV_FILE)) != env_text:
+            _write(os.path.join(root, render.ENV_FILE), env_text)  # one an older provision wrote
     elif check:
         out["verdict"] = "staged"
         return out
@@ -271,7 +276,7 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
         shutil.rmtree(os.path.join(pkg, "__pycache__"), ignore_errors=True)
         for rel, text in files.items():
             _write(os.path.join(root, rel), text)
-        _write(os.path.join(root, render.ENV_FILE), "\n".join(out["env_lines"]) + "\n")
+        _write(os.path.join(root, render.ENV_FILE), env_text)
         _write(os.path.join(root, MANIFEST), json.dumps(
             {"digest": out["digest"], "install": inst["path"], "version": inst.get("version"),
              "specs": p["specs"]}, indent=2, sort_keys=True) + "\n")
@@ -294,6 +299,8 @@ def status(inst: dict, specs: list, state_dir: str) -> OverlayStage | None:
         return None
     st = stage(inst, specs, state_dir, check=True)
     st["current"] = st.get("verdict") == "unchanged"
+    if st.get("verdict") == "native":
+        st["kept_for"] = users(root, state_dir)  # reconcile keeps it (empty) while these name it
     return st
 
 

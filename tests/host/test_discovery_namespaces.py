@@ -26,8 +26,9 @@ def _wait_for(pids_of, timeout=10.0):
     return []
 
 
-def _matching(marker: str) -> list[int]:
-    """Pids whose command line carries the marker and reads like an SGLang server."""
+def _matching(marker: str, argv0: str | None = None) -> list[int]:
+    """Pids whose command line carries the marker and reads like an SGLang server (and, with
+    ``argv0``, already runs that program: the shell that execs it carries the marker too)."""
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -37,7 +38,8 @@ def _matching(marker: str) -> list[int]:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
-        if marker.encode() in b" ".join(argv) and b"sglang.launch_server" in b" ".join(argv):
+        if marker.encode() in b" ".join(argv) and b"sglang.launch_server" in b" ".join(argv) \
+                and (argv0 is None or argv[0] == argv0.encode()):
             out.append(int(p))
     return out
 
@@ -60,8 +62,9 @@ def test_a_server_in_another_mount_namespace_with_other_files_is_not_the_hosts(t
     here = subprocess.Popen([str(link), "-c", COMMAND, "sglang.launch_server", "--port", "39998", f"{marker}-out"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        ins = _wait_for(lambda: _matching(f"{marker}-in"))
-        outs = _wait_for(lambda: _matching(f"{marker}-out"))
+        # the inside pid is the shell until it has mounted, linked and exec'd: wait for the exec
+        ins = _wait_for(lambda: _matching(f"{marker}-in", argv0=f"{where}/python3"))
+        outs = _wait_for(lambda: _matching(f"{marker}-out", argv0=str(link)))
         assert ins and outs, inside.stderr.read() if inside.poll() is not None else "not started"
         assert not os.path.exists(f"{where}/python3")  # the namespace's file is not ours
         listed = {s["pid"] for s in installs.running_servers()}
@@ -71,3 +74,27 @@ def test_a_server_in_another_mount_namespace_with_other_files_is_not_the_hosts(t
         for proc in (inside, here):
             proc.kill()
             proc.wait()
+
+
+def test_a_wrapper_shell_is_not_taken_for_the_server_its_python_child_is():
+    """`ExecStart=/bin/bash -c "python3 -m sglang.launch_server ..."` keeps a shell as the parent:
+    discovery lists the python process (whose interpreter tells the install), not the shell."""
+    marker = f"wrap-{os.getpid()}"
+    shell = subprocess.Popen(["/bin/bash", "-c", f"/usr/bin/python3 -c '{COMMAND}' sglang.launch_server "
+                                                 f"--port 39997 {marker}; true"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = _wait_for(lambda: _matching(marker, argv0="/usr/bin/python3"))
+        assert child, "the python child did not start"
+        servers = {s["pid"]: s for s in installs.running_servers()}
+        assert shell.pid not in servers, "the wrapper shell was taken for the server"
+        assert child[0] in servers and servers[child[0]]["python"] == "/usr/bin/python3"
+    finally:
+        for p in _matching(marker):
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+        shell.kill()
+        shell.wait()
+

@@ -12,7 +12,8 @@ from provision.control.transport.container import (MISSING, ContainerTransport, 
                                                    not_started_reason)
 from provision.control.transport.local import LocalTransport
 from provision.errors import UsageError
-from provision.host.facts.containers import is_sglang_server, parse_ps
+from provision.host.facts.containers import parse_ps
+from provision.host.lib.procfs import is_sglang_server
 
 HOSTILE = """python3 -S -c 'print("it'"'"'s $HOME `x` \\\\n")'"""
 
@@ -90,6 +91,8 @@ def test_a_container_name_is_checked_before_anything_runs(name):
     (["python3", "-m", "sglang.bench_serving"], False),
     (["sleep", "600"], False),
     (["sglang-router", "serve"], False),
+    (["/bin/bash", "-c", "python3 -m sglang.launch_server --port 30000"], False),   # a wrapper shell
+    (["/bin/sh", "-c", "exec /opt/venv/bin/sglang serve --model-path /m"], False),
 ])
 def test_what_counts_as_an_sglang_server(argv, yes):
     assert is_sglang_server(argv) is yes

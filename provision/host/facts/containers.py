@@ -20,6 +20,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from provision.host.lib import procfs
+from provision.host.lib.procfs import is_sglang_server
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import ContainersFacts, SglangContainer
@@ -28,15 +29,6 @@ RUNTIMES = ("docker", "podman")
 RUNTIME_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # `ps` output, one JSON document per container (podman's `json` format is one list)
 PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
-
-
-def is_sglang_server(argv: list[str]) -> bool:
-    """The main command of an SGLang server: ``python -m sglang.launch_server``, its script, or
-    ``sglang serve``. Pure."""
-    joined = " ".join(argv)
-    if "sglang.launch_server" in joined or "sglang/launch_server.py" in joined:
-        return True
-    return any(os.path.basename(a) == "sglang" and b == "serve" for a, b in zip(argv, argv[1:]))
 
 
 def foreign_root_servers() -> list[int]:

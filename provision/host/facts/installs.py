@@ -31,7 +31,7 @@ from provision.host.facts import packages
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
-from provision.host.lib.procfs import same_root, sees_our_file
+from provision.host.lib.procfs import is_sglang_server, same_root, sees_our_file
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
@@ -319,9 +319,7 @@ def running_servers() -> list[dict]:
         argv = _proc_cmdline(pid)
         if not argv:
             continue
-        joined = " ".join(argv)
-        if "sglang.launch_server" in joined or "sglang/launch_server.py" in joined or \
-                (len(argv) > 2 and argv[1].endswith("sglang") and argv[2] == "serve"):
+        if is_sglang_server(argv):
             if same_root(pid) is False:
                 continue  # in a container: its files are not ours (facts/containers.py names it)
             by_pid[pid] = argv

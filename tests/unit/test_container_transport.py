@@ -93,6 +93,8 @@ def test_a_container_name_is_checked_before_anything_runs(name):
     (["sglang-router", "serve"], False),
     (["/bin/bash", "-c", "python3 -m sglang.launch_server --port 30000"], False),   # a wrapper shell
     (["/bin/sh", "-c", "exec /opt/venv/bin/sglang serve --model-path /m"], False),
+    (["python3 -m sglang.launch_server --port 31999"], True),   # a rewritten title: one string
+    (["python3 -m sglang.launch_server --port 31999", "300"], True),   # `exec -a TITLE sleep 300`
 ])
 def test_what_counts_as_an_sglang_server(argv, yes):
     assert is_sglang_server(argv) is yes

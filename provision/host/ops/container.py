@@ -527,17 +527,11 @@ def overlay_preflight(req: dict, conf: ContainerConfig, img: ContainerImage, che
         return None, "none"
     state_dir = req.get("state_dir") or default_state_dir()
     inst = mirror_install(state_dir, img)
-    st = dict(overlay.stage(inst, specs, state_dir))
-    for note in st.get("notes") or []:
-        checks.append({"level": "info", "check": "overlay", "message": note})
-    if st.get("verdict") == "failed":
-        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
-        return None, "none"
-    if st.get("verdict") == "native":
-        checks.append({"level": "info", "check": "overlay", "message": (
-            f"the image's SGLang {img.get('version')} has every method natively: no overlay needed, the container "
-            "starts without one" + (" (the old overlay was removed)" if st.get("removed") else ""))})
-        return None, "native"
+    st, fix = overlay.stage_for_preflight(
+        inst, specs, state_dir, checks, native=f"the image's SGLang {img.get('version')} has every method natively: "
+                                               "no overlay needed, the container starts without one")
+    if st is None:
+        return None, fix
     rt = runtime_path(conf["runtime"]) or conf["runtime"]
     st["verify"] = verify_in_image(rt, conf, img, st, prof_env, float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
     held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])

@@ -211,6 +211,24 @@ def _closed_to_others(root: str) -> str | None:
         path = parent
 
 
+def stage_for_preflight(inst: dict, specs: list, state_dir: str, checks: list, native: str) -> tuple:
+    """Stage the overlay for a launch preflight and add what it says to ``checks``. Returns
+    (the stage, None) when there is an overlay to verify next, or (None, the fix the server will
+    use: "none" after a failure, "native"). ``native``: the sentence for a release that has every
+    method (a host's install, an image). Shared by ops/server.py and ops/container.py."""
+    st = dict(stage(inst, specs, state_dir))
+    for note in st.get("notes") or []:
+        checks.append({"level": "info", "check": "overlay", "message": note})
+    if st.get("verdict") == "failed":
+        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
+        return None, "none"
+    if st.get("verdict") == "native":
+        checks.append({"level": "info", "check": "overlay", "message": native
+                       + (" (the old overlay was removed)" if st.get("removed") else "")})
+        return None, "native"
+    return st, None
+
+
 def start_refusal(staged: dict, profile_env: dict | None) -> str | None:
     """Why a server must not start on what preflight staged (None when it may): the profile now
     owns SGLANG_EXTERNAL_MODEL_PACKAGE, or the overlay went away since preflight. Shared by a

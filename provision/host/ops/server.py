@@ -418,17 +418,11 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     if why:
         checks.append({"level": "fail", "check": "overlay", "message": why})
         return None, "none"
-    st = overlay.stage(inst, specs, req.get("state_dir") or default_state_dir())
-    for note in st.get("notes") or []:
-        checks.append({"level": "info", "check": "overlay", "message": note})
-    if st.get("verdict") == "failed":
-        checks.append({"level": "fail", "check": "overlay", "message": (st.get("error") or {}).get("message", "")})
-        return None, "none"
-    if st.get("verdict") == "native":
-        checks.append({"level": "info", "check": "overlay", "message": f"SGLang {inst.get('version')} has every "
-                       "method natively: no overlay needed, the server starts without one"
-                       + (" (the old overlay was removed)" if st.get("removed") else "")})
-        return None, "native"
+    st, fix = overlay.stage_for_preflight(
+        inst, specs, req.get("state_dir") or default_state_dir(), checks,
+        native=f"SGLang {inst.get('version')} has every method natively: no overlay needed, the server starts without one")
+    if st is None:
+        return None, fix
     env = _server_env(req, inst)
     st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"))),
                                          float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))

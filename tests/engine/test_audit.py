@@ -213,7 +213,7 @@ def test_spec_for_kimi_k25_matches_the_shipped_playbook(audit59):
             {"name": "set_embed_and_head", "params": "self, embed, head"},
         ],
     }
-    shipped = yaml.safe_load((REPO / "provision" / "playbooks" / "kimi-k25-eagle3.yaml").read_text())
+    shipped = yaml.safe_load((REPO / "playbooks" / "kimi-k25-eagle3.yaml").read_text())
     assert {k: v for k, v in spec.items() if k != "name"} == shipped["patch"]
     assert spec["name"] == shipped["name"]
 

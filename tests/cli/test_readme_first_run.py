@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -60,21 +59,6 @@ def for_this_test(command: str, base: Path, address: str, port: int) -> str:
     return command
 
 
-def free_address(sandbox_factory) -> str:
-    """The factory's next loopback address whose sshd port is free (other sandboxes may be up)."""
-    for _ in range(200):
-        address = sandbox_factory._address()
-        s = socket.socket()
-        try:
-            s.bind((address, sandbox_factory.port))
-            return address
-        except OSError:
-            continue
-        finally:
-            s.close()
-    pytest.fail("no free loopback address for the README's sandbox")
-
-
 def test_the_readme_block_is_what_this_test_reads():
     lines = first_run_lines(README.read_text())
     commands = [c for c, _ in lines]
@@ -86,7 +70,7 @@ def test_the_readme_block_is_what_this_test_reads():
 
 def test_the_readme_first_run_runs_as_written(tmp_path, sandbox_factory):
     base = tmp_path / "sbx"
-    address, port = free_address(sandbox_factory), sandbox_factory.port
+    address, port = sandbox_factory._address(), sandbox_factory.port
     lines = first_run_lines(README.read_text())
     marker = "@@provision-readme-line"
     script = ["set +e", f'provision() {{ {PROVISION or "python3 -m provision"} "$@"; }}', "export COLUMNS=200"]

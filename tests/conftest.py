@@ -105,12 +105,22 @@ class SandboxFactory:
         return self.sandbox.known_hosts_path
 
     def _address(self) -> str:
+        """The next loopback address whose sshd port is free: another sandbox on this machine (a
+        `provision sandbox up`, another test session) may hold some of them."""
         addr = self._next
         self._next += 1
         if addr.packed[3] in (0, 255):  # skip .0/.255 when crossing into 127.0.1.x
             return self._address()
         if not addr.is_loopback:
             raise RuntimeError("sandbox_factory ran out of loopback addresses")
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((str(addr), self.port))
+        except OSError:
+            return self._address()
+        finally:
+            s.close()
         return str(addr)
 
     def up(self, *specs):

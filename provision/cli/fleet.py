@@ -415,8 +415,9 @@ schedule = click.Command(
       systemctl daemon-reload && systemctl enable --now provision-reconcile.timer
       (as a user: systemctl --user ...; keep it running without a login
        session with `loginctl enable-linger`)
-    or put the cron line in `crontab -e`. As root the runs log to
-    /var/log/provision-reconcile.log, otherwise to
+    or put the cron line in `crontab -e`. The timer's runs log to the
+    systemd journal (journalctl -u provision-reconcile.service); the cron
+    line appends to /var/log/provision-reconcile.log as root, otherwise to
     ~/.local/state/provision/reconcile.log. The runs are journaled
     (`provision history`) on this machine.
     """)

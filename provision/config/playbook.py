@@ -24,10 +24,20 @@ from provision.errors import ConfigError
 
 from importlib.resources import files
 
-# The shipped playbooks are package data (provision/playbooks/*.yaml): found the same way from
-# a checkout, an editable install and a system-wide `pip install .` (where data files would
-# land under /usr/local/share, a prefix nothing can predict).
-PACKAGE_PLAYBOOKS = Path(str(files("provision") / "playbooks"))
+
+def _shipped_playbooks() -> Path:
+    """Where the shipped playbooks are: installed, package data inside the package
+    (provision/playbooks/, mapped from the top-level playbooks/ by setup.py), found by
+    importlib.resources in a `pip install .`, `pip install --user`, pipx or `uv tool install`
+    layout (data files would land under a prefix nothing can predict); from a checkout or an
+    editable install, the checkout's top-level playbooks/."""
+    installed = Path(str(files("provision") / "playbooks"))
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / "playbooks"
+
+
+PACKAGE_PLAYBOOKS = _shipped_playbooks()
 DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -222,7 +232,7 @@ def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
 
 
 def resolve_path(spec: str | None) -> Path:
-    """A playbook path as given, or the name of a shipped playbook (provision/playbooks/)."""
+    """A playbook path as given, or the name of a shipped playbook (playbooks/)."""
     if not spec:
         return PACKAGE_PLAYBOOKS / DEFAULT_PLAYBOOK
     p = Path(spec)

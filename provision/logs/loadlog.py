@@ -53,7 +53,7 @@ CRASH_KINDS = (
     "exception",
 )
 EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
-# Crashes a shipped hotfix spec fixes: crash kind -> the spec's name (provision/playbooks/).
+# Crashes a shipped hotfix spec fixes: crash kind -> the spec's name (playbooks/).
 SPEC_FIXES = {"sm120-torch-symm-mem": "sm120-torch-symm-mem",
               "sm120-flashinfer-allreduce-fusion": "sm120-flashinfer-allreduce-fusion"}
 _SPECIFIC = {"missing-eagle3-method", "architecture-not-supported", "oom", "warmup-failed", "overlay-import",

@@ -33,10 +33,15 @@ def exit_code(results: list[HostResult], check: bool = False) -> int:
     return EXIT_OK
 
 
-def host_line(r: HostResult, check: bool = False) -> str:
-    verdict = r.verdict
-    if check and verdict in CHANGED_VERDICTS:
-        verdict = WOULD.get(verdict, f"would-be-{verdict}")
+def host_line(r: HostResult, check: bool = False, *, verdict: str | None = None, added: bool = True) -> str:
+    """One row as a line: host, verdict (with ``check``, what it would be), ``sglang VERSION``,
+    ``spec NAME``, file, ``+added`` methods, ``- detail``. ``verdict`` puts another word in the
+    verdict's place and ``added=False`` leaves the added methods out: reconcile's form
+    (tasks/reconcile.host_line: "re-patched", and the detail says what it did)."""
+    if verdict is None:
+        verdict = r.verdict
+        if check and verdict in CHANGED_VERDICTS:
+            verdict = WOULD.get(verdict, f"would-be-{verdict}")
     parts = [r.host, verdict]
     if r.version:
         parts.append(f"sglang {r.version}")
@@ -44,7 +49,7 @@ def host_line(r: HostResult, check: bool = False) -> str:
         parts.append(f"spec {r.data['spec']}")
     if r.file:
         parts.append(r.file)
-    if r.added:
+    if added and r.added:
         parts.append("+" + ", +".join(r.added))
     if r.detail:
         parts.append("- " + r.detail)

@@ -417,16 +417,11 @@ def summary_line(results: list[HostResult]) -> str:
 
 
 def host_line(r: HostResult) -> str:
-    parts = [r.host, label(r) if r.verdict in ("patched", "repaired") else r.verdict]
-    if r.version:
-        parts.append(f"sglang {r.version}")
-    if r.data.get("spec"):
-        parts.append(f"spec {r.data['spec']}")
-    if r.file:
-        parts.append(r.file)
-    if r.detail:
-        parts.append("- " + r.detail)
-    return "  ".join(parts)
+    """reconcile's form of the one row renderer (output/report.host_line): a repair is labelled
+    "re-patched" ("to re-patch" with --check), and the added methods are left out."""
+    from provision.output.report import host_line as row
+
+    return row(r, verdict=label(r), added=False)
 
 
 def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> int:

@@ -121,7 +121,7 @@ def test_a_renamed_playbook_replaces_the_old_block_and_reconcile_keeps_the_state
 
     args = [*ssh_env.cli_args, "--host", host.name]
     pristine = kimi(host).read_bytes()
-    text = (Path(__file__).resolve().parents[2] / "provision" / "playbooks" / "kimi-k25-eagle3.yaml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "playbooks" / "kimi-k25-eagle3.yaml").read_text()
     old = tmp_path / "kimi-old.yaml"
     old.write_text(text.replace("name: kimi-k25-eagle3", "name: kimi-eagle3-old", 1))
     run("patch", *args, "--spec", old, check_rc=0)

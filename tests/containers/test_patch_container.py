@@ -5,13 +5,13 @@ discovery naming the SGLang containers beside the host's installs."""
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from provision.sandbox.hosts import SYSTEM_PYTHON
 from tests.cli.helpers import KIMI, KIMI_CLASS, METHODS, class_methods, module_level_functions, run, run_json
 from tests.remote.test_privilege import PASSWORD, ProcWatch, users  # noqa: F401 - users is a fixture
 
@@ -136,36 +136,33 @@ def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_h
     assert not watch.leaks, watch.leaks
 
 
-def _provision_inside(host) -> str | None:
+# What `provision patch --local --container` imports beyond the standard library (pure Python).
+INSIDE_PACKAGES = ("provision", "click", "yaml", "tenacity", "packaging")
+
+
+def _provision_inside(host) -> str:
     """How to run this provision inside the sandbox host, as on a machine of its own: Debian's
-    python3 with this tree and its pure-Python dependencies on PYTHONPATH (--local imports no
-    paramiko). None when they live in a per-host directory (/root, /opt...) or another Python."""
-    import sys
+    python3 with a copy of this tree and its pure-Python dependencies in the host's own /opt,
+    wherever they are installed here (a per-host directory such as /root is not visible there)."""
+    import importlib
 
-    import click
-    import tenacity
-    import yaml
-
-    from provision.sandbox.hosts import MOUNTS, SYSTEM_PYTHON
-
-    import provision
-
-    dirs = list(dict.fromkeys(str(Path(m.__file__).resolve().parents[1]) for m in (provision, click, yaml, tenacity)))
-    if any(d == t or d.startswith(t + "/") for d in dirs for t in MOUNTS):
-        return None
-    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                             text=True).stdout.strip()
-    if version != str(tuple(sys.version_info[:2])):
-        return None
-    return f"PYTHONPATH={shlex.quote(':'.join(dirs))} {SYSTEM_PYTHON} -m provision"
+    site = "/opt/provision-under-test"
+    dest = host.hostpath(site)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in INSIDE_PACKAGES:
+        shutil.copytree(Path(importlib.import_module(name).__file__).parent, dest / name, ignore=skip)
+    repo = Path(__file__).resolve().parents[2]
+    if not (dest / "provision" / "playbooks").is_dir():  # a checkout: installed, they are package data
+        shutil.copytree(repo / "playbooks", dest / "provision" / "playbooks", ignore=skip)
+    return f"PYTHONPATH={site} {SYSTEM_PYTHON} -m provision"
 
 
 def test_local_container_on_the_machine_that_runs_it(podman_host, sglang_images, ssh_env):
     # --local --container: the container transport chained onto the local one, on a machine with
     # podman (provision runs inside the sandbox host, which is that machine)
     prov = _provision_inside(podman_host)
-    if prov is None:
-        pytest.skip("this provision and its dependencies are not visible inside a sandbox host")
     _start(ssh_env, podman_host, sglang_images["0.5.9"])
     out = podman_host.run(f"{prov} patch --local --container {NAME} --json", check=False, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -143,13 +143,16 @@ def test_tail_keeps_what_the_parser_does_not_recognise():
 def test_standin_uvicorn_lines_have_the_date_prefix(trees, running):  # noqa: F811
     port = free_port()
     s = running(trees("patched"), base_flags(port, tp=2) + EAGLE3_FLAGS)
+    access = re.compile(r'^\[[\d: -]+\] INFO:     127\.0\.0\.1:\d+ - "GET /model_info HTTP/1\.1" 200 OK$', re.M)
+    # Wait for each thing asserted, on the stream it is printed to: stdout and stderr are read by
+    # two threads, so "ready" on stderr says nothing about how far stdout has been read.
     s.wait_for(lambda st: st.log.state.phase == "ready", 30, "ready")
+    s.wait_for(lambda st: access.search(st.out), 30, "the /model_info access line on stdout")
     lines = [ln for ln in s.err.splitlines() if "Uvicorn running" in ln]
     assert len(lines) == 1
     assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO:     Uvicorn running on http://127\.0\.0\.1:"
                         + str(port) + r" \(Press CTRL\+C to quit\)", lines[0]), lines[0]
     assert s.log.state.uvicorn_up and s.log.state.url == f"http://127.0.0.1:{port}"
-    assert re.search(r'^\[[\d: -]+\] INFO:     127\.0\.0\.1:\d+ - "GET /model_info HTTP/1\.1" 200 OK$', s.out, re.M)
     s.terminate()
 
 

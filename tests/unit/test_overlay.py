@@ -167,3 +167,23 @@ def test_a_checkouts_overlay_env_keeps_its_pythonpath_and_an_old_one_is_rewritte
     assert env_file.read_text().splitlines()[1] == f"PYTHONPATH={st['root']}"  # --check writes nothing
     assert overlay.stage(inst, [kimi()], str(tmp_path / "state"))["verdict"] == "unchanged"
     assert env_file.read_text().splitlines()[1] == want
+
+
+def test_staged_files_are_readable_by_the_server_whatever_the_umask(tmp_path):
+    """A container's non-root user reads the overlay through its read-only mount: every staged file
+    is 0644 even under root's umask 077 (a hardened host), and no temp file is left beside them."""
+    import os
+
+    from provision.host.ops import overlay
+
+    inst = {"path": str(wheels.extracted("0.5.9") / "sglang"), "version": "0.5.9",
+            "interpreters": ["/usr/bin/python3"], "pythonpath": ""}
+    old = os.umask(0o077)
+    try:
+        st = overlay.stage(inst, [kimi()], str(tmp_path))
+    finally:
+        os.umask(old)
+    assert st["verdict"] == "staged", st.get("error")
+    files = [p for p in (tmp_path / "overlay").rglob("*") if p.is_file()]
+    assert files and not [p for p in files if p.name.endswith(".tmp")]
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: "0o644" for p in files}

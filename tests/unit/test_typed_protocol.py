@@ -1,6 +1,6 @@
 """The typed protocol catches a misspelt answer key, in both ways the control side reads one.
 
-mypy alone flags ``answer["key"]`` but not ``answer.get("key")``; tools/mypy_typeddict_get.py
+mypy alone flags ``answer["key"]`` but not ``answer.get("key")``; .ci/mypy_typeddict_get.py
 (enabled in pyproject.toml) closes that gap. This runs mypy with the project's configuration
 on a reader that misspells a key, the way ``status`` once read ``matches_spec``.
 """

@@ -2,12 +2,8 @@
 
 Shipped to a GPU host in the bundle with the rest of provision/host/ and run there by the
 host's own python (3.10 or later). It imports nothing but the standard library and the
-engine's AST helpers (engine/pysource.py: statement blocks, imports made absolute, the same
-for every spec kind), and nothing from SGLang: every model file is read with ``ast``, never
-imported. (It used to run as a lone file, ``python3 audit.py``, from before the bundle
-carried the whole host package; nothing of provision uses that any more and it would need
-its own copy of those helpers, so it is gone. ``python3 -m provision.host.engine.audit``
-from a checkout does the same.)
+engine's class-graph index (engine/audit_index.py, built with engine/pysource.py's AST
+helpers), and nothing from SGLang: every model file is read with ``ast``, never imported.
 
 ``audit_models(models_dir)`` parses each ``*.py`` in ``sglang/srt/models/``
 once, builds the class graph across those files (bases resolved through each
@@ -24,27 +20,24 @@ EAGLE-3 target methods (``set_eagle3_layers_to_capture``, ``get_embed_and_head``
 ``unknown``      the inner class is chosen at run time (registry or config
                  lookup, ``getattr``, ``__getattr__`` delegation).
 
-``spec_for(gap)`` turns a fixable gap into the patch-spec dict the patch engine
-consumes; ``spec_yaml(spec, note)`` renders it as a playbook without PyYAML.
-
-``python3 -m provision.host.engine.audit [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as JSON.
+A fixable gap becomes a patch spec on the control side (`provision spec new`:
+provision/tasks/spec_new.py, ``spec_for`` and ``spec_yaml``), never here.
+``python3 -m provision.host.engine.audit_cli [MODELS_DIR [PACKAGE_ROOT]]`` prints the audit as
+JSON (engine/audit_cli.py).
 """
 
 from __future__ import annotations
 
 import ast
 import gc
-import json
 import os
-import re
-import sys
-import textwrap
 
-from provision.host.engine.pysource import Module, Resolver, body_statements, import_bindings
+from provision.host.engine.audit_index import (  # the method names are the audit's public names too
+    MAX_DEPTH, PARITY_METHOD, SPEC_METHODS, TARGET_METHODS, FnInfo, Func, Index, IndexedClass, IndexedModule,
+    is_self_attr, params_of, short)
 
-TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
-PARITY_METHOD = "set_embed_and_head"  # called on the draft; injected for parity
-SPEC_METHODS = TARGET_METHODS + (PARITY_METHOD,)
+__all__ = ["DEFAULT_PARAMS", "PARITY_METHOD", "SPEC_METHODS", "TARGET_METHODS", "VERDICTS", "audit_models"]
+
 DEFAULT_PARAMS = {
     "set_eagle3_layers_to_capture": "self, layer_ids=None",
     "get_embed_and_head": "self",
@@ -58,367 +51,23 @@ MM_ROUTINES = {"general_mm_embed_routine": 2}
 LM_ATTRS = ("language_model", "llm", "lm", "text_model")
 
 VERDICTS = ("fixable", "conditional", "needs-more", "unknown")
-_MAX_DEPTH = 12
-_SKIP_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.expr_context)
 
-
-# --------------------------------------------------------------------------
-# parsed modules
-# --------------------------------------------------------------------------
-
-class _ModRef:
-    """A module used as a value (``import a.b as m`` binds ``m`` to one)."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class _Func:
-    """A module-level function used as a value (a factory that returns a model)."""
-
-    __slots__ = ("module", "node")
-
-    def __init__(self, module, node) -> None:
-        self.module = module
-        self.node = node
-
-
-class _Module:
-    __slots__ = ("name", "rel", "is_pkg", "classes", "assigns", "entry", "src")
-
-    def __init__(self, name: str, rel: str, is_pkg: bool) -> None:
-        self.name = name
-        self.rel = rel
-        self.is_pkg = is_pkg
-        self.classes: dict = {}
-        self.assigns: dict = {}
-        self.entry = None
-        self.src = Module(name, ast.Module(body=[], type_ignores=[]), is_pkg)  # the engine's bindings
-
-    def package(self) -> str:
-        return self.name if self.is_pkg else self.name.rpartition(".")[0]
-
-
-def _build_module(mod: _Module, tree) -> None:
-    mod.src = Module(mod.name, tree, mod.is_pkg)
-    for node in body_statements(tree.body):
-        if isinstance(node, ast.ClassDef):
-            mod.classes[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if node.value is None:
-                continue
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    mod.assigns.setdefault(target.id, []).append(node.value)
-                    if target.id == "EntryClass":
-                        mod.entry = node.value
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            if node.target.id == "EntryClass" and isinstance(node.op, ast.Add):
-                prev = mod.entry if mod.entry is not None else ast.List(elts=[], ctx=ast.Load())
-                mod.entry = ast.BinOp(left=prev, op=ast.Add(), right=node.value)
-
-
-# --------------------------------------------------------------------------
-# classes and functions
-# --------------------------------------------------------------------------
-
-class _Class:
-    __slots__ = ("module", "node", "name", "methods", "class_attrs", "bases", "all")
-
-    def __init__(self, module: _Module, node) -> None:
-        self.module = module
-        self.node = node
-        self.name = node.name
-        self.methods: dict = {}      # name -> FunctionDef, or None when bound by assignment
-        self.class_attrs: dict = {}  # name -> value expr, or a nested ClassDef
-        for stmt in body_statements(node.body):
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.methods[stmt.name] = stmt
-            elif isinstance(stmt, ast.ClassDef):
-                self.class_attrs[stmt.name] = stmt
-            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        self.class_attrs[target.id] = stmt.value
-                        if target.id in SPEC_METHODS:
-                            self.methods.setdefault(target.id, None)
-        self.bases = None  # resolved lazily: list of _Class
-        self.all = None    # resolved lazily: name -> (defining _Class, FunctionDef | None)
-
-    @property
-    def key(self) -> tuple:
-        return (self.module.name, self.name)
-
-
-class _FnInfo:
-    """One pass over a function body: its nodes, local names, self.<attr> stores, returns."""
-
-    __slots__ = ("nodes", "imports", "assigns", "self_assigns", "returns", "calls_init")
-
-    def __init__(self, fn, package: str) -> None:
-        nodes = []
-        stack = list(fn.body)
-        AST = ast.AST
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            for field in node._fields:
-                value = getattr(node, field, None)
-                if isinstance(value, list):
-                    for item in value:
-                        if isinstance(item, AST) and not isinstance(item, _SKIP_NODES):
-                            stack.append(item)
-                elif isinstance(value, AST) and not isinstance(value, _SKIP_NODES):
-                    stack.append(value)
-        self.nodes = nodes
-        self.imports: dict = {}
-        self.assigns: dict = {}
-        self.self_assigns: list = []
-        self.returns: list = []
-        self.calls_init = False
-        for node in nodes:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for name, b in import_bindings(node, [package]):
-                    if b[0] == "module" or (b[0] == "from" and b[1]):
-                        self.imports[name] = b
-            elif isinstance(node, ast.Return):
-                if node.value is not None:
-                    self.returns.append(node.value)
-            elif isinstance(node, ast.Call):
-                if isinstance(node.func, ast.Attribute) and node.func.attr == "__init__":
-                    self.calls_init = True
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-                if node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        self.assigns.setdefault(target.id, []).append(node.value)
-                    elif _is_self_attr(target):
-                        self.self_assigns.append((target.attr, node.value))
-        self.self_assigns.sort(key=lambda item: (item[1].lineno, item[1].col_offset))
-
-
-def _is_self_attr(node, attr: str | None = None) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-        and (attr is None or node.attr == attr)
-    )
-
-
-def _short(node, limit: int = 70) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _params(fn) -> str:
-    """``fn``'s parameter list without annotations, e.g. ``self, layer_ids=None``."""
-    a = fn.args
-
-    def bare(arg):
-        return None if arg is None else ast.arg(arg=arg.arg)
-
-    stripped = ast.arguments(
-        posonlyargs=[bare(x) for x in a.posonlyargs],
-        args=[bare(x) for x in a.args],
-        vararg=bare(a.vararg),
-        kwonlyargs=[bare(x) for x in a.kwonlyargs],
-        kw_defaults=list(a.kw_defaults),
-        kwarg=bare(a.kwarg),
-        defaults=list(a.defaults),
-    )
-    return ast.unparse(stripped)
-
-
-# --------------------------------------------------------------------------
-# the index: parsed modules, class graph, name resolution
-# --------------------------------------------------------------------------
-
-class _IndexResolver(Resolver):
-    """The engine's resolver, reading modules through the index (each parsed once)."""
-
-    def __init__(self, index) -> None:
-        super().__init__(None, [])
-        self.index = index
-
-    def module(self, name: str, load: bool = True):
-        mod = self.index.module(name, load) if name else None
-        return None if mod is None else mod.src
-
-    def is_module(self, name: str) -> bool:
-        return self.index.locate(name) is not None
-
-
-class _Index:
-    def __init__(self, package_root: str) -> None:
-        self.root = os.path.abspath(package_root)
-        self.pkg = os.path.basename(self.root.rstrip(os.sep)) or "sglang"
-        self.modules: dict = {}   # dotted name -> _Module | None (parsed at most once)
-        self.unparsable: list = []
-        self._classes: dict = {}
-        self._fninfo: dict = {}
-        self._located: dict = {}
-        self.resolver = _IndexResolver(self)
-
-    def release(self) -> None:
-        """Drop every parsed tree; break the class graph's reference cycles first."""
-        for c in self._classes.values():
-            c.all = None
-            c.bases = None
-        self._classes.clear()
-        self._fninfo.clear()
-        self.modules.clear()
-
-    def rel(self, path: str) -> str:
-        return os.path.relpath(path, self.root).replace(os.sep, "/")
-
-    def locate(self, dotted: str):
-        """(path or None for a namespace package, is_package) of a module in the package, else None."""
-        if dotted in self._located:
-            return self._located[dotted]
-        parts = dotted.split(".")
-        found = None
-        if parts[0] == self.pkg:
-            base = os.path.join(self.root, *parts[1:])
-            if os.path.isfile(base + ".py"):
-                found = (base + ".py", False)
-            elif os.path.isfile(os.path.join(base, "__init__.py")):
-                found = (os.path.join(base, "__init__.py"), True)
-            elif os.path.isdir(base):
-                found = (None, True)
-        self._located[dotted] = found
-        return found
-
-    def load(self, dotted: str, path: str | None, is_pkg: bool, record: bool):
-        if dotted in self.modules:
-            return self.modules[dotted]
-        mod = None
-        if path is None:
-            mod = _Module(dotted, self.rel(os.path.join(self.root, *dotted.split(".")[1:])), True)
-        else:
-            try:
-                with open(path, "rb") as fh:
-                    tree = ast.parse(fh.read(), filename=path)  # bytes: honours BOMs and coding cookies
-            except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
-                if record:
-                    line = getattr(exc, "lineno", None)
-                    msg = getattr(exc, "msg", None) or str(exc)
-                    self.unparsable.append({
-                        "file": self.rel(path),
-                        "error": f"{type(exc).__name__}: {msg}" + (f" (line {line})" if line else ""),
-                    })
-            else:
-                mod = _Module(dotted, self.rel(path), is_pkg)
-                _build_module(mod, tree)
-        self.modules[dotted] = mod
-        return mod
-
-    def module(self, dotted: str, load: bool = True):
-        if dotted in self.modules:
-            return self.modules[dotted]
-        if not load:
-            return None
-        found = self.locate(dotted)
-        if found is None:
-            self.modules[dotted] = None
-            return None
-        return self.load(dotted, found[0], found[1], record=False)
-
-    def cls(self, mod: _Module, name: str) -> _Class:
-        key = (mod.name, name)
-        c = self._classes.get(key)
-        if c is None:
-            c = self._classes[key] = _Class(mod, mod.classes[name])
-        return c
-
-    def info(self, fn, mod: _Module) -> _FnInfo:
-        got = self._fninfo.get(id(fn))
-        if got is None:
-            got = self._fninfo[id(fn)] = _FnInfo(fn, mod.package())
-        return got
-
-    # ---- name resolution: -> _Class | _Func | _ModRef | None ------------------
-    # The engine's resolver (pysource.Resolver) over this index's modules, its answers made the
-    # audit's objects. ``load`` says whether modules outside the already parsed set (the
-    # models directory plus whatever base classes needed) may be parsed to answer.
-    def resolve_expr(self, mod: _Module, expr, info: _FnInfo | None = None, load: bool = True):
-        r = self.resolver.resolve(mod.src, expr, info.imports if info is not None else None, load)
-        if r is None:
-            return None
-        if r[0] == "module":
-            return _ModRef(r[1])
-        owner = self.modules.get(r[1].name)
-        if owner is None:
-            return None
-        if r[0] == "function":
-            return _Func(owner, r[2])
-        return self.cls(owner, r[2].name) if owner.classes.get(r[2].name) is r[2] else None
-
-    # ---- class graph -------------------------------------------------------
-    def bases(self, c: _Class) -> list:
-        """The class's bases that are SGLang classes, found as the patch engine finds them
-        (pysource.Resolver over this index's parsed modules)."""
-        if c.bases is None:
-            c.bases = []
-            for b in c.node.bases:
-                r = self.resolve_expr(c.module, b)
-                if isinstance(r, _Class) and r is not c:
-                    c.bases.append(r)
-        return c.bases
-
-    def all_methods(self, c: _Class, _stack: tuple = ()) -> dict:
-        """name -> (defining _Class, FunctionDef | None), the class's own definitions winning."""
-        if c.all is not None:
-            return c.all
-        if c.key in _stack or len(_stack) > _MAX_DEPTH:
-            return {}
-        merged: dict = {}
-        for base in self.bases(c):
-            for name, val in self.all_methods(base, _stack + (c.key,)).items():
-                merged.setdefault(name, val)
-        for name, fn in c.methods.items():
-            merged[name] = (c, fn)
-        c.all = merged
-        return merged
-
-    def class_attr(self, c: _Class, name: str, _stack: tuple = ()):
-        """(defining _Class, value) of a class-level attribute, through the bases."""
-        if name in c.class_attrs:
-            return c, c.class_attrs[name]
-        if c.key in _stack or len(_stack) > _MAX_DEPTH:
-            return None
-        for base in self.bases(c):
-            got = self.class_attr(base, name, _stack + (c.key,))
-            if got is not None:
-                return got
-        return None
-
-
-# --------------------------------------------------------------------------
-# wrapper analysis
-# --------------------------------------------------------------------------
 
 class _Ctx:
     """Where an expression is evaluated: the instance's class, the module, the function."""
 
     __slots__ = ("inst", "mod", "info")
 
-    def __init__(self, inst: _Class | None, mod: _Module, info: _FnInfo) -> None:
+    def __init__(self, inst: IndexedClass | None, mod: IndexedModule, info: FnInfo) -> None:
         self.inst = inst
         self.mod = mod
         self.info = info
 
 
 class _Auditor:
-    def __init__(self, index: _Index) -> None:
+    def __init__(self, index: Index) -> None:
         self.ix = index
-        self.entries: dict = {}  # key -> _Class, every class listed in some EntryClass
+        self.entries: dict = {}  # key -> IndexedClass, every class listed in some EntryClass
         self._active: set = set()  # local names being followed (guards a = b; b = a)
         self._budget = 0           # evaluation steps left for the current class
 
@@ -434,13 +83,13 @@ class _Auditor:
             self._active.discard(key)
 
     # ---- EntryClass ------------------------------------------------------
-    def entry_classes(self, mod: _Module) -> list:
+    def entry_classes(self, mod: IndexedModule) -> list:
         out: list = []
         self._entry(mod, mod.entry, out, 0)
         return out
 
-    def _entry(self, mod: _Module, expr, out: list, depth: int) -> None:
-        if expr is None or depth > _MAX_DEPTH:
+    def _entry(self, mod: IndexedModule, expr, out: list, depth: int) -> None:
+        if expr is None or depth > MAX_DEPTH:
             return
         if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
             for elt in expr.elts:
@@ -453,7 +102,7 @@ class _Auditor:
             self._entry(mod, expr.orelse, out, depth + 1)
         elif isinstance(expr, (ast.Name, ast.Attribute)):
             r = self.ix.resolve_expr(mod, expr)
-            if isinstance(r, _Class):
+            if isinstance(r, IndexedClass):
                 out.append(r)
             elif isinstance(expr, ast.Name) and expr.id != "EntryClass":
                 values = mod.assigns.get(expr.id) or []
@@ -461,14 +110,14 @@ class _Auditor:
                     self._entry(mod, values[0], out, depth + 1)
 
     # ---- what __init__ stores on self --------------------------------------
-    def init_functions(self, c: _Class) -> list:
-        """(defining _Class, FunctionDef) of every __init__ that runs, plus self-helpers they call."""
+    def init_functions(self, c: IndexedClass) -> list:
+        """(defining IndexedClass, FunctionDef) of every __init__ that runs, plus self-helpers they call."""
         out: list = []
         seen: set = set()
         cur = [c]
         while cur:
             k = cur.pop(0)
-            if k.key in seen or len(seen) > _MAX_DEPTH:
+            if k.key in seen or len(seen) > MAX_DEPTH:
                 continue
             seen.add(k.key)
             fn = k.methods.get("__init__")
@@ -485,7 +134,7 @@ class _Auditor:
             owner, fn = out[i]
             i += 1
             for node in self.ix.info(fn, owner.module).nodes:
-                if isinstance(node, ast.Call) and _is_self_attr(node.func):
+                if isinstance(node, ast.Call) and is_self_attr(node.func):
                     got = methods.get(node.func.attr)
                     if got and got[1] is not None and id(got[1]) not in done and node.func.attr != "__init__":
                         done.add(id(got[1]))
@@ -493,9 +142,9 @@ class _Auditor:
         return out
 
     def outcomes(self, ctx: _Ctx, expr, depth: int = 0) -> list:
-        """Instances ``expr`` may evaluate to: [("class", _Class) | ("dynamic", why)]."""
+        """Instances ``expr`` may evaluate to: [("class", IndexedClass) | ("dynamic", why)]."""
         self._budget -= 1
-        if depth > _MAX_DEPTH or self._budget < 0:
+        if depth > MAX_DEPTH or self._budget < 0:
             return []
         if isinstance(expr, ast.IfExp):
             return self.outcomes(ctx, expr.body, depth + 1) + self.outcomes(ctx, expr.orelse, depth + 1)
@@ -516,13 +165,13 @@ class _Auditor:
         """What a call to a factory (a self-method or a module function) returns, else None."""
         f = call.func
         target = None
-        if _is_self_attr(f) and ctx.inst is not None:
+        if is_self_attr(f) and ctx.inst is not None:
             got = self.ix.all_methods(ctx.inst).get(f.attr)
             if got is not None and got[1] is not None:
                 target = (ctx.inst, got[0].module, got[1])
         elif isinstance(f, (ast.Name, ast.Attribute)) and not (isinstance(f, ast.Name) and f.id in ctx.info.assigns):
             r = self.ix.resolve_expr(ctx.mod, f, ctx.info, load=False)
-            if isinstance(r, _Func):
+            if isinstance(r, Func):
                 target = (None, r.module, r.node)
         if target is None:
             return None
@@ -533,9 +182,9 @@ class _Auditor:
         return [o for r in info.returns for o in pick(sub, r, depth + 1)]
 
     def candidates(self, ctx: _Ctx, expr, depth: int) -> list:
-        """Classes ``expr`` may be when it is called: [("class", _Class) | ("dynamic", why)]."""
+        """Classes ``expr`` may be when it is called: [("class", IndexedClass) | ("dynamic", why)]."""
         self._budget -= 1
-        if depth > _MAX_DEPTH or self._budget < 0:
+        if depth > MAX_DEPTH or self._budget < 0:
             return []
         if isinstance(expr, ast.IfExp):
             return self.candidates(ctx, expr.body, depth + 1) + self.candidates(ctx, expr.orelse, depth + 1)
@@ -543,25 +192,25 @@ class _Auditor:
             return [o for v in expr.values for o in self.candidates(ctx, v, depth + 1)]
         if isinstance(expr, ast.Name) and expr.id in ctx.info.assigns and expr.id not in ctx.info.imports:
             return self._local(ctx, expr.id, self.candidates, depth)
-        if _is_self_attr(expr):
+        if is_self_attr(expr):
             if ctx.inst is None:
-                return [("dynamic", f"`{_short(expr)}`")]
+                return [("dynamic", f"`{short(expr)}`")]
             got = self.ix.class_attr(ctx.inst, expr.attr)
             if got is None:
                 if expr.attr in self.ix.all_methods(ctx.inst):
                     return []  # calling a method: handled by _follow_call
-                return [("dynamic", f"the attribute `{_short(expr)}`")]
+                return [("dynamic", f"the attribute `{short(expr)}`")]
             owner, value = got
             if isinstance(value, ast.ClassDef):
                 return []  # a nested helper class, never an EntryClass model
             return self.candidates(_Ctx(ctx.inst, owner.module, ctx.info), value, depth + 1)
         if isinstance(expr, (ast.Name, ast.Attribute)):
             r = self.ix.resolve_expr(ctx.mod, expr, ctx.info, load=False)
-            return [("class", r)] if isinstance(r, _Class) else []
+            return [("class", r)] if isinstance(r, IndexedClass) else []
         if isinstance(expr, ast.Subscript):
             values = self._dict_values(ctx, expr.value)
             if values is None:
-                return [("dynamic", f"the lookup `{_short(expr)}`")]
+                return [("dynamic", f"the lookup `{short(expr)}`")]
             return [o for v in values for o in self.candidates(ctx, v, depth + 1)]
         if isinstance(expr, ast.Call):
             f = expr.func
@@ -572,7 +221,7 @@ class _Auditor:
             followed = self._follow_call(ctx, expr, depth, instances=False)
             if followed is not None:
                 return followed
-            return [("dynamic", f"the call `{_short(expr)}`")]
+            return [("dynamic", f"the call `{short(expr)}`")]
         return []
 
     def _dict_values(self, ctx: _Ctx, expr):
@@ -586,7 +235,7 @@ class _Auditor:
         return None
 
     # ---- delegation through __getattr__ / __call__ ------------------------------
-    def delegate_of(self, c: _Class, dunder: str) -> str | None:
+    def delegate_of(self, c: IndexedClass, dunder: str) -> str | None:
         got = self.ix.all_methods(c).get(dunder)
         if got is None or got[1] is None:
             return None
@@ -595,16 +244,16 @@ class _Auditor:
                 continue
             f = node.func
             if dunder == "__getattr__":
-                if isinstance(f, ast.Name) and f.id == "getattr" and node.args and _is_self_attr(node.args[0]):
+                if isinstance(f, ast.Name) and f.id == "getattr" and node.args and is_self_attr(node.args[0]):
                     return node.args[0].attr
-            elif _is_self_attr(f):
+            elif is_self_attr(f):
                 return f.attr
-            elif isinstance(f, ast.Attribute) and f.attr == "forward" and _is_self_attr(f.value):
+            elif isinstance(f, ast.Attribute) and f.attr == "forward" and is_self_attr(f.value):
                 return f.value.attr
         return None
 
     # ---- forward -----------------------------------------------------------
-    def forward_use(self, c: _Class, attr: str) -> tuple:
+    def forward_use(self, c: IndexedClass, attr: str) -> tuple:
         """(runs self.<attr>'s own forward, hands it over as language_model, other uses seen)."""
         methods = self.ix.all_methods(c)
         got = methods.get("forward")
@@ -620,10 +269,10 @@ class _Auditor:
                 continue
             done.add(id(fn))
             info = self.ix.info(fn, owner.module)
-            aliases = {n for n, vals in info.assigns.items() if any(_is_self_attr(v, attr) for v in vals)}
+            aliases = {n for n, vals in info.assigns.items() if any(is_self_attr(v, attr) for v in vals)}
 
             def inner(node) -> bool:
-                return _is_self_attr(node, attr) or (isinstance(node, ast.Name) and node.id in aliases)
+                return is_self_attr(node, attr) or (isinstance(node, ast.Name) and node.id in aliases)
 
             for node in info.nodes:
                 if isinstance(node, ast.Call):
@@ -640,8 +289,8 @@ class _Auditor:
                         if inner(value):
                             runs = routed = True
                         elif isinstance(value, ast.Attribute) and inner(value.value):
-                            evidence.append(f"hands {_short(value)} to {fname}() as the language model")
-                    if _is_self_attr(f):
+                            evidence.append(f"hands {short(value)} to {fname}() as the language model")
+                    if is_self_attr(f):
                         if f.attr in methods and methods[f.attr][1] is not None:
                             todo.append(methods[f.attr])
                         elif f.attr == "logits_processor":
@@ -651,13 +300,13 @@ class _Auditor:
                     and node.attr in ("model", "lm_head", "logits_processor")
                     and inner(node.value)
                 ):
-                    evidence.append(f"reads {_short(node)}")
+                    evidence.append(f"reads {short(node)}")
         handed_over = {e.split()[1] for e in evidence if e.startswith("hands ")}
         evidence = [e for e in evidence if not (e.startswith("reads ") and e.split()[1] in handed_over)]
         return runs, routed, sorted(set(evidence), key=lambda e: (not e.startswith("hands "), e))
 
     # ---- one EntryClass class -------------------------------------------------
-    def analyse(self, c: _Class):
+    def analyse(self, c: IndexedClass):
         self._budget = 20000
         slots: dict = {}
         for owner, fn in self.init_functions(c):
@@ -727,7 +376,7 @@ class _Auditor:
             for m in SPEC_METHODS:
                 got = by_class[name].get(m)
                 if m not in methods and got is not None:
-                    methods[m] = _params(got[1]) if got[1] is not None else DEFAULT_PARAMS[m]
+                    methods[m] = params_of(got[1]) if got[1] is not None else DEFAULT_PARAMS[m]
         rec = {
             "class": c.name,
             "file": c.module.rel,
@@ -784,11 +433,7 @@ class _Auditor:
         return rec
 
 
-# --------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------
-
-def _audit(index: _Index, models_dir: str, files: list, prefix: str) -> tuple:
+def _audit(index: Index, models_dir: str, files: list, prefix: str) -> tuple:
     scanned = []
     for name in files:
         is_pkg = name == "__init__.py"
@@ -827,7 +472,7 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
         raise FileNotFoundError(f"no models directory at {models_dir}")
     if package_root is None:
         package_root = os.path.dirname(os.path.dirname(models_dir))
-    index = _Index(package_root)
+    index = Index(package_root)
     rel_dir = os.path.relpath(models_dir, index.root)
     if rel_dir.startswith(".."):
         prefix = index.pkg + ".srt.models"
@@ -859,25 +504,3 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
         "wrappers": gaps,
         "ok_wrappers": sorted(r["class"] for r in ok),
     }
-
-
-def _default_models_dir() -> str:
-    import importlib.util
-
-    found = importlib.util.find_spec("sglang")  # finds the package without importing it
-    if found is None or not found.submodule_search_locations:
-        raise SystemExit("audit: sglang is not installed for this python; pass MODELS_DIR")
-    return os.path.join(list(found.submodule_search_locations)[0], "srt", "models")
-
-
-def main(argv: list | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    models_dir = args[0] if args else _default_models_dir()
-    package_root = args[1] if len(args) > 1 else None
-    json.dump(audit_models(models_dir, package_root), sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,11 +25,10 @@ import subprocess
 from provision.host.engine import core
 from provision.host.engine import overlay as render
 from provision.host.facts import installs
-from provision.host.lib import procfs
+from provision.host.lib import atomic, procfs
 from provision.host.lib.hostlog import host_log
 from provision.host.lib.modules import make_resolver
 from provision.host.lib.paths import default_state_dir
-from provision.host.ops.fileops import temp_name
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import OverlayAnswer, OverlayRequest, OverlayStage, OverlayVerify
 
@@ -88,13 +87,10 @@ def plan(inst: dict, specs: list) -> dict:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = temp_name(path)  # not a .py name: SGLang imports every .py of the package
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """One overlay file, atomically and durably, readable by the server whatever the umask (a
+    container's non-root user reads it through the read-only mount). The temp name ends in .tmp,
+    never .py: SGLang imports every .py of the package."""
+    atomic.write_text(path, text, mode=0o644)
 
 
 def _read(path: str) -> str | None:

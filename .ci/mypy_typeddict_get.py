@@ -6,7 +6,7 @@ that is how ``status`` once read ``matches_spec`` where the engine wrote ``match
 hook reports a literal key the TypedDict does not declare, with the same message and error
 code mypy uses for a subscript, then leaves the typing to mypy's own ``get`` callback.
 
-Enabled in pyproject.toml ([tool.mypy] plugins); run by ``.ci/run``. Not part of the
+Enabled in pyproject.toml ([tool.mypy] plugins); run by ``.ci/run``, beside which it lives. Not part of the
 package: nothing of provision imports it.
 """
 

@@ -60,6 +60,15 @@ class LaunchOptions:
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
+    # per host, the rows of `--patch` (files edited before the start): journaled with the launch row
+    patched: dict = field(default_factory=dict)
+
+
+def patch_journal(rows) -> list[dict]:
+    """`launch --patch`'s edits as journal lines of their own (command patch), carried by the launch row."""
+    return [{"command": "patch", "verdict": r.verdict, "detail": r.detail, "file": r.file, "spec": r.data.get("spec"),
+             "sha_before": r.data.get("sha_before"), "sha_after": r.data.get("sha_after"),
+             "error_kind": r.error_kind} for r in rows or []]
 
 
 class MultiNode:
@@ -412,6 +421,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             if multinode is not None:
                 multinode.finish(host, "failed")
             raise
+        if opts.patched.get(host.name):
+            res.data["journal_extra"] = patch_journal(opts.patched[host.name]) + res.data.get("journal_extra", [])
         if multinode is not None:
             multinode.finish(host, res.verdict)
         opts.results[host.name] = res
@@ -434,6 +445,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             opts.stages[host.name] = "patching"
             rows = do_patch("patch", checked, sglang_path=opts.sglang_path, python=opts.python,
                             decided=True)(host, session, fleet)
+            opts.patched[host.name] = rows
             for pres in rows:
                 if pres.failed:
                     pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
@@ -554,7 +566,8 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         stage = opts.stages.get(h.name)
         if r is not None:
             out.append(r)
-        elif stage == "patching":
+            continue
+        if stage == "patching":
             out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
                                   f"or patched; `provision status --host {h.name}` says which; no server was started",
                                   error_kind="interrupted"))
@@ -570,6 +583,8 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
                                   "was started", error_kind="interrupted"))
+        if opts.patched.get(h.name):  # --patch edited files before the interrupt
+            out[-1].data["journal_extra"] = patch_journal(opts.patched[h.name])
     return out
 
 

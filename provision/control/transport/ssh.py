@@ -27,7 +27,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
                       wait_random)
 
-from provision.errors import AuthError, ConnectError, HostKeyError
+from provision.errors import AuthError, ConnectError, HostKeyError, ProvisionError
 # Interrupted and SudoRefused are named here too: callers have always imported them from ssh
 from provision.control.transport.base import Interrupted, SudoRefused, Transport  # noqa: F401
 from provision.control.transport.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
@@ -80,12 +80,20 @@ def _transient(exc: BaseException) -> bool:
 @dataclass
 class GatewayPool:
     """One connection per gateway (ProxyJump hop), shared by every host behind it (sshd
-    MaxStartups). A chain a,b is two entries: b is opened through the shared a."""
+    MaxStartups). A chain a,b is two entries: b is opened through the shared a.
+
+    Each gateway has its own lock, held only while that gateway is dialled: hosts behind it wait
+    for that one dial, hosts behind other gateways never wait. A gateway that failed (refused,
+    silent, wrong key, authentication) is remembered for the run: the hosts behind it fail at
+    once with its error, and it is not dialled again."""
 
     conns: dict = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)   # guards the dicts, never held while dialling
     opened: int = 0
+    dialled: int = 0                     # dials attempted, failed ones included (tests, benchmarks)
     known_for: Callable | None = None   # Target -> KnownHosts (each gateway's own known hosts)
+    failed: dict = field(default_factory=dict)   # Target.key -> the ProvisionError of its dial
+    _locks: dict = field(default_factory=dict)   # Target.key -> that gateway's lock
 
     def get(self, target: Target, known: KnownHosts, accept_append: str | None):
         import fabric
@@ -95,15 +103,33 @@ class GatewayPool:
             accept_append = target.known_hosts[0] if target.known_hosts else None
         parent = self.get(target.via, known, accept_append) if target.via is not None else None
         with self.lock:
-            conn = self.conns.get(target.key)
-            if conn is not None and not conn.is_connected:
-                conn = None  # died (or a ProxyCommand exited): open it afresh
-            if conn is None:
+            gate = self._locks.setdefault(target.key, threading.Lock())
+        with gate:
+            with self.lock:
+                if target.key in self.failed:
+                    first = self.failed[target.key]
+                    again = type(first)(first.message)
+                    again.transient = False  # type: ignore[attr-defined]
+                    again.remembered = True  # type: ignore[attr-defined]
+                    raise again
+                conn = self.conns.get(target.key)
+            if conn is not None and conn.is_connected:
+                return conn
+            # none yet, or it died (or a ProxyCommand exited): open it afresh, once for all its hosts
+            with self.lock:
+                self.dialled += 1
+            try:
                 conn = _make_connection(fabric, target, known, accept_append, gateway=parent)
                 _open(conn, target)
-                transport = conn.client.get_transport()
-                if transport is not None:
-                    transport.set_keepalive(target.keepalive)
+            except ProvisionError as exc:
+                exc.transient = False  # type: ignore[attr-defined] - remembered, so never retried either
+                with self.lock:
+                    self.failed[target.key] = exc
+                raise
+            transport = conn.client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(target.keepalive)
+            with self.lock:
                 self.opened += 1
                 self.conns[target.key] = conn
             return conn
@@ -114,6 +140,15 @@ class GatewayPool:
                 conn.close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def through_gateway(alias: str, gateway: Target, exc: ProvisionError) -> ProvisionError:
+    """A host's error when its gateway failed: the gateway's own error, of the same class (the same
+    verdict and exit code), naming the host first."""
+    when = " earlier in this run (not dialled again)" if getattr(exc, "remembered", False) else ""
+    err = type(exc)(f"{alias}: gateway {gateway.alias} failed{when}: {exc.message}")
+    err.transient = False  # type: ignore[attr-defined]
+    return err
 
 
 def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: str | None, gateway):
@@ -233,7 +268,10 @@ class Session(Transport):
         gateway = None
         if self.jump_target is not None:
             pool = self.gateways or GatewayPool()
-            gateway = pool.get(self.jump_target, self.known, self.accept_append)
+            try:
+                gateway = pool.get(self.jump_target, self.known, self.accept_append)
+            except ProvisionError as exc:
+                raise through_gateway(self.target.alias, self.jump_target, exc) from None
 
         def may_retry(exc: BaseException) -> bool:
             return bool(getattr(exc, "transient", False)) and not self._cancelled.is_set()

@@ -67,7 +67,7 @@ class Fleet:
         self.opts = opts
         self.config = sshconfig.load_ssh_config(None if opts.local else opts.ssh_config)
         self.gateways: GatewayPool | None = None  # opened with the first SSH session
-        self._known: dict[tuple, KnownHosts] = {}
+        self._known: dict[tuple, KnownHosts] = {}  # (user files, global files) -> loaded once
         self._lock = threading.Lock()
         self.warnings: list[str] = []
         self.live: set[Transport] = set()
@@ -79,10 +79,10 @@ class Fleet:
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
         from provision.control.transport.hostkeys import KnownHosts
 
-        key = target.known_hosts
+        key = (target.known_hosts, target.global_known_hosts)
         with self._lock:
             if key not in self._known:
-                kh = KnownHosts(list(target.known_hosts))
+                kh = KnownHosts(list(target.known_hosts), system=target.global_known_hosts)
                 self._known[key] = kh
                 self.warnings.extend(kh.warnings)
             return self._known[key]

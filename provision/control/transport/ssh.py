@@ -15,6 +15,7 @@ failures, and timeouts (a silent host has had its deadline).
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import threading
@@ -151,6 +152,22 @@ def through_gateway(alias: str, gateway: Target, exc: ProvisionError) -> Provisi
     return err
 
 
+class ShellProxyCommand(paramiko.ProxyCommand):
+    """A ProxyCommand run the way OpenSSH runs it (sshconnect.c): ``$SHELL -c 'exec COMMAND'``
+    (/bin/sh when SHELL is unset), so the shell's pipes, redirections, quoting and $VARs work as
+    they do for ``ssh``. paramiko's own ProxyCommand splits the line with shlex and runs it with no
+    shell, where ``a | b`` or ``$HOME`` are plain words."""
+
+    def __init__(self, command_line: str):  # noqa: D107 - paramiko's ProxyCommand fields, set as it does
+        import subprocess
+
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        self.cmd = [shell, "-c", "exec " + command_line]
+        self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, bufsize=0)
+        self.timeout = None
+
+
 def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: str | None, gateway):
     cfg = fabric.Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
     kwargs = {"allow_agent": not target.identities_only,
@@ -160,7 +177,7 @@ def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: s
         kwargs["key_filename"] = list(target.identities)
     if target.proxy_command and gateway is None:
         try:
-            kwargs["sock"] = paramiko.ProxyCommand(target.proxy_command)
+            kwargs["sock"] = ShellProxyCommand(target.proxy_command)
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{target.alias}: cannot run the ProxyCommand "
                                f"({getattr(exc, 'strerror', None) or exc}): {target.proxy_command}") from None
@@ -197,9 +214,15 @@ def _open(conn, target: Target) -> None:
         raise ConnectError(f"{target.alias}: no answer from {target.hostname}:{target.port} within "
                            f"{target.connect_timeout:g} s (ConnectTimeout)") from None
     except paramiko.ProxyCommandFailure as exc:
+        died = _proxy_exit(conn)
+        if died is not None:
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand ({died}): {target.proxy_command}") from None
         raise ConnectError(f"{target.alias}: the ProxyCommand for {target.hostname}:{target.port} failed "
                            f"({_short(exc)}): {target.proxy_command}") from None
     except (NoValidConnectionsError, OSError, EOFError, paramiko.SSHException) as exc:
+        died = _proxy_exit(conn)
+        if died is not None:  # the ProxyCommand itself ended (not found, refused, a typo): its words
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand ({died}): {target.proxy_command}") from None
         # A silent host: the greeting timed out (paramiko sometimes reports that as "No existing
         # session" once its own wait ran out). Never retried: the host already had its deadline.
         slow = time.monotonic() - t0 >= 0.9 * target.connect_timeout
@@ -212,6 +235,27 @@ def _open(conn, target: Target) -> None:
         err.__cause__ = exc
         err.transient = _transient(exc)  # type: ignore[attr-defined]
         raise err from None
+
+
+def _proxy_exit(conn) -> str | None:
+    """How a ProxyCommand that already exited ended: its status and the last line it wrote on stderr
+    (OpenSSH lets that through to the terminal); None while it runs, or without one."""
+    sock = (getattr(conn, "connect_kwargs", None) or {}).get("sock")
+    proc = getattr(sock, "process", None)
+    if not isinstance(sock, ShellProxyCommand) or proc is None:
+        return None
+    try:
+        status = proc.wait(timeout=1)
+    except Exception:  # noqa: BLE001 - still running (subprocess.TimeoutExpired): not the proxy's fault
+        return None
+    err = b""
+    try:
+        if proc.stderr is not None and select.select([proc.stderr], [], [], 0)[0]:
+            err = os.read(proc.stderr.fileno(), 65536)
+    except OSError:
+        pass
+    last = next((ln.strip() for ln in reversed(err.decode("utf-8", "replace").splitlines()) if ln.strip()), "")
+    return f"exit {status}" + (f": {last[:200]}" if last else "")
 
 
 def _short(exc: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -92,6 +93,7 @@ def _run_with_display(ctx, command, make_fn, columns):
     collected = []
 
     def wrap(fn):
+        @functools.wraps(fn)  # keeps fn's on_host_done (a multi-node launch's hook: control/runner.py)
         def inner(host, session, fleet):
             r = fn(host, session, fleet)
             collected.append(r)

@@ -324,10 +324,17 @@ class ProvisionGroup(click.Group):
             cmd = getattr(importlib.import_module(modname), attr)
         return cmd
 
-    def invoke(self, ctx):
-        from provision.control.signals import Terminated, terminate_as_interrupt
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name != "sandbox":  # SIGTERM as Ctrl-C (control/signals.py); the simulated hosts keep the default
+            from provision.control.signals import terminate_as_interrupt
 
-        terminate_as_interrupt()
+            terminate_as_interrupt()
+        return name, cmd, rest
+
+    def invoke(self, ctx):
+        from provision.control.signals import Terminated
+
         try:
             return super().invoke(ctx)
         except ProvisionError as exc:

@@ -365,6 +365,10 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
 def restart_verdict(rr: HostResult) -> tuple[str, str]:
     """A launch row of a restart -> (verdict, detail) of the reconcile row's restart."""
     ok = rr.verdict in ("ready", "running")
+    if rr.verdict == "interrupted" and rr.data.get("started"):
+        # Ctrl-C/SIGTERM while the new server loaded: the old one is gone, whether the new one comes
+        # up is not known yet (journaled as an attempt of unknown outcome)
+        return "unknown", "restart interrupted after the new server started: " + rr.detail
     return ("restarted" if ok else rr.verdict), ("restarted: " if ok else "restart failed: ") + rr.detail
 
 

@@ -86,3 +86,33 @@ def test_interrupted_patch_keeps_the_journal_of_the_hosts_it_changed(five, ssh_e
     # ... and no host left alone is said to be patched
     for name in set(by_host) - set(changed):
         assert all(r["verdict"] != "patched" for r in by_host[name]), by_host[name]
+
+
+def test_launch_serial_and_launch_patch_are_journaled(five, ssh_env, tmp_path):
+    """`launch --serial 1 --patch` over two unpatched hosts: each host's patch (its file's sha256
+    before and after) and its start are in `history`."""
+    a, b = five[:2]
+    for h in (a, b):
+        h.reset()
+    before = {h.name: sha(kimi(h).read_bytes()) for h in (a, b)}
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
+                        "args": {"model-path": "/data/models/Kimi-K2.5",
+                                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": "1"}},
+           "hosts": {h.name: {"address": h.address, "port": h.port} for h in (a, b)}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    env = {"PROVISION_JOURNAL": str(tmp_path / "journal.jsonl")}
+    try:
+        proc = run("launch", "-i", path, "--serial", "1", "--patch", "--poll", "0.5", env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        run("stop", "-i", path, env=env)
+    recs = [json.loads(x) for x in run("history", "--json", env=env, check_rc=0).stdout.splitlines()]
+    for h in (a, b):
+        mine = [(r["command"], r["verdict"]) for r in recs if r["host"] == h.name]
+        assert mine[:2] == [("patch", "patched"), ("launch", "started")], mine
+        patched = next(r for r in recs if r["host"] == h.name and r["command"] == "patch")
+        assert patched["sha256_before"] == before[h.name]
+        assert patched["sha256_after"] == sha(kimi(h).read_bytes()) != before[h.name]
+        assert patched["spec"] == "kimi-k25-eagle3" and patched["file"].endswith(KIMI)

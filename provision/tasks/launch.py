@@ -382,9 +382,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         try:
             res = _launch_one(host, session, fleet)
-        except BaseException:
-            if multinode is not None:
-                multinode.finish(host, "failed")
+        except BaseException as exc:
+            # an error becomes the host's row in the runner, which hands it (with its sentence) to
+            # multinode.host_done; only an interrupt never becomes a row
+            if multinode is not None and not isinstance(exc, Exception):
+                multinode.finish(host, "failed", "interrupted")
             raise
         if multinode is not None:
             note = multinode.address_note(host)

@@ -100,11 +100,15 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
             click.echo("error: no host matched the selection; nothing was done", err=True)
             sys.exit(EXIT_NOTHING)
         fleet = Fleet(ctx.conn)
+        from provision.cli.main import journal_writer
+
+        # each host's row is journaled as it arrives, each restart as it ends (Ctrl-C/SIGTERM keep them)
+        writer = None if check else journal_writer("reconcile")
         try:
             results = run_hosts(fleet, hosts, rc.reconcile_fn(
                 pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
                 timeout=ctx.conn.command_timeout, full=full, include_held=include_held,
-                gpu_capability=gpu_capability))
+                gpu_capability=gpu_capability), on_result=writer)
             batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
             by_name = rc.row_per_host(results)
             for name, note in notes.items():
@@ -118,15 +122,13 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
                         by_name[h.name].notes.append(f"would restart (batch {i}/{len(batches)})")
             elif batches:
                 rc.run_restarts(fleet, batches, results, profile=profile, deadline=restart_deadline, window=win,
-                                spec=pspec)
+                                spec=pspec, journal=writer.extra if writer is not None else None)
         finally:
             fleet.close()
+            if writer is not None:
+                fleet.warnings.extend(writer.warnings)
         for w in dict.fromkeys(fleet.warnings):
             click.echo(f"warning: {w}", err=True)
-        if not check:
-            from provision.cli.main import _journal
-
-            _journal("reconcile", results)
         code = rc.exit_code(results, check, restart)
         if ctx.as_json:
             from provision.output import report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -92,6 +93,7 @@ def _run_with_display(ctx, command, make_fn, columns):
     collected = []
 
     def wrap(fn):
+        @functools.wraps(fn)  # keeps fn's on_host_done (a multi-node launch's hook: control/runner.py)
         def inner(host, session, fleet):
             r = fn(host, session, fleet)
             collected.append(r)
@@ -182,6 +184,7 @@ def _interrupted(ctx, opts, stop_fn) -> None:
     from provision.control.runner import Fleet, run_hosts
 
     hosts = selected_hosts(ctx)
+    finished = set(opts.results)
     results = interrupt_report(hosts, opts)
     # a server was started there, or the start request was in flight
     started = [h for h, r in zip(hosts, results) if opts.stages.get(h.name) in ("starting", "started")
@@ -207,7 +210,8 @@ def _interrupted(ctx, opts, stop_fn) -> None:
                    "(`provision wait` re-attaches, `provision stop` stops them)", err=True)
     else:
         click.echo("interrupted: no server was started", err=True)
-    _journal("launch", results)
+    # the hosts that finished before the interrupt were journaled as their rows arrived
+    _journal("launch", [r for h, r in zip(hosts, results) if h.name not in finished])
     if stopped:
         _journal("stop", stopped)
     if ctx.as_json:

@@ -254,18 +254,31 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         click.echo("error: no host matched the selection; nothing was done", err=True)
         return EXIT_NOTHING
     fleet = Fleet(ctx.conn)
+    writer = journal_writer(command) if journal and not check else None
+
+    def arrived(r) -> None:
+        if writer is not None:
+            writer(r)  # journaled (fsync'd) before anything else: Ctrl-C/SIGTERM later keeps it
+        print_result(ctx, r, check=check, show_diff=show_diff)
+
     try:
-        results = run_hosts(fleet, hosts, fn,
-                            on_result=lambda r: print_result(ctx, r, check=check, show_diff=show_diff))
+        results = run_hosts(fleet, hosts, fn, on_result=arrived)
     finally:
         fleet.close()
+        if writer is not None:
+            fleet.warnings.extend(writer.warnings)
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
-    if journal and not check:
-        _journal(command, results)
     code = exit_code(results) if exit_code else report.exit_code(results, check=check)
     print_summary(ctx, command, results, code, columns)
     return code
+
+
+def journal_writer(command: str):
+    """The run's journal, written host by host as rows arrive (control/journal.py's Writer)."""
+    from provision.control.journal import Writer
+
+    return Writer(command)
 
 
 def _journal(command: str, results) -> None:
@@ -311,12 +324,26 @@ class ProvisionGroup(click.Group):
             cmd = getattr(importlib.import_module(modname), attr)
         return cmd
 
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name != "sandbox":  # SIGTERM as Ctrl-C (control/signals.py); the simulated hosts keep the default
+            from provision.control.signals import terminate_as_interrupt
+
+            terminate_as_interrupt()
+        return name, cmd, rest
+
     def invoke(self, ctx):
+        from provision.control.signals import Terminated
+
         try:
             return super().invoke(ctx)
         except ProvisionError as exc:
             click.echo(f"error: {exc.message}", err=True)
             ctx.exit(exc.exit_code)
+        except Terminated:
+            click.echo("terminated (SIGTERM): stopped as on Ctrl-C (hosts mid-step are \"unknown\" and "
+                       "journaled; no new host or batch was started)", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)

@@ -1,8 +1,10 @@
 """The change journal of the control machine: one JSON line per host and change.
 
-``$PROVISION_JOURNAL`` or ``~/.local/state/provision/journal.jsonl``. `run_fleet`
-calls :func:`record` after every run that is not ``--check``; `reconcile` and
-`restore` call it too. Only what changed a host is written (and failed attempts
+``$PROVISION_JOURNAL`` or ``~/.local/state/provision/journal.jsonl``. Every run that
+is not ``--check`` journals each host's row the moment it arrives (a :class:`Writer`
+given to the runner as its ``on_result``), appended and fsync'd before the next row
+is looked at: Ctrl-C or SIGTERM half-way through a fleet keeps the entries of the
+hosts already changed. Only what changed a host is written (and failed attempts
 to change one), so the journal answers "who changed what, when, from which sha
 to which".
 
@@ -82,23 +84,41 @@ def entries(command: str, results: Iterable, now: datetime | None = None) -> lis
     for r in results:
         data = getattr(r, "data", None) or {}
         items = [(command, r.verdict, r.detail, data.get("sha_before"), data.get("sha_after"), r.file,
-                  r.error_kind)]
-        # extra actions on the same host (reconcile: a restart after the re-patch)
+                  r.error_kind, data.get("spec"))]
+        # extra actions on the same host (reconcile: a restart after the re-patch; launch: --patch's edits)
         for extra in data.get("journal_extra") or []:
             items.append((extra.get("command", command), extra.get("verdict"), extra.get("detail", ""),
                           extra.get("sha_before"), extra.get("sha_after"), extra.get("file", r.file),
-                          extra.get("error_kind")))
-        for cmd, verdict, detail, before, after, file, kind in items:
-            if not verdict or not _wanted(cmd, verdict, kind):
-                continue
-            if cmd == "reconcile" and verdict == "failed" and data.get("action") != "patch":
-                continue  # it failed before deciding to change anything (no install, unreadable file)
-            rec = dict(common, command=cmd, spec=data.get("spec"))
-            if data.get("spec_hash"):
-                rec["spec_hash"] = data["spec_hash"]
-            rec.update(host=r.host, file=file or data.get("real_file"), sha256_before=before, sha256_after=after,
-                       verdict=verdict, detail=_redact(detail or ""))
-            out.append(rec)
+                          extra.get("error_kind"), extra.get("spec", data.get("spec"))))
+        out += _lines(common, r, data, command, items)
+    return out
+
+
+def extra_entries(result, extra: dict, now: datetime | None = None) -> list[dict]:
+    """The journal lines for one action added to a host's row after it was journaled (reconcile's
+    restart of that host's server): the same shape as :func:`entries`' lines."""
+    stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
+    common = {"time": stamp, "user": _user(), "control_host": socket.gethostname(), "tool_version": __version__}
+    data = getattr(result, "data", None) or {}
+    item = (extra.get("command", "restart"), extra.get("verdict"), extra.get("detail", ""), extra.get("sha_before"),
+            extra.get("sha_after"), extra.get("file", result.file), extra.get("error_kind"),
+            extra.get("spec", data.get("spec")))
+    return _lines(common, result, data, item[0], [item])
+
+
+def _lines(common: dict, r, data: dict, command: str, items: list) -> list[dict]:
+    out: list[dict] = []
+    for cmd, verdict, detail, before, after, file, kind, spec in items:
+        if not verdict or not _wanted(cmd, verdict, kind):
+            continue
+        if cmd == "reconcile" and verdict == "failed" and data.get("action") != "patch":
+            continue  # it failed before deciding to change anything (no install, unreadable file)
+        rec = dict(common, command=cmd, spec=spec)
+        if data.get("spec_hash") and spec == data.get("spec"):
+            rec["spec_hash"] = data["spec_hash"]
+        rec.update(host=r.host, file=file or data.get("real_file"), sha256_before=before, sha256_after=after,
+                   verdict=verdict, detail=_redact(detail or ""))
+        out.append(rec)
     return out
 
 
@@ -124,6 +144,34 @@ def append(lines: list[dict], where: str | None = None) -> None:
 def record(command: str, results) -> None:
     """Journal every change (and failed attempt) in `results`. Raises OSError on a write failure."""
     append(entries(command, results))
+
+
+class Writer:
+    """Journals one run's rows as they arrive: ``writer(result)`` appends (fsync'd) that host's lines
+    at once, so an interrupted run keeps what it already changed. A write failure does not stop the
+    run: it is remembered once in ``warnings`` (the CLI prints it) and later rows still try."""
+
+    def __init__(self, command: str, where: str | None = None):
+        self.command = command
+        self.where = where
+        self.warnings: list[str] = []
+        self.written = 0
+
+    def _append(self, lines: list[dict]) -> None:
+        try:
+            append(lines, self.where)
+            self.written += len(lines)
+        except OSError as exc:
+            msg = f"could not write the journal: {exc}"
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+
+    def __call__(self, result) -> None:
+        self._append(entries(self.command, [result]))
+
+    def extra(self, result, extra: dict) -> None:
+        """An action added to an already journaled row (reconcile's restart)."""
+        self._append(extra_entries(result, extra))
 
 
 def read(host: str | None = None, limit: int | None = None, where: str | None = None) -> tuple[list[dict], list[int]]:

@@ -20,8 +20,11 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
     if not hosts:
         click.echo("error: no host matched the selection; nothing was done", err=True)
         return report.EXIT_NOTHING
+    from provision.control.journal import Writer
+
     groups = plan.batches(hosts, serial)
     fleet = Fleet(ctx.conn)
+    writer = Writer(command)  # each host's row journaled as it arrives: an interrupt keeps them
     results: list[HostResult] = []
     failed = 0
     try:
@@ -35,7 +38,7 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                     continue
                 if not ctx.as_json:
                     display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")
-                got = run_hosts(fleet, batch, fn)
+                got = run_hosts(fleet, batch, fn, on_result=writer)
                 results += got
                 failed += sum(1 for r in got if r.failed)
                 if not ctx.as_json:
@@ -43,6 +46,8 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                         click.echo(report.host_line(r))
     finally:
         fleet.close()
+        for w in writer.warnings:
+            click.echo(f"warning: {w}", err=True)
     code = report.exit_code(results)
     if any(r.verdict == "skipped" for r in results) and code == 0:
         code = report.EXIT_FAILED

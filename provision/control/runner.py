@@ -67,7 +67,7 @@ class Fleet:
         self.opts = opts
         self.config = sshconfig.load_ssh_config(None if opts.local else opts.ssh_config)
         self.gateways: GatewayPool | None = None  # opened with the first SSH session
-        self._known: dict[tuple, KnownHosts] = {}
+        self._known: dict[tuple, KnownHosts] = {}  # (user files, global files) -> loaded once
         self._lock = threading.Lock()
         self.warnings: list[str] = []
         self.live: set[Transport] = set()
@@ -79,10 +79,10 @@ class Fleet:
     def known_for(self, target: sshconfig.Target) -> KnownHosts:
         from provision.control.transport.hostkeys import KnownHosts
 
-        key = target.known_hosts
+        key = (target.known_hosts, target.global_known_hosts)
         with self._lock:
             if key not in self._known:
-                kh = KnownHosts(list(target.known_hosts))
+                kh = KnownHosts(list(target.known_hosts), system=target.global_known_hosts)
                 self._known[key] = kh
                 self.warnings.extend(kh.warnings)
             return self._known[key]
@@ -185,6 +185,8 @@ def read_sudo_password(path: str | None, warnings: list[str]) -> bytes | None:
 
 
 # A host function returns one HostResult, or one per spec (patch, status, ...: one row per host and spec).
+# It may carry an `on_host_done(host, result)` attribute: called with every host's final result, also
+# when the host was never reached and the function never ran.
 HostFn = Callable[[Host, Transport, "Fleet"], "HostResult | list[HostResult]"]
 
 
@@ -208,6 +210,14 @@ def run_one(fleet: Fleet, host: Host, fn: HostFn) -> HostResult | list[HostResul
         if session is not None:
             fleet.track(session, False)
             session.close()
+    done = getattr(fn, "on_host_done", None)
+    if done is not None:
+        # every host's final row, also when fn never ran (the host was not reached): a multi-node
+        # launch learns at once that rank 0 is not coming (tasks/multinode.py)
+        try:
+            done(host, res)
+        except Exception:  # noqa: BLE001 - a hook's bug must not lose the host's row
+            pass
     elapsed = round(time.monotonic() - t0, 3)
     for r in (res if isinstance(res, list) else [res]):
         if session is not None:

@@ -21,6 +21,7 @@ from provision.control.transport.base import Interrupted
 from provision.errors import ConfigError, ConnectError, UnknownOutcome
 from provision.output.results import HostResult
 from provision.tasks import specs as multi
+from provision.tasks.multinode import MultiNode, follow_secondary as _follow_secondary  # noqa: F401 - MultiNode: launch's interface
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import LogsAnswer, PreflightAnswer, ProbeAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer, StopAnswer
@@ -60,48 +61,15 @@ class LaunchOptions:
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
+    # per host, the rows of `--patch` (files edited before the start): journaled with the launch row
+    patched: dict = field(default_factory=dict)
 
 
-class MultiNode:
-    """Servers spread over several hosts (inventory `server:` + `node_rank:`).
-
-    Every rank gets SGLang's own --nnodes, --node-rank and --dist-init-addr; readiness is
-    judged on rank 0, and the other ranks' hosts wait for its verdict while watching their
-    own process.
-    """
-
-    def __init__(self, hosts: list[Host]):
-        import threading
-
-        self.members: dict[str, list[Host]] = {}
-        for h in hosts:
-            if h.get("server"):
-                self.members.setdefault(str(h.get("server")), []).append(h)
-        self.done: dict[str, threading.Event] = {name: threading.Event() for name in self.members}
-        self.verdict: dict[str, str] = {}
-        for name, hs in self.members.items():
-            ranks = sorted(int(h.get("node_rank", -1)) for h in hs)
-            if ranks != list(range(len(hs))):
-                raise ConfigError(f"server {name}: node_rank values {ranks} must be 0..{len(hs) - 1}, "
-                                  "one per host (select every host of a multi-node server)")
-
-    def args_for(self, host: Host) -> dict:
-        name = host.get("server")
-        if not name or name not in self.members:
-            return {}
-        hs = self.members[name]
-        rank0 = next(h for h in hs if int(h.get("node_rank")) == 0)
-        addr = (rank0.get("args") or {}).get("dist-init-addr") or f"{rank0.get('address') or rank0.name}:50000"
-        return {"nnodes": len(hs), "node-rank": int(host.get("node_rank")), "dist-init-addr": addr}
-
-    def rank(self, host: Host) -> int | None:
-        return int(host.get("node_rank")) if host.get("server") in self.members else None
-
-    def finish(self, host: Host, verdict: str) -> None:
-        name = host.get("server")
-        if name in self.done and self.rank(host) == 0:
-            self.verdict[name] = verdict
-            self.done[name].set()
+def patch_journal(rows) -> list[dict]:
+    """`launch --patch`'s edits as journal lines of their own (command patch), carried by the launch row."""
+    return [{"command": "patch", "verdict": r.verdict, "detail": r.detail, "file": r.file, "spec": r.data.get("spec"),
+             "sha_before": r.data.get("sha_before"), "sha_after": r.data.get("sha_after"),
+             "error_kind": r.error_kind} for r in rows or []]
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
@@ -363,30 +331,36 @@ def shipped_classes() -> set[str] | None:
 
 def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, opts: LaunchOptions, display,
                      sudo: bool) -> HostResult:
-    """A rank > 0 of a multi-node server: watch its own process until rank 0 has a verdict."""
-    name = host.get("server")
-    t0 = time.monotonic()
+    """A rank > 0: tasks/multinode.py decides; this gives it the probe and the stop of this rank."""
     st: dict = {}
-    while not multinode.done[name].wait(timeout=opts.poll):
+
+    def probe():
         try:
-            ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
-                                        "health_timeout": 1}, timeout=60, sudo=sudo, opts=opts, display=display,
-                              host=host, st=st)
+            return steady_call(session, {"op": "probe", "port": prof.port, "offset": 0, "max_bytes": 0,
+                                         "health_timeout": 1}, timeout=60, sudo=sudo, opts=opts, display=display,
+                               host=host, st=st)
         except (ConnectError, UnknownOutcome) as exc:
             if session.cancelled:
                 raise
             return lost_result(host, exc, st, opts)
-        if not ans.get("running"):
-            return HostResult(host.name, "crashed", f"rank {multinode.rank(host)} of server {name} exited "
-                              f"(exit status {ans.get('exit')}); see `provision logs --host {host.name}`")
-        if time.monotonic() - t0 > opts.deadline:
-            return HostResult(host.name, "timeout", f"rank 0 of server {name} not ready after {opts.deadline:g} s")
-    v = multinode.verdict.get(name)
-    if v == "ready":
-        return HostResult(host.name, "ready", f"rank {multinode.rank(host)} of server {name}; "
-                          "the server is ready (judged on rank 0)")
-    return HostResult(host.name, "failed", f"rank 0 of server {name} ended {v}; this rank is left running: "
-                      f"`provision stop` the server's hosts")
+
+    def stop() -> HostResult:
+        display.message(host.name, f"rank 0 of server {host.get('server')} did not come up: stopping this rank")
+        try:
+            ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": prof.grace},
+                                           timeout=prof.grace + 60, sudo=sudo)
+        except (ConnectError, UnknownOutcome) as exc:
+            if session.cancelled:
+                raise
+            return HostResult(host.name, "failed", str(exc))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+        if not ans.get("stopped"):
+            return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+        return HostResult(host.name, "stopped", f"stopped {len(ans.get('pids') or [])} processes in "
+                          f"{ans.get('elapsed')} s", data={"pids": ans.get("pids")})
+
+    return _follow_secondary(host, multinode, poll=opts.poll, deadline=opts.deadline, probe=probe, stop=stop)
 
 
 def required_specs(spec, prof: Profile) -> list:
@@ -408,17 +382,30 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         try:
             res = _launch_one(host, session, fleet)
-        except BaseException:
-            if multinode is not None:
-                multinode.finish(host, "failed")
+        except BaseException as exc:
+            # an error becomes the host's row in the runner, which hands it (with its sentence) to
+            # multinode.host_done; only an interrupt never becomes a row
+            if multinode is not None and not isinstance(exc, Exception):
+                multinode.finish(host, "failed", "interrupted")
             raise
         if multinode is not None:
-            multinode.finish(host, res.verdict)
+            note = multinode.address_note(host)
+            if note:
+                res.notes.append(note)
+        if opts.patched.get(host.name):
+            res.data["journal_extra"] = patch_journal(opts.patched[host.name]) + res.data.get("journal_extra", [])
+        if multinode is not None:
+            multinode.finish(host, res.verdict, res.detail)
         opts.results[host.name] = res
         return res
 
+    if multinode is not None:  # rank 0's verdict also when it is never reached (the runner calls this)
+        setattr(fn, "on_host_done", multinode.host_done)  # noqa: B010 - an attribute of the function
+
     def _launch_one(host: Host, session, fleet) -> HostResult:
         sudo = fleet.uses_sudo(host, session)
+        if multinode is not None:  # the default dist-init-addr: rank 0's address as SSH resolves it
+            multinode.resolve_addresses(lambda h: getattr(fleet.target(h), "hostname", None))
         prof, spec = resolve(host, opts, multinode)
         t0 = time.monotonic()
         notes: list[str] = []
@@ -434,6 +421,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             opts.stages[host.name] = "patching"
             rows = do_patch("patch", checked, sglang_path=opts.sglang_path, python=opts.python,
                             decided=True)(host, session, fleet)
+            opts.patched[host.name] = rows
             for pres in rows:
                 if pres.failed:
                     pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
@@ -485,6 +473,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         if fails and not opts.force:
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
+        if multinode is not None and multinode.rank(host) and multinode.rank0_failed(host):
+            return HostResult(host.name, "failed", f"not started: {multinode.rank0_failed(host)}")
         opts.stages[host.name] = "starting"
         extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
         start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
@@ -554,7 +544,8 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         stage = opts.stages.get(h.name)
         if r is not None:
             out.append(r)
-        elif stage == "patching":
+            continue
+        if stage == "patching":
             out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
                                   f"or patched; `provision status --host {h.name}` says which; no server was started",
                                   error_kind="interrupted"))
@@ -570,6 +561,8 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
                                   "was started", error_kind="interrupted"))
+        if opts.patched.get(h.name):  # --patch edited files before the interrupt
+            out[-1].data["journal_extra"] = patch_journal(opts.patched[h.name])
     return out
 
 

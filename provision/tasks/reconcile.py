@@ -310,11 +310,15 @@ def plan_restarts(results: list[HostResult], hosts: list, *, restart: bool, wind
 
 
 def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profile=None, deadline=3600.0,
-                 stream=None, window=None, clock=None, spec=None) -> None:
+                 stream=None, window=None, clock=None, spec=None, journal=None) -> None:
     """Restart batch after batch through the launch code path (launch_fn with restart=True and the
     same multi-node flags as `launch`, health-gated). Before each batch the window is checked again
     (`clock`, default window_clock()); a batch that may not start, and every batch after one that did
-    not come back ready, is reported as skipped with the reason."""
+    not come back ready, is reported as skipped with the reason.
+
+    `journal(row, extra)` is called with each host's restart outcome the moment it arrives (also when
+    Ctrl-C or SIGTERM ends the batch: the hosts mid-restart arrive as "unknown"); an interrupt then
+    goes on up, so no later batch starts."""
     from provision.errors import ConfigError
     from provision.tasks.launch import LaunchOptions, MultiNode, launch_fn
     from provision.output.progress import Display
@@ -329,20 +333,43 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
         spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)
     opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
                          overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
+    done: set[str] = set()
+
+    def outcome(name: str, verdict: str, detail: str) -> None:
+        if name in done:
+            return
+        done.add(name)
+        extra = _restart_outcome(by_name[name], verdict, detail)
+        if journal is not None and extra is not None:
+            journal(by_name[name], extra)
+
+    def arrived(rr: HostResult) -> None:  # as each host's restart ends (before the batch is over)
+        outcome(rr.host, *restart_verdict(rr))
+
     everyone = [h for b in batches for h in b]
     try:
         multinode = MultiNode(everyone)
     except ConfigError as exc:
         for h in everyone:
-            _restart_outcome(by_name[h.name], "failed", f"restart failed: {exc.message}")
+            outcome(h.name, "failed", f"restart failed: {exc.message}")
         return
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     fleet.opts.forks = max(fleet.opts.forks, biggest)  # every rank of a server restarts together
     with Display(plain=True, stream=stream or sys.stderr) as display:
         fn = launch_fn(opts, display, multinode)
         for name, verdict, detail in roll(batches, window=window, clock=clock,
-                                          run_batch=lambda batch: run_hosts(fleet, batch, fn)):
-            _restart_outcome(by_name[name], verdict, detail)
+                                          run_batch=lambda batch: run_hosts(fleet, batch, fn, on_result=arrived)):
+            outcome(name, verdict, detail)
+
+
+def restart_verdict(rr: HostResult) -> tuple[str, str]:
+    """A launch row of a restart -> (verdict, detail) of the reconcile row's restart."""
+    ok = rr.verdict in ("ready", "running")
+    if rr.verdict == "interrupted" and rr.data.get("started"):
+        # Ctrl-C/SIGTERM while the new server loaded: the old one is gone, whether the new one comes
+        # up is not known yet (journaled as an attempt of unknown outcome)
+        return "unknown", "restart interrupted after the new server started: " + rr.detail
+    return ("restarted" if ok else rr.verdict), ("restarted: " if ok else "restart failed: ") + rr.detail
 
 
 def roll(batches: list[list], *, window, clock, run_batch):
@@ -362,18 +389,21 @@ def roll(batches: list[list], *, window, clock, run_batch):
                 yield h.name, "skipped", skip
             continue
         for rr in run_batch(batch):
-            ok = rr.verdict in ("ready", "running")
-            yield rr.host, ("restarted" if ok else rr.verdict), ("restarted: " if ok else "restart failed: ") + rr.detail
-            if not ok and skip is None:
+            verdict, detail = restart_verdict(rr)
+            yield rr.host, verdict, detail
+            if verdict != "restarted" and skip is None:
                 skip = f"restart skipped: batch {i} did not come back healthy"
 
 
-def _restart_outcome(r: HostResult, verdict: str, detail: str) -> None:
+def _restart_outcome(r: HostResult, verdict: str, detail: str) -> dict | None:
+    """Record the restart on the host's reconcile row; its journal line (None when skipped)."""
     r.data["restart"] = {"verdict": verdict, "detail": detail}
     r.notes.append(detail)
-    if verdict != "skipped":
-        r.data.setdefault("journal_extra", []).append({"command": "restart", "verdict": verdict,
-                                                       "detail": detail, "file": r.file})
+    if verdict == "skipped":
+        return None
+    extra = {"command": "restart", "verdict": verdict, "detail": detail, "file": r.file}
+    r.data.setdefault("journal_extra", []).append(extra)
+    return extra
 
 
 def restart_failed(r: HostResult) -> bool:

@@ -39,10 +39,22 @@ def provision_argv() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "provision"]
 
 
+def start_timeout(argv: list[str]) -> str:
+    """The service's TimeoutStartSec line. A re-patch-only reconcile is minutes: 2 h catches a hung
+    run. With --restart, a rolling restart is as long as its batches' model loads (eight Kimi loads
+    with --serial 1 take more than two hours), which no fixed limit fits, so there is none: each
+    restart already has its own --restart-deadline."""
+    if "--restart" in argv:
+        return ("# --restart: no start limit (each batch waits for its servers' loads, each bounded by "
+                "--restart-deadline)\nTimeoutStartSec=infinity")
+    return "TimeoutStartSec=2h"
+
+
 def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
     from provision.host.ops.server import systemd_quote  # one quoting for every unit provision writes
 
     exec_start = " ".join(systemd_quote(a) for a in argv)
+    timeout = start_timeout(argv)
     service = f"""\
 # written by `provision schedule`
 [Unit]
@@ -55,7 +67,10 @@ Type=oneshot
 ExecStart={exec_start}
 # 7: another reconcile holds the control-machine lock (that run does the work)
 SuccessExitStatus=7
-TimeoutStartSec=2h
+{timeout}
+# stopped (systemctl stop, a timeout): SIGTERM ends the run as Ctrl-C does, hosts mid-step are
+# journaled as "unknown" and no new batch starts; SIGKILL only if that takes longer than this
+TimeoutStopSec=2min
 Nice=5
 """
     timer = f"""\

@@ -102,3 +102,44 @@ def test_a_window_closing_mid_roll_stops_at_a_batch_boundary(tmp_path, ssh_env, 
     assert server(b)[0] == pid_b, "the skipped batch was not touched"
     assert proc.returncode == 0 and "1 skipped" in doc["summary"] and "1 restarted" in doc["summary"]
     run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_sigterm_mid_roll_journals_what_was_done_and_starts_no_new_batch(tmp_path, ssh_env, pair, env):
+    """What systemd does to a timer run it stops: SIGTERM while batch 1 of `--serial 1` loads. The
+    re-patches and the restart in flight are in the journal; batch 2 never starts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.cli.helpers import PROVISION
+
+    a, b = pair
+    inv = write_inventory(tmp_path, ssh_env, pair, load="1")
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    pid_a, pid_b = server(a)[0], server(b)[0]
+    for h in pair:
+        install_release(h, "0.5.9")
+    slow = write_inventory(tmp_path, ssh_env, pair, load="120")  # the restarted server loads for 2 min
+    argv = [PROVISION] if PROVISION else [sys.executable, "-m", "provision"]
+    roll = subprocess.Popen(argv + ["reconcile", "-i", slow, "--restart", "--serial", "1", "--json"],
+                            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while server(a)[0] == pid_a and time.monotonic() < deadline and roll.poll() is None:
+        time.sleep(0.2)
+    assert server(a)[0] != pid_a, "batch 1's restart never started"
+    time.sleep(1)
+    roll.send_signal(signal.SIGTERM)
+    out, err = roll.communicate(timeout=120)
+    assert roll.returncode == 130, (roll.returncode, out, err)
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+    assert server(b)[0] == pid_b, "batch 2 was started after the SIGTERM"
+    recs = [json.loads(x) for x in run("history", "--json", env=env, check_rc=0).stdout.splitlines()]
+    done = [(r["command"], r["host"], r["verdict"]) for r in recs if r["command"] in ("reconcile", "restart")]
+    assert ("reconcile", a.name, "patched") in done and ("reconcile", b.name, "patched") in done, done
+    assert ("restart", a.name, "unknown") in done, done
+    assert not any(c == "restart" and h == b.name for c, h, _ in done), done

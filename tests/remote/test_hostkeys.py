@@ -158,3 +158,31 @@ def test_ssh_config_user_known_hosts_file_and_strict_checking(khost, ssh_env, en
     proc = run("status", "--ssh-config", cfg, "--host", "gpu-yes", env=env)
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr
     assert kh_strict.read_text() == ""
+
+
+def test_global_known_hosts_file_from_the_ssh_config_is_trusted(khost, ssh_env, env, tmp_path):
+    """A fleet's managed known_hosts named by GlobalKnownHostsFile (two files, the key in the second):
+    the host is reached with an empty user file and StrictHostKeyChecking yes, nothing is written;
+    with the key in neither, it is refused as unknown, naming the files it read."""
+    kind, b64 = host_key(khost)
+    name = host_key_name(khost.address, khost.port)
+    managed = tmp_path / "fleet" / "ssh_known_hosts"
+    managed.parent.mkdir()
+    managed.write_text(f"{name} {kind} {b64}\n")
+    first = tmp_path / "fleet" / "empty_known_hosts"
+    first.write_text("")
+    user = tmp_path / "user_known_hosts"
+    user.write_text("")
+    cfg = tmp_path / "ssh_config_global"
+    cfg.write_text(f"Host gpu-global\n  HostName {khost.address}\n  Port {khost.port}\n  User root\n"
+                   f"  IdentityFile {ssh_env.identity}\n  UserKnownHostsFile {user}\n"
+                   f"  GlobalKnownHostsFile {first} {managed}\n  StrictHostKeyChecking yes\n")
+    proc = run("status", "--ssh-config", cfg, "--host", "gpu-global", env=env)
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # reached (4: the host is not patched)
+    assert user.read_text() == "" and managed.read_text() == f"{name} {kind} {b64}\n"
+
+    managed.write_text("")
+    proc = run("status", "--ssh-config", cfg, "--host", "gpu-global", env=env)
+    assert proc.returncode == 3
+    line = proc.stdout.strip()
+    assert "unknown host key" in line and str(managed) in line and str(user) in line

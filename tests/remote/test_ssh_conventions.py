@@ -7,7 +7,9 @@ machine cannot, so a host named that way is reachable only through them.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -52,6 +54,10 @@ Host pc-a
   HostName only-on-g1
   Port {a.port}
   ProxyCommand /usr/bin/ssh -F {cfg} -W %h:%p jump1
+Host pc-shell
+  HostName only-on-g1
+  Port {a.port}
+  ProxyCommand /usr/bin/ssh -F "$PROVISION_TEST_JUMP_CONFIG" -o 'ConnectTimeout 10' -W %h:%p jump1 2>/dev/null | /bin/cat
 Host deep-a
   HostName deep-a-internal
   Port {a.port}
@@ -92,6 +98,23 @@ def test_host_reached_only_through_proxycommand(behind, tmp_path, reader):
     assert host["verdict"] in ("missing", "patched"), host
     assert host["version"] == "0.5.9"
     assert proc.returncode in (0, 4)
+
+
+@pytest.mark.parametrize("reader", ["ssh -G", "paramiko"])
+def test_proxycommand_runs_in_the_users_shell_as_openssh_runs_it(behind, tmp_path, reader):
+    """A ProxyCommand with a $VAR, quoting, a redirection and a pipe: OpenSSH runs it as
+    `$SHELL -c 'exec COMMAND'`; provision reaches the host through it as `ssh` does."""
+    env = {"PROVISION_TEST_JUMP_CONFIG": str(behind["cfg"])}
+    ssh = subprocess.run(["ssh", "-F", str(behind["cfg"]), "-o", "BatchMode=yes", "pc-shell", "true"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+                         stdin=subprocess.DEVNULL)
+    assert ssh.returncode == 0, ssh.stderr  # the same line works for OpenSSH's own client
+    if reader == "paramiko":
+        env.update(_no_openssh_env(tmp_path))
+    proc, doc = run_json("status", "--ssh-config", behind["cfg"], "--host", "pc-shell", env=env, timeout=120)
+    host = doc["hosts"][0]
+    assert host["verdict"] in ("missing", "patched"), host
+    assert host["version"] == "0.5.9" and proc.returncode in (0, 4)
 
 
 def test_two_hop_proxyjump_opens_each_gateway_once_and_shares_it(behind):

@@ -134,3 +134,18 @@ def test_schedule_local_is_pull_mode_with_this_machines_paths_made_absolute(tmp_
         result = CliRunner().invoke(main, ["schedule", *args])
         assert result.exit_code == 2 and "error: " in result.output, (args, result.output)
         assert "[Service]" not in result.output
+
+
+def test_a_restarting_timer_has_no_start_limit_and_a_repatch_only_one_keeps_two_hours():
+    """A rolling restart of eight Kimi loads (--serial 1) outlasts any fixed limit: systemd would
+    SIGTERM it mid-roll. A re-patch-only reconcile keeps the 2 h catch for a hung run."""
+    from provision.tasks.schedule import render_units
+
+    svc = render_units(["/p", "reconcile", "-i", "/inv.yaml", "--restart", "--serial", "1"], 900, "*/15 * * * *",
+                       "/var/log/r.log")["provision-reconcile.service"]
+    limits = [ln for ln in svc.splitlines() if ln.startswith("TimeoutStartSec=")]
+    assert limits == ["TimeoutStartSec=infinity"]
+    assert "TimeoutStopSec=" in svc
+    plain = render_units(["/p", "reconcile", "-i", "/inv.yaml"], 900, "*/15 * * * *",
+                         "/var/log/r.log")["provision-reconcile.service"]
+    assert [ln for ln in plain.splitlines() if ln.startswith("TimeoutStartSec=")] == ["TimeoutStartSec=2h"]

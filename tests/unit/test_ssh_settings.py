@@ -1,6 +1,8 @@
 """ssh config resolution (with Include) and the known_hosts reader."""
 
 
+import os
+
 import paramiko
 import pytest
 
@@ -152,3 +154,48 @@ def test_a_proxy_command_that_cannot_run_is_a_one_line_connect_error(tmp_path):
     t = resolve("pc", config=load_ssh_config(str(cfg), openssh=False))
     with pytest.raises(ConnectError, match="cannot run the ProxyCommand .*/nonexistent/ssh -W pc:22 jump"):
         Session(t, known=KnownHosts([], include_system=False), retries=1).open()
+
+
+@pytest.mark.parametrize("openssh", [None, False], ids=["ssh-G", "paramiko"])
+def test_global_known_hosts_file_is_read_from_the_config(tmp_path, openssh):
+    """GlobalKnownHostsFile: every file it names, in order ("none" dropped); unset: None (the
+    system file, /etc/ssh/ssh_known_hosts), not OpenSSH's printed default."""
+    if openssh is None:
+        _openssh()
+    cfg = tmp_path / "config"
+    cfg.write_text("Host managed\n  GlobalKnownHostsFile /etc/fleet/known_hosts ~/fleet2\n"
+                   "Host nothing\n  GlobalKnownHostsFile none\n")
+    sc = load_ssh_config(str(cfg), openssh=openssh)
+    assert resolve("managed", config=sc).global_known_hosts == (
+        "/etc/fleet/known_hosts", os.path.expanduser("~/fleet2"))
+    assert resolve("nothing", config=sc).global_known_hosts == ()
+    assert resolve("plain", config=sc).global_known_hosts is None
+
+
+def test_known_hosts_loads_the_global_files_given_instead_of_the_system_file(tmp_path):
+    from provision.control.transport.hostkeys import KnownHosts
+
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    (tmp_path / "g1").write_text("")
+    (tmp_path / "g2").write_text(f"fleet-host ssh-ed25519 {key}\n")
+    kh = KnownHosts([str(tmp_path / "user")], system=[str(tmp_path / "g1"), str(tmp_path / "g2")])
+    assert kh.system_files == [str(tmp_path / "g1"), str(tmp_path / "g2")]
+    assert kh.keys.lookup("fleet-host") is not None and kh.loaded == [str(tmp_path / "g1"), str(tmp_path / "g2")]
+    assert KnownHosts([], system=()).system_files == []
+
+
+def test_proxy_command_runs_in_the_users_shell_with_exec(tmp_path, monkeypatch):
+    """As OpenSSH: `$SHELL -c 'exec COMMAND'`: $VARs, quoting, pipes and redirections are the
+    shell's, and the process paramiko holds (and kills on close) is the command itself."""
+    from provision.control.transport.ssh import ShellProxyCommand
+
+    monkeypatch.setenv("SHELL", "/bin/sh")
+    monkeypatch.setenv("GREETING", "hello proxy")
+    pc = ShellProxyCommand('printf "%s\\n" "$GREETING" 2>/dev/null | tr a-z A-Z')
+    assert pc.cmd[:2] == ["/bin/sh", "-c"] and pc.cmd[2].startswith("exec printf")
+    pc.settimeout(10)
+    got = b""
+    while not got.endswith(b"\n"):
+        got += pc.recv(64)
+    assert got == b"HELLO PROXY\n"
+    pc.close()

@@ -9,8 +9,9 @@ rewriting the file). A changed key is refused by paramiko itself
 (BadHostKeyException), whatever the mode; :meth:`KnownHosts.origin` says which
 file and line hold the key it expected.
 
-The system file is ``/etc/ssh/ssh_known_hosts``; the environment variable
-``PROVISION_SYSTEM_KNOWN_HOSTS`` names another one (tests, unusual systems).
+The system files are the ssh config's ``GlobalKnownHostsFile`` (all of them, in order) when it
+sets one; else ``/etc/ssh/ssh_known_hosts``, which the environment variable
+``PROVISION_SYSTEM_KNOWN_HOSTS`` replaces (tests, unusual systems).
 """
 
 from __future__ import annotations
@@ -60,15 +61,21 @@ def _name_matches(pattern: str, hostname: str) -> bool:
 
 
 class KnownHosts:
-    def __init__(self, files: list[str], include_system: bool = True):
+    def __init__(self, files: list[str], include_system: bool = True, system: list[str] | tuple | None = None):
+        """`files`: the user's (UserKnownHostsFile); `system`: GlobalKnownHostsFile's files (None: the
+        system file); `include_system=False`: no system file at all."""
         self.files = [f for f in files if f]
         self.keys = paramiko.HostKeys()
         self.revoked: set[bytes] = set()
         self.warnings: list[str] = []
         self.origins: list[tuple[HostKeyEntry, str, int]] = []
         self.loaded: list[str] = []
-        self.system = system_known_hosts() if include_system else None
-        paths = list(self.files) + ([self.system] if self.system else [])
+        if not include_system:
+            self.system_files: list[str] = []
+        else:
+            self.system_files = [f for f in system if f] if system is not None else [system_known_hosts()]
+        self.system = self.system_files[0] if self.system_files else None
+        paths = list(self.files) + self.system_files
         for path in paths:
             self._load(path)
 
@@ -189,7 +196,7 @@ class VerifyingPolicy(paramiko.MissingHostKeyPolicy):
                 self.notes.append(f"new host key {fp} for {hostname} recorded in {self.append_to}")
             self.known.remember(hostname, key, self.append_to)
             return
-        files = list(self.known.files) + ([self.known.system] if self.known.system else [])
+        files = list(self.known.files) + list(self.known.system_files)
         where = ", ".join(files) or "~/.ssh/known_hosts"
         target = self.append_to or "~/.ssh/known_hosts"
         host, _, port = hostname.rpartition("]:") if hostname.startswith("[") else (hostname, "", "22")

@@ -19,8 +19,9 @@ our yes, ConnectTimeout none, ServerAliveInterval 0, IdentitiesOnly no) the defa
 and "not set" mean the same, so no marker is needed.
 
 Honoured keys: HostName, User, Port, IdentityFile (all, in order), IdentitiesOnly,
-ProxyJump (the whole chain), ProxyCommand, ConnectTimeout, ServerAliveInterval,
-UserKnownHostsFile, StrictHostKeyChecking.
+ProxyJump (the whole chain), ProxyCommand (run as OpenSSH runs it: ``$SHELL -c 'exec COMMAND'``,
+see ssh.py), ConnectTimeout, ServerAliveInterval, UserKnownHostsFile, GlobalKnownHostsFile (unset:
+the system file, /etc/ssh/ssh_known_hosts), StrictHostKeyChecking.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Target:
     jump: str | None = None        # ProxyJump chain: [user@]host[:port][,...]
     proxy_command: str | None = None   # tokens already expanded
     known_hosts: tuple[str, ...] = ()
+    global_known_hosts: tuple[str, ...] | None = None   # GlobalKnownHostsFile; None: the system file
     strict: str = "yes"            # yes | accept-new | no
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     keepalive: int = DEFAULT_KEEPALIVE
@@ -108,6 +110,8 @@ def _paramiko_settings(c: dict) -> dict:
         out["identityfile"] = list(c["identityfile"])
     if c.get("userknownhostsfile"):
         out["userknownhostsfile"] = shlex.split(c["userknownhostsfile"])
+    if c.get("globalknownhostsfile"):
+        out["globalknownhostsfile"] = shlex.split(c["globalknownhostsfile"])
     for key in ("connecttimeout", "serveraliveinterval", "identitiesonly"):
         if key in c:
             out[key] = c[key]
@@ -136,6 +140,9 @@ def parse_dump(text: str) -> dict:
     ukh = raw.get("userknownhostsfile")
     if ukh and _UNSET_PATH not in ukh:
         out["userknownhostsfile"] = ukh.split()
+    gkh = raw.get("globalknownhostsfile")
+    if gkh and _UNSET_PATH not in gkh:
+        out["globalknownhostsfile"] = gkh.split()
     for key in ("hostname", "port", "stricthostkeychecking", "identitiesonly"):
         if raw.get(key):
             out[key] = raw[key]
@@ -202,7 +209,7 @@ class SshConfig:
                 if not self.explicit and os.path.exists(SYSTEM_CONFIG):
                     lines.append(f'Include "{SYSTEM_CONFIG}"')
                 lines += ["Host *", f"  User {UNSET}", f"  IdentityFile {_UNSET_PATH}",
-                          f"  UserKnownHostsFile {_UNSET_PATH}", ""]
+                          f"  UserKnownHostsFile {_UNSET_PATH}", f"  GlobalKnownHostsFile {_UNSET_PATH}", ""]
                 fd, path = tempfile.mkstemp(prefix="provision-ssh-", suffix=".conf")
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write("\n".join(lines))
@@ -349,6 +356,8 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
             kh = [os.path.expanduser(p) for p in ukh if p.lower() != "none"]
         else:
             kh = [os.path.expanduser("~/.ssh/known_hosts")]
+    gkh = c.get("globalknownhostsfile")
+    global_kh = tuple(os.path.expanduser(p) for p in gkh if p.lower() != "none") if gkh else None
     shk = (strict or c.get("stricthostkeychecking") or "yes").lower()
     shk = {"true": "yes", "false": "no", "off": "no", "ask": "yes"}.get(shk, shk)
     if shk not in ("yes", "accept-new", "no"):
@@ -365,6 +374,7 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
     given = {"known_hosts": known_hosts, "strict": strict, "connect_timeout": connect_timeout}
     t = Target(alias=alias, hostname=hostname, port=final_port, user=final_user, identities=tuple(ids),
                identities_only=only, jump=pj or None, proxy_command=None if pj else pc, known_hosts=tuple(kh),
+               global_known_hosts=global_kh,
                strict=shk, connect_timeout=ct or DEFAULT_CONNECT_TIMEOUT, keepalive=ka or DEFAULT_KEEPALIVE,
                extra={"given": given})
     if t.jump:

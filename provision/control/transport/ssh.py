@@ -15,6 +15,7 @@ failures, and timeouts (a silent host has had its deadline).
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import threading
@@ -27,7 +28,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
                       wait_random)
 
-from provision.errors import AuthError, ConnectError, HostKeyError
+from provision.errors import AuthError, ConnectError, HostKeyError, ProvisionError
 # Interrupted and SudoRefused are named here too: callers have always imported them from ssh
 from provision.control.transport.base import Interrupted, SudoRefused, Transport  # noqa: F401
 from provision.control.transport.hostkeys import KnownHosts, VerifyingPolicy, fingerprint, host_key_name
@@ -80,12 +81,20 @@ def _transient(exc: BaseException) -> bool:
 @dataclass
 class GatewayPool:
     """One connection per gateway (ProxyJump hop), shared by every host behind it (sshd
-    MaxStartups). A chain a,b is two entries: b is opened through the shared a."""
+    MaxStartups). A chain a,b is two entries: b is opened through the shared a.
+
+    Each gateway has its own lock, held only while that gateway is dialled: hosts behind it wait
+    for that one dial, hosts behind other gateways never wait. A gateway that failed (refused,
+    silent, wrong key, authentication) is remembered for the run: the hosts behind it fail at
+    once with its error, and it is not dialled again."""
 
     conns: dict = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)   # guards the dicts, never held while dialling
     opened: int = 0
+    dialled: int = 0                     # dials attempted, failed ones included (tests, benchmarks)
     known_for: Callable | None = None   # Target -> KnownHosts (each gateway's own known hosts)
+    failed: dict = field(default_factory=dict)   # Target.key -> the ProvisionError of its dial
+    _locks: dict = field(default_factory=dict)   # Target.key -> that gateway's lock
 
     def get(self, target: Target, known: KnownHosts, accept_append: str | None):
         import fabric
@@ -95,15 +104,33 @@ class GatewayPool:
             accept_append = target.known_hosts[0] if target.known_hosts else None
         parent = self.get(target.via, known, accept_append) if target.via is not None else None
         with self.lock:
-            conn = self.conns.get(target.key)
-            if conn is not None and not conn.is_connected:
-                conn = None  # died (or a ProxyCommand exited): open it afresh
-            if conn is None:
+            gate = self._locks.setdefault(target.key, threading.Lock())
+        with gate:
+            with self.lock:
+                if target.key in self.failed:
+                    first = self.failed[target.key]
+                    again = type(first)(first.message)
+                    again.transient = False  # type: ignore[attr-defined]
+                    again.remembered = True  # type: ignore[attr-defined]
+                    raise again
+                conn = self.conns.get(target.key)
+            if conn is not None and conn.is_connected:
+                return conn
+            # none yet, or it died (or a ProxyCommand exited): open it afresh, once for all its hosts
+            with self.lock:
+                self.dialled += 1
+            try:
                 conn = _make_connection(fabric, target, known, accept_append, gateway=parent)
                 _open(conn, target)
-                transport = conn.client.get_transport()
-                if transport is not None:
-                    transport.set_keepalive(target.keepalive)
+            except ProvisionError as exc:
+                exc.transient = False  # type: ignore[attr-defined] - remembered, so never retried either
+                with self.lock:
+                    self.failed[target.key] = exc
+                raise
+            transport = conn.client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(target.keepalive)
+            with self.lock:
                 self.opened += 1
                 self.conns[target.key] = conn
             return conn
@@ -116,6 +143,31 @@ class GatewayPool:
                 pass
 
 
+def through_gateway(alias: str, gateway: Target, exc: ProvisionError) -> ProvisionError:
+    """A host's error when its gateway failed: the gateway's own error, of the same class (the same
+    verdict and exit code), naming the host first."""
+    when = " earlier in this run (not dialled again)" if getattr(exc, "remembered", False) else ""
+    err = type(exc)(f"{alias}: gateway {gateway.alias} failed{when}: {exc.message}")
+    err.transient = False  # type: ignore[attr-defined]
+    return err
+
+
+class ShellProxyCommand(paramiko.ProxyCommand):
+    """A ProxyCommand run the way OpenSSH runs it (sshconnect.c): ``$SHELL -c 'exec COMMAND'``
+    (/bin/sh when SHELL is unset), so the shell's pipes, redirections, quoting and $VARs work as
+    they do for ``ssh``. paramiko's own ProxyCommand splits the line with shlex and runs it with no
+    shell, where ``a | b`` or ``$HOME`` are plain words."""
+
+    def __init__(self, command_line: str):  # noqa: D107 - paramiko's ProxyCommand fields, set as it does
+        import subprocess
+
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        self.cmd = [shell, "-c", "exec " + command_line]
+        self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, bufsize=0)
+        self.timeout = None
+
+
 def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: str | None, gateway):
     cfg = fabric.Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
     kwargs = {"allow_agent": not target.identities_only,
@@ -125,7 +177,7 @@ def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: s
         kwargs["key_filename"] = list(target.identities)
     if target.proxy_command and gateway is None:
         try:
-            kwargs["sock"] = paramiko.ProxyCommand(target.proxy_command)
+            kwargs["sock"] = ShellProxyCommand(target.proxy_command)
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{target.alias}: cannot run the ProxyCommand "
                                f"({getattr(exc, 'strerror', None) or exc}): {target.proxy_command}") from None
@@ -162,9 +214,15 @@ def _open(conn, target: Target) -> None:
         raise ConnectError(f"{target.alias}: no answer from {target.hostname}:{target.port} within "
                            f"{target.connect_timeout:g} s (ConnectTimeout)") from None
     except paramiko.ProxyCommandFailure as exc:
+        died = _proxy_exit(conn)
+        if died is not None:
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand ({died}): {target.proxy_command}") from None
         raise ConnectError(f"{target.alias}: the ProxyCommand for {target.hostname}:{target.port} failed "
                            f"({_short(exc)}): {target.proxy_command}") from None
     except (NoValidConnectionsError, OSError, EOFError, paramiko.SSHException) as exc:
+        died = _proxy_exit(conn)
+        if died is not None:  # the ProxyCommand itself ended (not found, refused, a typo): its words
+            raise ConnectError(f"{target.alias}: cannot run the ProxyCommand ({died}): {target.proxy_command}") from None
         # A silent host: the greeting timed out (paramiko sometimes reports that as "No existing
         # session" once its own wait ran out). Never retried: the host already had its deadline.
         slow = time.monotonic() - t0 >= 0.9 * target.connect_timeout
@@ -177,6 +235,27 @@ def _open(conn, target: Target) -> None:
         err.__cause__ = exc
         err.transient = _transient(exc)  # type: ignore[attr-defined]
         raise err from None
+
+
+def _proxy_exit(conn) -> str | None:
+    """How a ProxyCommand that already exited ended: its status and the last line it wrote on stderr
+    (OpenSSH lets that through to the terminal); None while it runs, or without one."""
+    sock = (getattr(conn, "connect_kwargs", None) or {}).get("sock")
+    proc = getattr(sock, "process", None)
+    if not isinstance(sock, ShellProxyCommand) or proc is None:
+        return None
+    try:
+        status = proc.wait(timeout=1)
+    except Exception:  # noqa: BLE001 - still running (subprocess.TimeoutExpired): not the proxy's fault
+        return None
+    err = b""
+    try:
+        if proc.stderr is not None and select.select([proc.stderr], [], [], 0)[0]:
+            err = os.read(proc.stderr.fileno(), 65536)
+    except OSError:
+        pass
+    last = next((ln.strip() for ln in reversed(err.decode("utf-8", "replace").splitlines()) if ln.strip()), "")
+    return f"exit {status}" + (f": {last[:200]}" if last else "")
 
 
 def _short(exc: BaseException) -> str:
@@ -233,7 +312,10 @@ class Session(Transport):
         gateway = None
         if self.jump_target is not None:
             pool = self.gateways or GatewayPool()
-            gateway = pool.get(self.jump_target, self.known, self.accept_append)
+            try:
+                gateway = pool.get(self.jump_target, self.known, self.accept_append)
+            except ProvisionError as exc:
+                raise through_gateway(self.target.alias, self.jump_target, exc) from None
 
         def may_retry(exc: BaseException) -> bool:
             return bool(getattr(exc, "transient", False)) and not self._cancelled.is_set()

@@ -1,0 +1,66 @@
+"""The journal's writer (control/journal.py): rows journaled one by one as they arrive, extras
+(reconcile's restarts, launch --patch's edits) as lines of their own. Pure apart from the file."""
+
+from __future__ import annotations
+
+import json
+
+from provision.control import journal
+from provision.output.results import HostResult
+
+
+def _lines(p):
+    return [json.loads(x) for x in p.read_text().splitlines()]
+
+
+def test_each_row_is_on_disk_when_the_writer_returns(tmp_path):
+    p = tmp_path / "j.jsonl"
+    w = journal.Writer("patch", where=str(p))
+    w(HostResult("a", "patched", "ok", file="/f", data={"spec": "s", "sha_before": "1", "sha_after": "2"}))
+    assert [(r["host"], r["verdict"], r["sha256_after"]) for r in _lines(p)] == [("a", "patched", "2")]
+    w(HostResult("b", "unchanged", "already"))       # nothing changed: no line
+    w(HostResult("c", "unknown", "interrupted", error_kind="interrupted"))  # an attempt: a line
+    assert [r["host"] for r in _lines(p)] == ["a", "c"]
+    assert w.written == 2 and not w.warnings
+
+
+def test_a_failed_write_is_one_warning_not_an_exception(tmp_path):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "j.jsonl").mkdir()  # a directory where the file should be
+    w = journal.Writer("patch", where=str(tmp_path / "ro" / "j.jsonl"))
+    for host in ("a", "b"):
+        w(HostResult(host, "patched", "ok"))
+    assert len(w.warnings) == 1 and "could not write the journal" in w.warnings[0]
+
+
+def test_a_restart_added_later_is_journaled_as_its_own_line(tmp_path):
+    p = tmp_path / "j.jsonl"
+    w = journal.Writer("reconcile", where=str(p))
+    row = HostResult("a", "repaired", "re-patched", file="/f", data={"spec": "s", "action": "patch"})
+    w(row)
+    w.extra(row, {"command": "restart", "verdict": "unknown", "detail": "interrupted", "file": "/f"})
+    w.extra(row, {"command": "restart", "verdict": "skipped", "detail": "not started"})  # not a change
+    assert [(r["command"], r["verdict"], r["spec"]) for r in _lines(p)] == [
+        ("reconcile", "repaired", "s"), ("restart", "unknown", "s")]
+
+
+def test_launch_patch_edits_are_patch_lines_of_the_launch_row():
+    from provision.tasks.launch import patch_journal
+
+    pres = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi", "sha_before": "1", "sha_after": "2"}),
+            HostResult("a", "unchanged", "already", file="/q.py", data={"spec": "req"})]
+    row = HostResult("a", "ready", "healthy", data={"spec": "kimi", "journal_extra": patch_journal(pres)})
+    got = journal.entries("launch", [row])
+    assert [(r["command"], r["verdict"], r["file"], r["spec"], r["sha256_after"]) for r in got] == [
+        ("patch", "patched", "/k.py", "kimi", "2")]
+
+
+def test_an_interrupted_launch_still_carries_its_patch_edits():
+    from provision.config.inventory import Host
+    from provision.tasks.launch import LaunchOptions, interrupt_report
+
+    opts = LaunchOptions()
+    opts.stages["a"] = "started"
+    opts.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
+    rows = interrupt_report([Host("a")], opts)
+    assert [(r["command"], r["verdict"]) for r in journal.entries("launch", rows)] == [("patch", "patched")]

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from provision.control.transport.bundle import bootstrap_command, bundle_digest, payloads
 from provision.errors import ConnectError, HostError, RemoteError, UnknownOutcome
 from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 
@@ -47,6 +48,7 @@ class ExecResult:
     err: str
     ready: bool          # the host-side interpreter started (its ready line arrived)
     password_sent: bool  # a sudo password went over stdin
+    said: str = ""       # the word after the ready token (the caching bootstrap's `hit` or `miss`)
 
 
 class Interrupted(HostError):
@@ -97,6 +99,7 @@ class Transport:
 
     def __init__(self) -> None:
         self._cancelled = threading.Event()
+        self.last_said = ""  # the last call's bundle answer on the host: "hit" or "miss"
 
     # -- lifecycle (an implementation overrides what it needs) -------------
     def open(self) -> "Transport":
@@ -176,7 +179,11 @@ class Transport:
 
     def _exec(self, command: str, stdin: bytes, timeout: float, on_line, started, *, ready: str | None = None,
               wait_ready: bool = False, sudo_prompt: str | None = None,
-              sudo_password: bytes | None = None) -> ExecResult:
+              sudo_password: bytes | None = None,
+              stdin_for: Callable[[str], bytes] | None = None) -> ExecResult:
+        """Run ``command``; feed it ``stdin`` (at once, or after the ``ready`` line with
+        ``wait_ready``). ``stdin_for``: the ready line ends with a word (``hit``/``miss``), and
+        ``stdin_for(word)`` is what is fed, once that line arrived."""
         alias = self.label
         if self._cancelled.is_set():
             raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
@@ -187,9 +194,10 @@ class Transport:
         # keep the host waiting for the whole step deadline
         ready_deadline = time.monotonic() + min(timeout, SUDO_HANDSHAKE_SECONDS)
         chan = self._channel(command, timeout)
-        marker = (ready + "\n").encode() if ready else b""
+        marker = ready.encode() if ready else b""
         ready_seen = not ready
-        view = None if (wait_ready and ready) else memoryview(stdin)
+        said = ""
+        view = None if (ready and (wait_ready or stdin_for is not None)) else memoryview(stdin)
         write_closed = False
         out, err = bytearray(), bytearray()
         fed = 0           # bytes of `out` handed to on_line
@@ -217,11 +225,13 @@ class Transport:
                     got = True
                 if not ready_seen:
                     i = out.find(marker)
-                    if i >= 0:
-                        del out[: i + len(marker)]
+                    j = out.find(b"\n", i + len(marker)) if i >= 0 else -1
+                    if j >= 0:
+                        said = out[i + len(marker):j].decode("utf-8", "replace").strip()
+                        del out[: j + 1]
                         ready_seen = True
                         if view is None:
-                            view = memoryview(stdin)
+                            view = memoryview(stdin if stdin_for is None else stdin_for(said))
                     elif sudo_password is not None and len(err) > scan:
                         tail = bytes(err[scan:])
                         if (sudo_prompt and sudo_prompt.encode() in tail) or _PROMPT_FALLBACK.search(tail):
@@ -275,7 +285,7 @@ class Transport:
             if on_line is not None and ready_seen and fed < len(out):
                 on_line(out[fed:].decode("utf-8", "replace"))
             return ExecResult(chan.recv_exit_status(), out.decode("utf-8", "replace"),
-                              err.decode("utf-8", "replace"), ready_seen, passwords > 0)
+                              err.decode("utf-8", "replace"), ready_seen, passwords > 0, said)
         finally:
             try:
                 chan.close()
@@ -297,15 +307,17 @@ class Transport:
              exclude: frozenset = frozenset()) -> dict:
         """Run a host entry module (the agent by default) with one request; return its JSON answer.
 
-        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle."""
-        from provision.control.transport.bundle import bootstrap_command, payload
-
+        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle.
+        The host keeps each bundle it was sent (<state dir>/bundles/SHA256, see
+        host/bootstrap.py): its ready line says `hit` and only the request is sent, or `miss`
+        and the bundle goes first, on the same stdin."""
         ready = READY_PREFIX + secrets.token_hex(8)
         password = self.sudo_password if sudo else None
         prompt = f"[provision-sudo-{secrets.token_hex(8)}] " if password is not None else None
         if self.state_dir and not request.get("state_dir"):
             request = dict(request, state_dir=self.state_dir)
-        cmd = self.wrap_command(bootstrap_command(python, ready=ready, entry=entry))
+        cmd = self.wrap_command(bootstrap_command(python, ready=ready, entry=entry, digest=bundle_digest(exclude),
+                                                  state_dir=request.get("state_dir")))
         if sudo:
             cmd = sudo_wrap(cmd, sudo_prompt=prompt)
         result: list[dict] = []
@@ -318,8 +330,10 @@ class Transport:
 
         started: list = []
         try:
-            res = self._exec(cmd, payload(request, exclude), timeout, on_line, started, ready=ready,
-                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password)
+            res = self._exec(cmd, b"", timeout, on_line, started, ready=ready,
+                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password,
+                             stdin_for=payloads(request, exclude))
+            self.last_said = res.said
         except (UnknownOutcome, SudoRefused, Interrupted):
             raise
         except ConnectError as exc:

@@ -58,9 +58,11 @@ sys.exit(r.exited)
 
 
 def run(argv: list[str], env: dict) -> dict:
-    """One child: wall, its CPU (and its children's), exit code, stdout."""
+    """One child: wall, its CPU (and its children's), exit code, stdout. Run from / (a `python -c`
+    child puts its working directory first on sys.path, which must not pick the tree)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                            cwd="/")
     chunks: dict = {"out": [], "err": []}
     ts = [threading.Thread(target=lambda k, f: chunks[k].append(f.read()), args=(k, f))
           for k, f in (("out", proc.stdout), ("err", proc.stderr))]

@@ -29,10 +29,12 @@ def site(tmp_path, monkeypatch):
     target.write_bytes(src)
     (pkg / "__init__.py").write_text("")
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])  # this machine's own processes
+    # this machine's own processes (other sessions' servers) are not this test's subject
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    monkeypatch.setattr(installs, "running_servers", lambda: [])
     probes: list = []
     real = installs.probe_interpreter
-    monkeypatch.setattr(installs, "probe_interpreter", lambda p: probes.append(p) or real(p))
+    monkeypatch.setattr(installs, "probe_interpreter", lambda p, *a, **kw: probes.append(p) or real(p, *a, **kw))
     req = {"op": "patch", "check": False, "diff": False, "force": False, "sglang_path": str(pkg), "python": None,
            "verify_import": False, "specs": [spec], "state_dir": str(tmp_path / "state")}
     return req, target, probes

@@ -81,9 +81,16 @@ def _write(path: str, data: bytes) -> None:
 
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.{os.getpid()}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # a full disk leaves no half-written temp file behind
+        except OSError:
+            pass
+        raise
 
 
 def _keep(d: str, digest: str, bundle: bytes) -> None:

@@ -226,6 +226,10 @@ def main() -> int:
             goals.append(("-i static Ansible INI / --host", m((t, "-i ini")) / host1, 1.1))
         if 16 in sizes:
             goals.append(("16 hosts / 1 host (same YAML)", m((t, "-i 16")) / m((t, "-i 1")), 2.5))
+        goals.append(("  the same in CLI CPU: --host / floor", m((t, "--host"), "cpu") / m("floor", "cpu"), 1.2))
+        if "-i ini" in rows:
+            goals.append(("  the same in CLI CPU: -i ini / --host", m((t, "-i ini"), "cpu") / m((t, "--host"), "cpu"),
+                          1.1))
         for what, ratio, goal in goals:
             print(f"  {what:<40} {ratio:5.2f}  (goal <= {goal}: {'met' if ratio <= goal else 'MISSED'})")
         xs = [float(n) for n in sizes]

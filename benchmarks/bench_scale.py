@@ -87,8 +87,8 @@ from provision.cli.main import main
 rec = {}
 orig = base.Transport._exec
 def spy(self, command, stdin, timeout, on_line, started, **kw):
-    sf = kw.get("stdin_for")
-    rec["cmd"], rec["stdin"] = command, (sf("hit") if sf else stdin).hex()
+    then = kw.get("then")
+    rec["cmd"], rec["stdin"] = command, (stdin + (then("hit") if then else b"")).hex()
     return orig(self, command, stdin, timeout, on_line, started, **kw)
 base.Transport._exec = spy
 CliRunner().invoke(main, sys.argv[1:])

@@ -6,9 +6,9 @@ and never visible in the host's process list):
     <header json>\\n<zlib(json{module name: source})><request json>
 
 The control side uses ``cached_bootstrap_code``: the command line also names the bundle's
-sha256, the host answers ``<ready> hit`` when it has a verified copy (then stdin carries
-``{"b": 0, ...}`` and the request alone) or ``<ready> miss`` (then the bundle follows, and is
-kept). Either way one command, one stdin: a miss costs the bytes, never a round trip.
+sha256, and stdin is ``{"q": n}\\n<request>`` (written at once, as before), then, once the
+host's ready line said ``miss``, ``<length>\\n<bundle>`` (nothing after ``hit``: it has a verified
+copy). Either way one command, one stdin: a miss costs the bytes, never a round trip.
 
 The bootstrap installs an import hook serving the bundled modules under their
 real names (``provision.host.engine.core`` ...) and calls ``agent.main``. Every
@@ -56,8 +56,9 @@ CACHED = (
     "  C=open(os.path.join(D,H),\"rb\").read();J=zlib.decompress(C);C=C if hashlib.sha256(J).hexdigest()==H else None\n"
     "except(OSError,zlib.error):C=None\n"
     "sys.stdout.write(%(ready)s+(\" hit\\n\"if C else\" miss\\n\"));sys.stdout.flush()\n"
-    "r=sys.stdin.buffer;h=json.loads(r.readline());B=C or r.read(h[\"b\"]);Q=r.read(h[\"q\"])\n"
-    "if not C:J=zlib.decompress(B)\n"
+    "r=sys.stdin.buffer;Q=r.read(json.loads(r.readline())[\"q\"])\n"
+    "if not C:B=r.read(int(r.readline()));J=zlib.decompress(B)\n"
+    "else:B=C\n"
     "M=json.loads(J);G={\"__name__\":\"provision.host.bootstrap\"}\n"
     "exec(compile(M[\"provision.host.bootstrap\"],\"<provision:provision.host.bootstrap>\",\"exec\"),G)\n"
     "sys.exit(G[\"run\"](M,B,Q,D,H,not C and hashlib.sha256(J).hexdigest()==H,%(entry)s))\n"
@@ -169,8 +170,8 @@ def run(modules: dict, bundle: bytes, request: bytes, d: str, digest: str, keep:
 def cached_bootstrap_code(digest: str, ready: str, state_dir: str | None = None,
                           entry: str = "provision.host.agent") -> str:
     """The bootstrap that keeps the bundle on the host (see CACHED): it says ``READY hit`` or
-    ``READY miss`` on stdout before it reads stdin, and reads the bundle's bytes only on a
-    miss. The caller then sends ``frame(b"", request)`` or ``frame(bundle, request)``."""
+    ``READY miss`` on stdout before it reads stdin; it reads ``{"q": n}\\n`` and the request,
+    then, only on a miss, ``<length>\\n`` and the bundle (control/transport/bundle.payloads)."""
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ValueError("digest must be a sha256 in hex")
     import json

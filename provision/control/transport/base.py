@@ -180,10 +180,12 @@ class Transport:
     def _exec(self, command: str, stdin: bytes, timeout: float, on_line, started, *, ready: str | None = None,
               wait_ready: bool = False, sudo_prompt: str | None = None,
               sudo_password: bytes | None = None,
-              stdin_for: Callable[[str], bytes] | None = None) -> ExecResult:
+              then: Callable[[str], bytes] | None = None) -> ExecResult:
         """Run ``command``; feed it ``stdin`` (at once, or after the ``ready`` line with
-        ``wait_ready``). ``stdin_for``: the ready line ends with a word (``hit``/``miss``), and
-        ``stdin_for(word)`` is what is fed, once that line arrived."""
+        ``wait_ready``). ``then``: the ready line ends with a word (``hit``/``miss``), and
+        ``then(word)`` follows ``stdin`` once that line arrived (the bundle on a miss, nothing on a
+        hit); the request (``stdin``) counts as sent, and the step as started, as soon as it is
+        written, whatever follows."""
         alias = self.label
         if self._cancelled.is_set():
             raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
@@ -197,8 +199,10 @@ class Transport:
         marker = ready.encode() if ready else b""
         ready_seen = not ready
         said = ""
-        view = None if (ready and (wait_ready or stdin_for is not None)) else memoryview(stdin)
+        view = None if (wait_ready and ready) else memoryview(stdin)
+        after: bytes | None = None  # then(word), once the ready line told the word
         write_closed = False
+        sent = False      # the request is written: from here a lost channel means the outcome is unknown
         out, err = bytearray(), bytearray()
         fed = 0           # bytes of `out` handed to on_line
         scan = 0          # bytes of `err` already searched for a sudo prompt
@@ -206,7 +210,7 @@ class Transport:
         try:
             while True:
                 if self._cancelled.is_set():
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: interrupted while the remote step ran; its outcome is "
                                              "unknown until `provision status` looks")
                     raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
@@ -231,7 +235,9 @@ class Transport:
                         del out[: j + 1]
                         ready_seen = True
                         if view is None:
-                            view = memoryview(stdin if stdin_for is None else stdin_for(said))
+                            view = memoryview(stdin)
+                        if then is not None:
+                            after = then(said)
                     elif sudo_password is not None and len(err) > scan:
                         tail = bytes(err[scan:])
                         if (sudo_prompt and sudo_prompt.encode() in tail) or _PROMPT_FALLBACK.search(tail):
@@ -253,7 +259,7 @@ class Transport:
                         break
                     # no exit status because the connection itself died: handled just below
                 if not self._alive():
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: the connection dropped while the remote step ran; its "
                                              "outcome is unknown until `provision status` looks")
                     raise ConnectError(f"{alias}: the connection dropped before the remote step started")
@@ -262,18 +268,22 @@ class Transport:
                         n = chan.send(view[:32768])
                         view = view[n:]
                         got = got or n > 0
-                    if not view:
-                        chan.shutdown_write()
-                        write_closed = True
+                    if not view and not sent:
+                        sent = True
                         if started is not None:
                             started.append(True)
+                    if not view and then is not None and after is not None:
+                        view, after = memoryview(after), None
+                    if not view and (then is None or (ready_seen and after is None)):
+                        chan.shutdown_write()
+                        write_closed = True
                 if wait_ready and not ready_seen and time.monotonic() > ready_deadline:
                     last = (err.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1][:200]
                     raise SudoRefused(f"{alias}: sudo did not start the engine within "
                                       f"{min(timeout, SUDO_HANDSHAKE_SECONDS):g} s and nothing was run; is it asking "
                                       f"for more than a password? (last words: {last})")
                 if time.monotonic() > deadline:
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still "
                                              "be running: its outcome is unknown until `provision status` looks")
                     if not ready_seen and ready:
@@ -330,9 +340,10 @@ class Transport:
 
         started: list = []
         try:
-            res = self._exec(cmd, b"", timeout, on_line, started, ready=ready,
+            first, rest = payloads(request, exclude)
+            res = self._exec(cmd, first, timeout, on_line, started, ready=ready,
                              wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password,
-                             stdin_for=payloads(request, exclude))
+                             then=rest)
             self.last_said = res.said
         except (UnknownOutcome, SudoRefused, Interrupted):
             raise

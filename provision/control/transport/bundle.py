@@ -74,14 +74,18 @@ def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
 
 
 def payloads(request: dict, exclude: frozenset = frozenset()):
-    """stdin for the caching bootstrap's answer: ``hit``, the request alone; anything else
-    (``miss``), the bundle and then the request. The bundle is compressed only when asked for."""
+    """stdin for the caching bootstrap, in two parts: what is written at once (a header line,
+    then the request), and what follows once its ready line says ``hit`` (nothing) or ``miss``
+    (the bundle's length on a line, then the bundle). The bundle is compressed only when asked for."""
     body = json.dumps(with_failpoints(request)).encode()
 
-    def stdin_for(said: str) -> bytes:
-        return frame(b"", body) if said == "hit" else frame(bundle_bytes(exclude), body)
+    def rest(said: str) -> bytes:
+        if said == "hit":
+            return b""
+        bundle = bundle_bytes(exclude)
+        return str(len(bundle)).encode() + b"\n" + bundle
 
-    return stdin_for
+    return json.dumps({"q": len(body)}).encode() + b"\n" + body, rest
 
 
 def bootstrap_command(python: str = "python3", *, ready: str | None = None, entry: str = "provision.host.agent",

@@ -84,7 +84,7 @@ def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
 
 # Remote modules reconcile never needs (the audit and the server control): left out of
 # its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"engine.audit", "ops.audit", "ops.server", "ops.restore", "ops.container"})
+LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server", "ops.restore", "ops.container"})
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import zlib
 from pathlib import Path
 
@@ -49,8 +48,11 @@ def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
 
 
 def with_failpoints(request: dict) -> dict:
-    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set)."""
-    points = os.environ.get(FAILPOINTS_ENV)
+    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set, and only
+    in test mode: config/testmode.py)."""
+    from provision.config.testmode import switch
+
+    points = switch(FAILPOINTS_ENV)
     return dict(request, failpoints=points) if points else request
 
 

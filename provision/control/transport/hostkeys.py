@@ -10,7 +10,7 @@ rewriting the file). A changed key is refused by paramiko itself
 file and line hold the key it expected.
 
 The system file is ``/etc/ssh/ssh_known_hosts``; the environment variable
-``PROVISION_SYSTEM_KNOWN_HOSTS`` names another one (tests, unusual systems).
+``PROVISION_SYSTEM_KNOWN_HOSTS`` names another one, in test mode only (config/testmode.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ _append_lock = threading.Lock()
 
 
 def system_known_hosts() -> str:
-    return os.environ.get(SYSTEM_KNOWN_HOSTS_ENV) or SYSTEM_KNOWN_HOSTS
+    """/etc/ssh/ssh_known_hosts, or PROVISION_SYSTEM_KNOWN_HOSTS in test mode (config/testmode.py)."""
+    from provision.config.testmode import switch
+
+    return switch(SYSTEM_KNOWN_HOSTS_ENV) or SYSTEM_KNOWN_HOSTS
 
 
 def fingerprint(key: paramiko.PKey) -> str:

@@ -61,9 +61,10 @@ def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
 
 
 def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
-                      ready: str | None = None, entry: str = "provision.host.agent") -> str:
+                      ready: str | None = None, entry: str = "provision.host.agent", isolated: bool = False) -> str:
     """The host-side command line: ``python -c BOOTSTRAP``, quoted for a shell.
 
+    ``isolated``: ``-I`` too (the container transport: an image's PYTHONPATH and WORKDIR are not ours).
     ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
     ``sudo -S -p <sudo_prompt>`` (base.sudo_wrap; a transport applies it itself, around
     whatever it wraps the command in). ``ready``: the interpreter first prints this line on
@@ -78,7 +79,8 @@ def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_promp
             raise ValueError("ready token must be one plain line")
         code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + code
     # -S: the agent is stdlib-only, so skip site (and any .pth files) for a faster start.
-    cmd = f"{shlex.quote(python)} -S -c {shlex.quote(code)}"
+    # isolated (-I): no PYTHON* variable, no cwd on sys.path (a container image's ENV and WORKDIR).
+    cmd = f"{shlex.quote(python)} {'-I -S' if isolated else '-S'} -c {shlex.quote(code)}"
     if sudo:
         from provision.control.transport.base import sudo_wrap
 

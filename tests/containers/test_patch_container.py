@@ -132,7 +132,7 @@ def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_h
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert doc["hosts"][0]["verdict"] == "patched"
     assert class_methods(_file(ssh_env, host), KIMI_CLASS)[-3:] == METHODS
-    assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00" + NAME.encode())
+    assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00-w\x00/\x00" + NAME.encode())
     assert not watch.leaks, watch.leaks
 
 

@@ -361,6 +361,9 @@ def main():
     provision status -i inventories/prod.yaml     version, install, patch state
     provision sandbox up                     a local simulated GPU host to try it on
     """
+    from provision.config.testmode import check
+
+    check()  # a test-only switch (PROVISION_FAILPOINTS, ...) outside test mode: exit 2, nothing done
 
 
 def spec_option(fn):

@@ -55,6 +55,9 @@ class Install(TypedDict, total=False):
 
 class Server(TypedDict, total=False):
     pid: int
+    uid: Optional[int]     # its effective uid
+    user: str              # set when another user runs it: it never chooses the install
+    chooses: bool
     port: Optional[int]
     listening: Optional[bool]
     install: Optional[str]
@@ -63,10 +66,11 @@ class Server(TypedDict, total=False):
 
 
 class Skipped(TypedDict, total=False):
-    """An interpreter discovery refused to run (facts/installs.py trust rules)."""
+    """An interpreter or install discovery refused, or a server that did not choose (lib/trust.py)."""
     path: str
     reason: str
-    server_pid: int    # when it is the interpreter of a running server
+    what: str          # "interpreter" (absent: the same), "install", "server" (another user's)
+    server_pid: int    # when it is the interpreter / install of a running server, or that server
 
 
 class Facts(TypedDict, total=False):
@@ -74,6 +78,7 @@ class Facts(TypedDict, total=False):
     installs: List[Install]
     chosen: Optional[str]
     chosen_reason: Optional[str]
+    chosen_rule: Optional[str]  # pinned | python | server | python3 | only (facts/installs.py)
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]

@@ -44,13 +44,20 @@ def _chosen(facts: Facts | None) -> dict:
 
 
 def discovery_notes(facts: Facts | None, *, skipped: bool = True) -> list[str]:
-    """Interpreters discovery refused to run (not root's), and explicit ones run anyway."""
+    """Interpreters and installs discovery refused (not root's alone), servers that did not
+    choose (another user's), explicit ones used anyway, and (status) which rule chose."""
     facts = facts or {}
     notes = [f"warning: {w}" for w in facts.get("warnings") or []]
     if skipped:
-        notes += [f"skipped {k['path']}: {k['reason']}" + (f" (the interpreter of server pid {k['server_pid']})"
-                                                          if k.get("server_pid") else "")
-                  for k in facts.get("skipped") or []]
+        for k in facts.get("skipped") or []:
+            what, pid = k.get("what") or "interpreter", k.get("server_pid")
+            if what == "server":
+                notes.append(f"skipped server pid {pid} ({k['path']}): {k['reason']}")
+            else:
+                notes.append(f"skipped {k['path']}: {k['reason']}"
+                             + (f" (the {what} of server pid {pid})" if pid else ""))
+        if facts.get("chosen") and facts.get("chosen_reason"):
+            notes.append(f"install {facts['chosen']}: chosen because {facts['chosen_reason']}")
     return notes
 
 

@@ -253,8 +253,11 @@ def row_per_host(results: list[HostResult]) -> dict[str, HostResult]:
 
 def window_clock():
     """The clock the window checks read: local time now, or, when ``PROVISION_NOW`` holds an ISO time
-    (``2026-01-01T04:59:57``; a testing aid), that time advancing in real time from this process's start."""
-    fake = os.environ.get("PROVISION_NOW")
+    (``2026-01-01T04:59:57``; a testing aid, read in test mode only: config/testmode.py), that time
+    advancing in real time from this process's start."""
+    from provision.config.testmode import switch
+
+    fake = switch("PROVISION_NOW")
     if not fake:
         return datetime.now
     try:

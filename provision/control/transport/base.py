@@ -90,6 +90,7 @@ class Transport:
     label = "?"
     user = "?"
     where = "host"  # how the not-started sentences name the far side ("host", "container", "machine")
+    isolated = False  # run the agent with `python -I` (a container: the image's PYTHONPATH/WORKDIR are not ours)
     default_sudo = False
     sudo_password: bytes | None = None
     # the host-side state directory for every step (None: the host's default, /var/lib/provision as root)
@@ -327,7 +328,7 @@ class Transport:
         if self.state_dir and not request.get("state_dir"):
             request = dict(request, state_dir=self.state_dir)
         cmd = self.wrap_command(bootstrap_command(python, ready=ready, entry=entry, digest=bundle_digest(exclude),
-                                                  state_dir=request.get("state_dir")))
+                                                  state_dir=request.get("state_dir"), isolated=self.isolated))
         if sudo:
             cmd = sudo_wrap(cmd, sudo_prompt=prompt)
         result: list[dict] = []

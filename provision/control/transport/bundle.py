@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import zlib
 from pathlib import Path
 
@@ -64,8 +63,11 @@ def bundle_digest(exclude: frozenset = frozenset()) -> str:
 
 
 def with_failpoints(request: dict) -> dict:
-    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set)."""
-    points = os.environ.get(FAILPOINTS_ENV)
+    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set, and only
+    in test mode: config/testmode.py)."""
+    from provision.config.testmode import switch
+
+    points = switch(FAILPOINTS_ENV)
     return dict(request, failpoints=points) if points else request
 
 
@@ -89,13 +91,14 @@ def payloads(request: dict, exclude: frozenset = frozenset()):
 
 
 def bootstrap_command(python: str = "python3", *, ready: str | None = None, entry: str = "provision.host.agent",
-                      digest: str | None = None, state_dir: str | None = None) -> str:
+                      digest: str | None = None, state_dir: str | None = None, isolated: bool = False) -> str:
     """The host-side command line: ``python -S -c BOOTSTRAP``, quoted for a shell.
 
     ``ready``: the interpreter first prints this line on stdout, before reading stdin, so the
     caller knows sudo is done and the request may follow. ``digest`` (with ``ready``): the
     caching bootstrap, which keeps the bundle in ``<state_dir>/bundles/`` (the host's default
-    state dir when None) and ends its ready line with `` hit`` or `` miss``.
+    state dir when None) and ends its ready line with `` hit`` or `` miss``. ``isolated``: ``-I`` too
+    (the container transport: an image's PYTHONPATH and WORKDIR are not ours).
     Nothing secret ever goes in here: the line is visible in the host's process list.
     """
     import shlex
@@ -111,4 +114,5 @@ def bootstrap_command(python: str = "python3", *, ready: str | None = None, entr
         if ready is not None:
             code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + code
     # -S: the agent is stdlib-only, so skip site (and any .pth files) for a faster start.
-    return f"{shlex.quote(python)} -S -c {shlex.quote(code)}"
+    # isolated (-I): no PYTHON* variable, no cwd on sys.path (a container image's ENV and WORKDIR).
+    return f"{shlex.quote(python)} {'-I -S' if isolated else '-S'} -c {shlex.quote(code)}"

@@ -27,6 +27,8 @@ CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "s
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
 ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}
+# Commands whose every outcome is journaled: `history` shows a host's speed over time (bench).
+MEASURE_COMMANDS = {"bench"}
 
 
 def state_path(env_var: str, name: str) -> str:
@@ -66,6 +68,8 @@ def _redact(text: str) -> str:
 
 
 def _wanted(command: str, verdict: str, error_kind: str | None) -> bool:
+    if command in MEASURE_COMMANDS:
+        return True
     if verdict in CHANGE_VERDICTS:
         return True
     if command in ATTEMPT_COMMANDS and verdict in ATTEMPT_VERDICTS:
@@ -98,6 +102,8 @@ def entries(command: str, results: Iterable, now: datetime | None = None) -> lis
                 rec["spec_hash"] = data["spec_hash"]
             rec.update(host=r.host, file=file or data.get("real_file"), sha256_before=before, sha256_after=after,
                        verdict=verdict, detail=_redact(detail or ""))
+            if cmd == command:  # a command's own figures (bench: decode tok/s, accept length, ...)
+                rec.update(data.get("journal_fields") or {})
             out.append(rec)
     return out
 

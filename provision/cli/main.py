@@ -25,14 +25,17 @@ class Ctx:
         self.__dict__.update(kw)
 
 
-FORMATS = ("auto", "table", "lines", "json", "prometheus")
+FORMATS = ("auto", "table", "lines", "json")
 
 
-def format_options(json_is: str = "one document"):
-    """--format and --json: how the report is printed (fleet commands, and `history`)."""
+def format_options(json_is: str = "one document", prometheus: bool = False):
+    """--format and --json: how the report is printed (fleet commands, and `history`). With
+    `prometheus`, --format prometheus is a choice too (fleet_options: only commands decorated with
+    metrics_options accept it)."""
     def deco(fn):
         fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
-        return click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+        choices = FORMATS + (("prometheus",) if prometheus else ())
+        return click.option("--format", "fmt", type=click.Choice(choices), default="auto", show_default=True,
                             help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
                                  f"nothing truncated; json: {json_is}; prometheus (status, bench): the text "
                                  "exposition format. auto: table on a terminal, else lines.")(fn)
@@ -76,7 +79,7 @@ def fleet_options(fn):
                      help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
                           "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
     ]
-    fn = format_options()(fn)
+    fn = format_options(prometheus=True)(fn)
     for opt in reversed(opts):
         fn = opt(fn)
 

@@ -96,8 +96,12 @@ def accept_rate(reqs: list[dict]) -> float | None:
 
 
 def spec_settings(server_info: dict) -> dict:
-    """The server's `speculative_*` settings that are set (None and False dropped)."""
-    return {k: v for k, v in sorted((server_info or {}).items())
+    """The server's `speculative_*` settings that are set (None and False dropped); {} when it runs
+    no speculative algorithm (the server args list every speculative_* default even then)."""
+    info = server_info or {}
+    if not info.get("speculative_algorithm"):
+        return {}
+    return {k: v for k, v in sorted(info.items())
             if k.startswith("speculative_") and v is not None and v is not False}
 
 
@@ -194,11 +198,11 @@ def flag(fig: dict, *, min_speedup: float = DEFAULT_MIN_SPEEDUP,
 
 def flag_outliers(figs: dict[str, dict], fraction: float = OUTLIER_FRACTION) -> None:
     """Flag `outlier` on hosts below fraction x the median decode of this run's hosts with their key
-    (keys with at least two measured hosts)."""
-    by_key: dict[str, list[str]] = {}
+    and the same speculative setting (on or off), where there are at least two such hosts."""
+    by_key: dict[tuple, list[str]] = {}
     for host, f in figs.items():
-        if f.get("decode_tok_s") is not None:
-            by_key.setdefault(f["key"], []).append(host)
+        if f.get("decode_tok_s") is not None:  # a baseline is not compared with speculative hosts
+            by_key.setdefault((f["key"], bool(f.get("spec_on"))), []).append(host)
     for key, hosts in by_key.items():
         if len(hosts) < 2:
             continue

@@ -189,6 +189,10 @@ def test_outlier_below_085_of_its_keys_median_with_at_least_two_hosts():
     other_gpu.update(figs_for({"z": 50.0}, key_gpu="H100"))
     bf.judge(other_gpu, None)
     assert all(f["flags"] == [] for f in other_gpu.values()), "hosts of another key are not compared"
+    mixed = figs_for({"spec": 96.0})
+    mixed.update(figs_for({"base1": 54.0, "base2": 55.0}, spec=False))
+    bf.judge(mixed, None)
+    assert all(f["flags"] == [] for f in mixed.values()), "a baseline is not compared with speculative hosts"
 
 
 # --------------------------------------------------------------------------- baseline file

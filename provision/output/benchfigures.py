@@ -124,7 +124,9 @@ def bench_key(model_path: Any, tp_size: Any, version: Any, gpu: Any) -> str:
 
 
 def host_figures(answer: dict) -> dict:
-    """A host's bench answer -> its figures (no speedup, no flags yet: those need the others)."""
+    """A host's bench answer -> its figures (no speedup, no flags yet: those need the others).
+    `speculative` holds the server's speculative_* settings (`spec` in a result's data is the
+    patch spec's name everywhere else; the JSON record calls the settings `spec`)."""
     info = answer.get("server_info") or {}
     model = answer.get("model_info") or {}
     reqs = [r for r in answer.get("requests") or [] if isinstance(r, dict) and r.get("ok")]
@@ -140,7 +142,7 @@ def host_figures(answer: dict) -> dict:
            "accept_length": _round(accept_length(reqs), 3), "accept_rate": _round(accept_rate(reqs), 3),
            "server_accept_length": _round(server_accept_length(answer.get("server_info_after") or {}), 3),
            "requests": len(reqs), "completion_tokens": int(sum(_num(r.get("completion_tokens")) or 0 for r in reqs)),
-           "version": version, "spec": settings, "spec_on": spec_on(settings), "model_path": model_path,
+           "version": version, "speculative": settings, "spec_on": spec_on(settings), "model_path": model_path,
            "tp_size": tp, "gpu": gpu, "key": bench_key(model_path, tp, version, gpu),
            "speedup": None, "baseline_decode_tok_s": None, "flags": [], "notes": []}
     if fig["spec_on"] and reqs and not any((_num(r.get("spec_verify_ct")) or 0) > 0 for r in reqs):
@@ -206,8 +208,7 @@ def flag_outliers(figs: dict[str, dict], fraction: float = OUTLIER_FRACTION) -> 
     for key, hosts in by_key.items():
         if len(hosts) < 2:
             continue
-        med = median(figs[h]["decode_tok_s"] for h in hosts)
-        assert med is not None
+        med = round(median(figs[h]["decode_tok_s"] for h in hosts) or 0.0, 1)
         for h in hosts:
             if figs[h]["decode_tok_s"] < fraction * med:
                 figs[h]["flags"].append("outlier")

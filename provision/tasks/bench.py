@@ -19,7 +19,7 @@ from provision.output import benchfigures as bf
 from provision.output.results import HostResult
 
 RECORD_KEYS = ("decode_tok_s", "decode_tok_s_p10", "decode_tok_s_p90", "ttft_s", "accept_length", "accept_rate",
-               "speedup", "flags", "version", "spec")
+               "speedup", "flags", "version")
 # what the journal keeps of a measured host (`history --json` shows it; `history` the detail)
 JOURNAL_KEYS = ("decode_tok_s", "decode_tok_s_p10", "decode_tok_s_p90", "ttft_s", "accept_length", "accept_rate",
                 "speedup", "flags", "version", "key")
@@ -142,7 +142,8 @@ def record(r: HostResult) -> dict:
     out: dict = {"host": r.host, "verdict": r.verdict, "detail": r.detail}
     out.update({k: r.data.get(k) for k in RECORD_KEYS})
     out["flags"] = list(r.data.get("flags") or [])
-    out.update({k: v for k, v in r.data.items() if k not in out and k != "journal_fields"})
+    out["spec"] = dict(r.data.get("speculative") or {})  # the server's speculative_* settings
+    out.update({k: v for k, v in r.data.items() if k not in out and k not in ("journal_fields", "speculative")})
     out["notes"] = list(r.notes)
     out["failed"] = r.failed
     out["error_kind"] = r.error_kind

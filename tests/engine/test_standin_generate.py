@@ -113,7 +113,7 @@ def test_bench_op_measures_what_the_standin_was_set_to(running, trees, tmp_path,
     assert fig["decode_tok_s"] == pytest.approx(150, rel=0.15)
     assert fig["accept_length"] == pytest.approx(2.4, rel=0.15)
     assert fig["accept_rate"] is not None and 0 < fig["accept_rate"] <= 1
-    assert fig["spec_on"] and fig["spec"]["speculative_algorithm"] == "EAGLE3" and not fig["flags"]
+    assert fig["spec_on"] and fig["speculative"]["speculative_algorithm"] == "EAGLE3" and not fig["flags"]
     assert fig["server_accept_length"] == pytest.approx(fig["accept_length"], rel=0.1)
     assert "api_key" not in json.dumps(ans)
 

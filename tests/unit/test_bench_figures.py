@@ -106,7 +106,7 @@ def test_host_figures_median_p10_p90_ttft_and_key():
     assert f["ttft_s"] == pytest.approx(0.13)
     assert f["accept_length"] == pytest.approx(513 / 165, abs=1e-3)
     assert f["key"] == "/m/Kimi|tp8|0.5.9|RTX" and f["spec_on"] and f["flags"] == []
-    assert f["spec"] == SPEC
+    assert f["speculative"] == SPEC
 
 
 def test_failed_requests_are_not_counted():
@@ -246,6 +246,7 @@ def test_rows_verdicts_and_exit_codes():
         assert k in rec
     # two hosts of one key: the slow one is below 0.85 x their median too
     assert rec["flags"] == ["net-negative", "underperforming", "outlier"] and "journal_fields" not in rec
+    assert rec["spec"] == SPEC and "speculative" not in rec
     assert slow.data["journal_fields"]["bench"]["decode_tok_s"] == pytest.approx(40, abs=0.1)
 
 
@@ -263,6 +264,7 @@ def test_bench_results_are_journaled_with_their_figures():
     lines = journal.entries("bench", [good, down])
     assert [(x["host"], x["verdict"]) for x in lines] == [("g", "measured"), ("d", "failed")]
     assert lines[0]["bench"]["decode_tok_s"] == pytest.approx(96, abs=0.1) and "decode 96.0 tok/s" in lines[0]["detail"]
+    assert lines[0]["spec"] is None, "the journal's spec column is a patch spec's name, not the settings"
     assert journal.entries("status", [good]) == [], "other commands' measured rows are not changes"
 
 

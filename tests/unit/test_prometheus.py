@@ -137,3 +137,15 @@ def test_write_atomic_into_a_missing_directory_raises_oserror(tmp_path):
     with pytest.raises(OSError):
         pm.write_atomic(str(tmp_path / "nope" / "x.prom"), "a 1\n")
     assert not os.path.exists(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("argv", [["patch", "--host", "gpu01"], ["reconcile", "--host", "gpu01"],
+                                  ["history"]])
+def test_other_commands_refuse_format_prometheus(argv):
+    from click.testing import CliRunner
+
+    from provision.cli.main import main
+
+    res = CliRunner().invoke(main, argv + ["--format", "prometheus"])
+    assert res.exit_code == 2, res.output
+    assert "prometheus" in res.output and "Traceback" not in res.output

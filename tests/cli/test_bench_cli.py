@@ -143,3 +143,24 @@ def test_bad_input_is_a_row_with_a_sentence(fleet, tmp_path):
     bad = run("bench", "-i", inv, "--baseline", tmp_path / "b.json")
     assert bad.returncode == 2 and "not a bench baseline" in bad.stderr
     assert run("history", "--format", "prometheus").returncode == 2
+
+
+def test_api_key_from_the_launch_config_file_and_401_with_a_wrong_one(fleet):
+    inv, names, tmp = fleet
+    good = names["good"]
+    proc = run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5",
+               env={"PROVISION_API_KEY": "launch-key-1"}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        # no key on this run: the one the launch left in the host's 0600 --config file is used
+        proc, doc = run_json("bench", "-i", inv, "--limit", good, "--requests", "2", "--max-new-tokens", "32",
+                             "--warmup", "0", timeout=300)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "measured", doc
+        # a wrong key of this run's: the server's 401 is a row with a sentence, exit 3
+        proc, doc = run_json("bench", "-i", inv, "--limit", good, "--requests", "2", "--warmup", "0",
+                             env={"PROVISION_API_KEY": "wrong"}, timeout=300)
+        row = doc["hosts"][0]
+        assert proc.returncode == 3 and row["verdict"] == "failed" and "401 Unauthorized" in row["detail"], row
+        assert "wrong" not in proc.stdout and "launch-key-1" not in proc.stdout
+    finally:
+        run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5", timeout=300)

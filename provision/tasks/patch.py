@@ -258,7 +258,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
-            "package": pkg or None, "containers": containers}
+            "package": pkg or None, "containers": containers,
+            "server_port": rec.get("port") if ours.get("running") else (servers[0].get("port") if servers else None)}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),

@@ -43,7 +43,7 @@ PACKAGES = {
               "aiohttp", "orjson", "pyzmq", "pillow", "starlette", "openai==2.6.1", "partial-json-parser",
               "dill", "sentencepiece", "compressed-tensors", "gguf", "msgspec"),
     # 0.5.23 pins newer transformers/openai/compressed-tensors (its METADATA); Python >= 3.11.
-    "0.5.23": ("transformers==5.19.0", "triton==3.5.1", "numpy", "einops", "pybase64", "ipython", "pydantic",
+    "0.5.23": ("transformers==5.19.0", "apache-tvm-ffi==0.1.11", "triton==3.5.1", "numpy", "einops", "pybase64", "ipython", "pydantic",
                "aiohttp", "orjson", "pyzmq", "pillow", "starlette", "openai==2.8.0", "partial-json-parser",
                "dill", "sentencepiece==0.2.1", "compressed-tensors==0.18.0", "gguf", "msgspec"),
 }
@@ -55,6 +55,8 @@ STANDINS_PY = '''"""provision realimport venv: stand-ins for CUDA-only packages 
 A GPU host has the real sgl_kernel (it needs libcuda.so.1) and a torchvision matching its torch.
 Here every name asked of them is an inert placeholder; calling one raises.
 """
+import importlib
+import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -86,23 +88,32 @@ class _StandIn(types.ModuleType):
         return _Placeholder(self.__name__ + "." + name)
 
 
-def _install(name):
-    if name in sys.modules:
-        return sys.modules[name]
-    mod = _StandIn(name)
-    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    mod.__path__ = []
-    mod.__file__ = None
-    sys.modules[name] = mod
-    parent, _, child = name.rpartition(".")
-    if parent:
-        setattr(_install(parent), child, mod)
-    return mod
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves any submodule of the stand-in packages (transformers 5 asks for torchvision.io, ...)."""
+    tops = ("sgl_kernel", "torchvision")
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] not in self.tops:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        return _StandIn(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+        if module.__name__ == "torchvision":  # transformers 5 compares it (torch 2.13 goes with 0.28)
+            module.__version__ = "0.28.0+cpu"
+        parent, _, child = module.__name__.rpartition(".")
+        if parent and parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
 
 
+if not any(isinstance(f, _Finder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _Finder())
 for _name in ("sgl_kernel", "sgl_kernel.kvcacheio", "sgl_kernel.scalar_type",
               "torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
-    _install(_name)
+    importlib.import_module(_name)
 '''
 
 
@@ -144,9 +155,9 @@ def recipe(version: str) -> dict:
     if version not in PACKAGES:
         raise VenvUnavailable(f"no realimport package list for SGLang {version} (known: {', '.join(VERSIONS)})")
     py = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"], capture_output=True, text=True)
+    # The stand-ins are not in it: ensure_venv rewrites them in place when they change (no rebuild).
     return {"python": py.stdout.strip(), "torch": TORCH, "torch_wheels": _torch_wheels(),
-            "packages": list(PACKAGES[version]), "sglang": version, "standins": STANDINS_PY,
-            "layout": LAYOUT_VERSION}
+            "packages": list(PACKAGES[version]), "sglang": version, "layout": LAYOUT_VERSION}
 
 
 def venv_dir(version: str) -> Path:
@@ -175,13 +186,14 @@ def ensure_venv(version: str = "0.5.9", log: Callable[[str], object] | None = No
         raise VenvUnavailable(f"no {SYSTEM_PYTHON} (apt-get install -y python3 python3-venv)")
     venv = venv_dir(version)
     done = venv / ".complete"
-    if done.exists():
+    if done.exists() and _standins_current(venv):
         return venv, 0.0
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".lock-{venv.name}", "w") as lock:
+    with open(root / f".lock-{version}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
+            _write_standins(site_packages(venv))
             return venv, 0.0
         t0 = time.monotonic()
         if log:
@@ -196,9 +208,7 @@ def ensure_venv(version: str = "0.5.9", log: Callable[[str], object] | None = No
         pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input"]
         _run(pip + ["-c", str(constraints), "torch", *PACKAGES[version]], log)
         _run(pip + ["--no-deps", f"sglang=={version}"], log)
-        site = site_packages(venv)
-        (site / f"{STANDINS_MODULE}.py").write_text(STANDINS_PY)
-        (site / f"{STANDINS_MODULE}.pth").write_text(f"import {STANDINS_MODULE}\n")
+        _write_standins(site_packages(venv))
         # torch must be the CPU build, and torchvision never a real one
         check = subprocess.run([py, "-c", "import torch, torchvision, sys; "
                                 "print(torch.__version__, torchvision.__spec__.origin)"],
@@ -207,7 +217,27 @@ def ensure_venv(version: str = "0.5.9", log: Callable[[str], object] | None = No
             raise VenvUnavailable(f"{venv}: torch is not the CPU build: {check.stdout.strip()} {check.stderr[-300:]}")
         (venv / "recipe.json").write_text(json.dumps(recipe(version), indent=2, sort_keys=True) + "\n")
         done.write_text(f"{version}\n")
+        for old in root.glob(f"venv-{version}-*"):  # an older recipe's venv: nothing uses it any more
+            if old != venv:
+                shutil.rmtree(old, ignore_errors=True)
         return venv, time.monotonic() - t0
+
+
+def _standins_current(venv: Path) -> bool:
+    with contextlib.suppress(OSError, VenvUnavailable):
+        return (site_packages(venv) / f"{STANDINS_MODULE}.py").read_text() == STANDINS_PY
+    return False
+
+
+def _write_standins(site: Path) -> None:
+    """The CUDA stand-ins, loaded at start-up by a .pth (a sitecustomize here would be shadowed by
+    Debian's own in the standard library)."""
+    if (site / f"{STANDINS_MODULE}.py").is_file() and (site / f"{STANDINS_MODULE}.py").read_text() == STANDINS_PY:
+        return
+    tmp = site / f".{STANDINS_MODULE}.tmp"
+    tmp.write_text(STANDINS_PY)
+    os.replace(tmp, site / f"{STANDINS_MODULE}.py")
+    (site / f"{STANDINS_MODULE}.pth").write_text(f"import {STANDINS_MODULE}\n")
 
 
 def tree_size(path: Path) -> int:

@@ -212,6 +212,10 @@ def test_0523_class_is_native_and_verify_import_is_ok(base_0523, trusted_dir, ma
     seen = python_sees(venv.python, registry=True)
     assert_bound(seen, venv)
     assert seen["registry"]["same_as_module_class"] and seen["registry"]["delegates"] == ALL_OK
+    # the overlay is not needed: nothing staged
+    proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--overlay")
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "native", doc
+    assert venv.file(KIMI).read_bytes() == original
     # the SM120 map still lacks key 12 in 0.5.23: the mapping-entry spec adds it, and it imports
     proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--spec", "sm120-torch-symm-mem",
                          "--gpu-capability", "12.0")

@@ -199,6 +199,9 @@ def ensure_venv(version: str = "0.5.9", log: Callable[[str], object] | None = No
         if log:
             log(f"building {venv.name}: CPU torch, SGLang {version}'s imports, sglang=={version} --no-deps "
                 "(about a minute and 220 MB downloaded, once per machine)")
+        if not recipe(version)["torch_wheels"]:  # else pip could take the registry's CUDA build
+            raise VenvUnavailable(f"no CPU torch wheel ({TORCH}+cpu) in pip's find-links "
+                                  f"({', '.join(_find_links()) or 'none configured'}; see `pip config list`)")
         if venv.exists():
             shutil.rmtree(venv)
         _run([SYSTEM_PYTHON, "-m", "venv", str(venv)], log)

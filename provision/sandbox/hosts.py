@@ -103,6 +103,9 @@ VENV_DIR = "/opt/venv"
 STANDIN_DIR = "/opt/provision-standin"
 STANDIN_MODULE = "sglang_standin.py"
 STANDIN_SOURCE = Path(__file__).with_name("standin.py")  # written by another module's owner
+# The stand-in reads flags with the product's reader; it is installed beside it under this name.
+SERVERARGS_SOURCE = Path(__file__).parent.parent / "host" / "engine" / "serverargs.py"
+SERVERARGS_MODULE = "provision_serverargs.py"
 DEPS_MODULE = "_provision_sandbox_deps"
 
 # SGLang's own dependencies (numpy, tqdm, requests, IPython, torch, ...) are not on the
@@ -877,6 +880,7 @@ def _install_standin(host: SandboxHost, sglang_dir: Path) -> bool:
     dest = host.hostpath(f"{STANDIN_DIR}/{STANDIN_MODULE}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(standin, dest)
+    shutil.copyfile(SERVERARGS_SOURCE, dest.with_name(SERVERARGS_MODULE))
     (sglang_dir / "launch_server.py").write_text(LAUNCH_SERVER_SHIM)
     return True
 

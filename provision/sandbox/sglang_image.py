@@ -56,7 +56,8 @@ def alias(version: str) -> str:
 def _recipe(version: str) -> dict:
     wheel = wheel_path(version)
     return {"base": base_tag(), "version": version, "wheel": [wheel.name, wheel.stat().st_size],
-            "standin": _hosts.STANDIN_SOURCE.read_text(), "shim": _hosts.LAUNCH_SERVER_SHIM,
+            "standin": _hosts.STANDIN_SOURCE.read_text(),
+            "serverargs": _hosts.SERVERARGS_SOURCE.read_text(), "shim": _hosts.LAUNCH_SERVER_SHIM,
             "deps": _hosts.DEPS_STUB_PY, "pyproject": _hosts.SOURCE_PYPROJECT, "layout": LAYOUT_VERSION}
 
 
@@ -106,6 +107,7 @@ def populate(root: Path, version: str) -> None:
     standin = root / _hosts.STANDIN_DIR.lstrip("/") / _hosts.STANDIN_MODULE
     standin.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_hosts.STANDIN_SOURCE, standin)
+    shutil.copyfile(_hosts.SERVERARGS_SOURCE, standin.with_name(_hosts.SERVERARGS_MODULE))
     (root / SGLANG_DIR.lstrip("/") / "launch_server.py").write_text(_hosts.LAUNCH_SERVER_SHIM)
 
 

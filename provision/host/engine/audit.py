@@ -810,7 +810,15 @@ def _audit(index: _Index, models_dir: str, files: list, prefix: str) -> tuple:
         rec = auditor.analyse(c)
         if rec is not None:
             (gaps if rec["missing"] else ok).append(rec)
-    return gaps, ok, len(auditor.entries)
+    # The registry (every EntryClass name, as models/registry.py collects them) and, per class, the
+    # EAGLE-3 target methods it neither defines nor inherits: what preflight needs (ops/preflight_model.py).
+    registry: dict = {}
+    for c in ordered:
+        own = index.all_methods(c)
+        registry.setdefault(c.name, {"file": c.module.rel,
+                                     "missing": [m for m in TARGET_METHODS if m not in own],
+                                     "getattr": "__getattr__" in own})
+    return gaps, ok, len(auditor.entries), registry
 
 
 def audit_models(models_dir: str, package_root: str | None = None) -> dict:
@@ -820,7 +828,8 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
     bases imported from elsewhere in it are resolved there, and nowhere else.
     Returns a JSON-serialisable dict: ``models_dir``, ``files_scanned``,
     ``unparsable`` ([{file, error}]), ``wrappers`` (one gap record per wrapper that
-    lacks a target method) and ``ok_wrappers`` (wrappers that have both).
+    lacks a target method), ``ok_wrappers`` (wrappers that have both) and ``registry`` (every
+    EntryClass name: its file, the target methods it lacks, whether it defines ``__getattr__``).
     """
     models_dir = os.path.abspath(models_dir)
     if not os.path.isdir(models_dir):
@@ -844,7 +853,7 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
     # released (cycles broken, so plain refcounting frees it) before re-enabling.
     gc.disable()
     try:
-        gaps, ok, n_entries = _audit(index, models_dir, files, prefix)
+        gaps, ok, n_entries, registry = _audit(index, models_dir, files, prefix)
     finally:
         index.release()
         if was_enabled:
@@ -858,6 +867,7 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
         "unparsable": index.unparsable,
         "wrappers": gaps,
         "ok_wrappers": sorted(r["class"] for r in ok),
+        "registry": registry,
     }
 
 

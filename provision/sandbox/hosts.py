@@ -981,16 +981,13 @@ SANDBOX_DRAFTER = "/data/models/Kimi-K25-eagle3"
 
 
 def _fake_weights(data: Path, shards: int = 64) -> None:
-    """Empty stand-ins for the weights, laid out like a real checkpoint (so preflight can count shards)."""
-    for rel, n in ((SANDBOX_MODEL, shards), (SANDBOX_DRAFTER, 1)):
-        d = data / Path(rel).relative_to("/data")
-        d.mkdir(parents=True, exist_ok=True)
-        names = [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
-        weight_map = {f"layers.{i}.weight": name for i, name in enumerate(names)}
-        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-        for name in names:
-            (d / name).touch()
-        (d / "config.json").write_text("{}\n")
+    """Stand-ins for the weights, laid out like a real checkpoint: config.json with the architectures,
+    the shard index, shards with real safetensors headers and tiny tensors (sandbox/weights.py)."""
+    from provision.sandbox.weights import write_checkpoint
+
+    for rel, n, arch in ((SANDBOX_MODEL, shards, "KimiK25ForConditionalGeneration"),
+                         (SANDBOX_DRAFTER, 1, "LlamaForCausalLMEagle3")):
+        write_checkpoint(data / Path(rel).relative_to("/data"), [arch], n)
 
 
 def _podman_setup(etc: Path) -> list[str]:

@@ -80,7 +80,7 @@ def test_launch_only_profile_with_patch_applies_the_covering_spec_and_is_ready(t
     inv = inventory(tmp_path, ssh_env, host, load="2")
     proc, doc = run_json("launch", "-i", inv, "--profile", launch_only_profile(tmp_path), "--patch", "--poll", "0.5",
                          timeout=240)
-    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", (doc, proc.stderr)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
     assert "patch: patched (kimi-k25-eagle3, which covers the model's class)" in proc.stderr
     run("stop", "-i", inv, check_rc=0)
 
@@ -89,7 +89,7 @@ def test_launch_only_profile_with_overlay_carries_the_shipped_spec(tmp_path, ssh
     inv = inventory(tmp_path, ssh_env, host, load="2")
     proc, doc = run_json("launch", "-i", inv, "--profile", launch_only_profile(tmp_path), "--overlay", "--poll",
                          "0.5", timeout=240)
-    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", (doc, proc.stderr)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
     assert "the overlay carries spec kimi-k25-eagle3" not in doc["hosts"][0]["detail"]
     assert "preflight ok: overlay" in proc.stderr and "KimiK25ForConditionalGeneration" in proc.stderr
     run("stop", "-i", inv, check_rc=0)

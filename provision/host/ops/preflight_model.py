@@ -104,7 +104,9 @@ def _overlay_classes(env: dict) -> tuple[list[str], str | None]:
 
 
 def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | None] | None) -> dict:
-    if locate is not None and path.startswith("/"):
+    if locate is not None and not path.startswith("/"):
+        return {"path": path, "skip": f"{path} is a hub id, read inside the container: not checked"}
+    if locate is not None:
         host_path = locate(path)
         if host_path is None:
             return {"path": path, "skip": f"{path} is not on a volume: it must be in the image (not checked)"}
@@ -133,22 +135,26 @@ def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | No
 
 
 def model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str,
-                 in_place: set | None = None, locate: Callable[[str], str | None] | None = None) -> list[dict]:
+                 in_place: set | None = None, locate: Callable[[str], str | None] | None = None,
+                 tables: dict | None = None) -> list[dict]:
     """Check rows for the profile's model, drafter, flags and EAGLE-3 interface on this install.
 
     ``mode``: "edit" (the server imports the installed files) or "overlay" (launch --overlay, or a
     container: the overlay carries a delegation spec). ``in_place``: classes whose spec this
-    preflight already checks. ``locate``: for a container, the host folder of a path in it."""
+    preflight already checks. ``locate``: for a container, the host folder of a path in it.
+    ``tables``: the install's registry and flag table when already read (an image's)."""
     try:
-        return _model_checks(req, sglang_dir, version, env, mode=mode, in_place=in_place or set(), locate=locate)
+        return _model_checks(req, sglang_dir, version, env, mode=mode, in_place=in_place or set(), locate=locate,
+                             tables=tables)
     except Exception as exc:  # noqa: BLE001 - bad input never crashes preflight: one warn row instead
         return [{"level": "warn", "check": "model", "message": f"model checks skipped: {type(exc).__name__}: {exc}"}]
 
 
 def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str, in_place: set,
-                  locate) -> list[dict]:
+                  locate, tables: dict | None) -> list[dict]:
     args = dict((req.get("profile") or {}).get("args") or {})
-    tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir())
+    if tables is None:
+        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir())
     registry = tables.get("registry")
     overlay_classes, overlay_err = _overlay_classes(env)
     revision = args.get("revision")
@@ -171,7 +177,9 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
     specs = list(req.get("candidate_specs") or [])
     specs += [s for s in (req.get("specs") or []) + ([req["spec"]] if req.get("spec") else []) if s not in specs]
     rows = modelcheck.check(found, specs, mode, in_place)
-    if overlay_err:
+    if overlay_err:  # the external package's classes are unknown: what it may register is not refused
+        rows = [dict(r, level="warn") if r["level"] == "fail" and r["check"] in ("architecture", "eagle3") else r
+                for r in rows]
         rows.append({"level": "warn", "check": "architecture", "message": overlay_err})
     return rows
 
@@ -190,3 +198,80 @@ def with_covering_specs(req: dict, rows: list[dict]) -> dict:
     names = {r.get("spec") for r in rows if r.get("check") == "eagle3" and r.get("spec")}
     found = [s for s in req.get("candidate_specs") or [] if s.get("name") in names]
     return dict(req, specs=found) if found else req
+
+
+# --------------------------------------------------------------------------- in a container image
+
+IMAGE_TIMEOUT = 300.0
+
+
+def main(request: bytes, bundle: bytes) -> int:
+    """Entry in a throw-away container of an image (bootstrap_code(this module)): print the
+    registry and flag table of the image's SGLang (the request's "sglang" path), nothing cached."""
+    import sys
+
+    from provision.host.bootstrap import RESULT_PREFIX
+
+    req = json.loads(request)
+    sys.stdout.write(RESULT_PREFIX + json.dumps(install_tables(req["sglang"], None)) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
+    """The registry and flag table of an image's SGLang, read inside a throw-away container of it
+    (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin), cached per
+    image id in <state>/images/."""
+    import subprocess
+
+    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code, frame
+
+    key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
+    cache = os.path.join(state_dir, "images", f"{key}-preflight-v{CACHE_VERSION}.json")
+    try:
+        with open(cache) as fh:
+            doc = json.load(fh)
+        if doc.get("sglang") == img.get("sglang"):
+            return dict(doc["tables"], cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    why = "no answer"
+    try:
+        p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
+                            str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
+                            bootstrap_code("provision.host.ops.preflight_model")],
+                           input=frame(bundle, json.dumps({"sglang": img.get("sglang")}).encode()),
+                           capture_output=True, timeout=IMAGE_TIMEOUT)
+        for line in p.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith(RESULT_PREFIX):
+                tables = json.loads(line[len(RESULT_PREFIX):])
+                try:
+                    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+                    atomic.write_json(cache, {"sglang": img.get("sglang"), "tables": tables}, durable=False)
+                except OSError:
+                    pass
+                return dict(tables, cached=False)
+        why = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        why = str(exc)
+    msg = f"the image's SGLang was not read ({why})"
+    return {"registry": None, "registry_error": msg, "flags": None, "flags_error": msg, "cached": False}
+
+
+def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
+                       locate: Callable[[str], str | None]) -> list[dict]:
+    """model_checks for a container launch: the image's registry and parser, the model paths
+    through the volumes. The overlay carries a covering spec with --overlay; else the message
+    says to launch with it."""
+    if rt is None:
+        return []
+    try:
+        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir())
+    except Exception as exc:  # noqa: BLE001 - never crash preflight
+        tables = {"registry": None, "registry_error": f"the image's SGLang was not read ({exc})", "flags": None,
+                  "flags_error": f"the image's SGLang was not read ({exc})"}
+    env = {str(k): str(v) for k, v in ((req.get("profile") or {}).get("env") or {}).items()}
+    own = list(req.get("specs") or []) + ([req["spec"]] if req.get("spec") else [])
+    return model_checks(req, str(img.get("sglang") or ""), img.get("version"), env,
+                        mode="overlay" if req.get("overlay") else "container", locate=locate, tables=tables,
+                        in_place={s.get("class") for s in own})

@@ -260,11 +260,25 @@ def missing_method_exception(version: tuple, cls: str, method: str) -> str | Non
 
 
 # The reader is the product's (provision/host/engine/serverargs.py, stdlib only and free of provision
-# imports): on a sandbox host it is installed next to this file as provision_serverargs.py.
-try:
-    import provision_serverargs as _serverargs  # type: ignore[import-not-found]
-except ImportError:
-    from provision.host.engine import serverargs as _serverargs
+# imports): on a sandbox host it is installed next to this file as provision_serverargs.py; run from a
+# checkout, it is read from the checkout this file is in (whatever PYTHONPATH the test gives).
+
+
+def _load_serverargs() -> types.ModuleType:
+    here = Path(__file__).resolve().parent
+    for path in (here / "provision_serverargs.py", here.parent / "host" / "engine" / "serverargs.py"):
+        if path.is_file():
+            mod = types.ModuleType("provision_serverargs")
+            mod.__file__ = str(path)
+            sys.modules["provision_serverargs"] = mod
+            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), mod.__dict__)  # no bytecode written
+            return mod
+    from provision.host.engine import serverargs
+
+    return serverargs
+
+
+_serverargs = _load_serverargs()
 
 _UNKNOWN = _serverargs.UNKNOWN
 _lit = _serverargs._lit

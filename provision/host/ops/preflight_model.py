@@ -53,9 +53,8 @@ def _read_tables(sglang_dir: str, src: dict) -> dict:
             out["flags_error"] = f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
     models_dir = os.path.join(sglang_dir, "srt", "models")
     try:
-        result = audit.audit_models(models_dir, sglang_dir)
         out["registry"] = {k: {"missing": v["missing"], "getattr": v["getattr"]}
-                           for k, v in (result.get("registry") or {}).items()}
+                           for k, v in audit.registry_of(models_dir, sglang_dir).items()}
         if not out["registry"]:
             out["registry"], out["registry_error"] = None, f"{models_dir}: no EntryClass found"
     except (OSError, RecursionError, ValueError) as exc:
@@ -98,7 +97,7 @@ def _overlay_classes(env: dict) -> tuple[list[str], str | None]:
     if pkg_dir is None:
         return [], f"SGLANG_EXTERNAL_MODEL_PACKAGE={name} is not on the server's PYTHONPATH: its classes not checked"
     try:
-        return sorted((audit.audit_models(pkg_dir, pkg_dir).get("registry") or {})), None
+        return sorted(audit.registry_of(pkg_dir, pkg_dir)), None
     except (OSError, RecursionError, ValueError) as exc:
         return [], f"{pkg_dir}: not read ({exc})"
 

@@ -521,6 +521,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return follow(session, host, prof, opts, display, offset=0, sudo=sudo)
         fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
         if fails and not opts.force:
+            for c in fails:  # one line per reason (the row joins them)
+                display.message(host.name, f"preflight fail: {c['message']}")
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         opts.stages[host.name] = "starting"

@@ -76,6 +76,21 @@ def test_launch_only_profile_unpatched_059_names_the_shipped_spec(tmp_path, ssh_
     assert "provision patch --spec kimi-k25-eagle3" in detail
 
 
+def test_each_reason_is_one_line(tmp_path, ssh_env, host):
+    host.run(f"cp -r {MODEL} /data/models/pf-trunc2 && : > /data/models/pf-trunc2/model-00002-of-00064.safetensors")
+    inv = inventory(tmp_path, ssh_env, host)
+    prof = launch_only_profile(tmp_path, **{"model-path": "/data/models/pf-trunc2"})
+    proc = run("launch", "-i", inv, "--profile", prof, "--arg", "speculative-num-stpes=3", "--poll", "0.5",
+               "--deadline", "30", timeout=240)
+    assert proc.returncode == 3
+    fails = [l for l in (proc.stdout + proc.stderr).splitlines() if "preflight fail: " in l]
+    assert len(fails) == 3, proc.stdout + proc.stderr
+    assert any("did you mean --speculative-num-steps" in l for l in fails)
+    assert any("provision patch --spec kimi-k25-eagle3" in l for l in fails)
+    assert any("1 of 64 shards are not whole" in l for l in fails)
+    assert never_started(host)
+
+
 def test_launch_only_profile_with_patch_applies_the_covering_spec_and_is_ready(tmp_path, ssh_env, host):
     inv = inventory(tmp_path, ssh_env, host, load="2")
     proc, doc = run_json("launch", "-i", inv, "--profile", launch_only_profile(tmp_path), "--patch", "--poll", "0.5",

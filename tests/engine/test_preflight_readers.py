@@ -353,3 +353,37 @@ def test_hub_id_is_read_from_the_hf_cache(tmp_path):
     assert got["dir"] == str(repo / "snapshots" / "abc123")
     got = facts.resolve("moonshotai/Kimi-K2.5", {"HF_HOME": str(tmp_path / "hf")})
     assert got["dir"] is None and "not in this host's Hugging Face cache" in got["error"]
+
+
+def test_external_model_package_classes_count_as_registered(install_059, tmp_path):
+    """SGLANG_EXTERNAL_MODEL_PACKAGE registers its EntryClass classes over the built-ins: an
+    architecture only it has is not refused, and its class is not judged by the built-in's gap;
+    a package that cannot be found downgrades those refusals to warnings."""
+    from provision.host.ops import preflight_model
+    from provision.sandbox.weights import write_checkpoint
+
+    pkg = tmp_path / "site" / "my_models"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "gemma3_eagle3.py").write_text(
+        "from sglang.srt.models.gemma3_mm import Gemma3ForConditionalGeneration as _Base\n\n\n"
+        "class Gemma3ForConditionalGeneration(_Base):\n"
+        "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n\n"
+        "    def get_embed_and_head(self):\n        pass\n\n\n"
+        "class BrandNewForCausalLM:\n    pass\n\n\n"
+        "EntryClass = [Gemma3ForConditionalGeneration, BrandNewForCausalLM]\n")
+    write_checkpoint(tmp_path / "gemma", ["Gemma3ForConditionalGeneration"], 1)
+    write_checkpoint(tmp_path / "new", ["BrandNewForCausalLM"], 1)
+    req = {"state_dir": str(tmp_path / "state"), "candidate_specs": _shipped_specs(),
+           "profile": {"args": {"model-path": str(tmp_path / "gemma"), "speculative-algorithm": "EAGLE3",
+                                "speculative-draft-model-path": str(tmp_path / "new")}}}
+    env = {"SGLANG_EXTERNAL_MODEL_PACKAGE": "my_models", "PYTHONPATH": str(tmp_path / "site")}
+    rows = preflight_model.model_checks(req, str(install_059), "0.5.9", env, mode="edit")
+    assert not [r for r in rows if r["level"] == "fail"], rows
+    rows = preflight_model.model_checks(req, str(install_059), "0.5.9", {}, mode="edit")
+    assert {r["check"] for r in rows if r["level"] == "fail"} == {"architecture", "eagle3"}
+    rows = preflight_model.model_checks(req, str(install_059), "0.5.9",
+                                        {"SGLANG_EXTERNAL_MODEL_PACKAGE": "not_there"}, mode="edit")
+    assert not [r for r in rows if r["level"] == "fail"], rows
+    assert any("SGLANG_EXTERNAL_MODEL_PACKAGE=not_there is not on the server's PYTHONPATH" in r["message"]
+               for r in rows)

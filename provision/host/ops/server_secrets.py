@@ -101,6 +101,7 @@ def write_host_files(req: dict, port: int, secrets: dict) -> tuple[str | None, s
     file or None, {secret name: file})."""
     cfg = token = None
     files: dict = {}
+    os.makedirs(record.state_root(req), mode=0o700, exist_ok=True)
     if secrets.get("args"):
         cfg = record.side_file(req, port, "secrets.yaml")
         atomic.write_text(cfg, render_config(secrets["args"]))

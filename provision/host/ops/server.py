@@ -356,7 +356,12 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
         if st["running"]:
             return {"ok": True, "already": True, "record": old, "same_profile": same}
         if st.get("restarting"):  # a persistent unit in systemd's restart window: it is coming back
-            return {"ok": True, "already": True, "adopted": old.get("unit"), "record": old, "same_profile": same}
+            try:  # followed from here on: the start-up systemd is about to make
+                size = os.path.getsize(old.get("log") or "")
+            except OSError:
+                size = int(old.get("log_offset") or 0)
+            return {"ok": True, "already": True, "adopted": old.get("unit"), "record": dict(old, log_offset=size),
+                    "same_profile": same}
         if st.get("survivors"):
             # Never write over the record of a tree that still has live processes: `stop` could no
             # longer find them, and they hold the GPU memory the new server needs.

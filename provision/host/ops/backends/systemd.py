@@ -253,8 +253,12 @@ class SystemdBackend(ServerBackend):
         rec = self.refresh(req, rec)
         out = tree.state(rec)
         out["unit"] = unit_state(rec["unit"])
-        # Between the server's death and systemd's restart (RestartSec) it is coming back.
-        out["restarting"] = (out["unit"] or {}).get("SubState") == "auto-restart"
+        # Between the server's death and systemd's restart (RestartSec), and while the unit starts
+        # it again (ExecStartPre, the watcher not yet past its pid file), it is coming back.
+        u = out["unit"] or {}
+        out["restarting"] = not out["running"] and (
+            u.get("SubState") in ("auto-restart", "start-pre", "start", "start-post")
+            or (u.get("ActiveState") == "active" and bool(u.get("MainPID"))))
         return out
 
     def read_log(self, rec: dict, offset: int, max_bytes: int) -> tuple[str, int]:

@@ -78,7 +78,8 @@ def alive_in_host(host, pid: int) -> bool:
 def test_reconcile_restart_keeps_the_api_key_with_none_in_its_environment(tmp_path, ssh_env, host, env):
     inv = inventory(tmp_path, ssh_env, host)
     run("patch", "-i", inv, env=env, check_rc=0)
-    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=dict(env, PROVISION_API_KEY=KEY), timeout=240)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--arg", "mem-fraction-static=0.85",
+                         env=dict(env, PROVISION_API_KEY=KEY), timeout=240)
     assert proc.returncode == 0, doc
     pid = record(host)["pid"]
     assert http(host, "/v1/models") == 401 and http(host, "/v1/models", KEY) == 200
@@ -91,6 +92,8 @@ def test_reconcile_restart_keeps_the_api_key_with_none_in_its_environment(tmp_pa
     assert rec["pid"] != pid
     assert http(host, "/v1/models") == 401, "the restarted server must still require the API key"
     assert http(host, "/v1/models", KEY) == 200
+    argv = host.run(f"tr '\\0' ' ' < /proc/{rec['pid']}/cmdline", check=False).stdout
+    assert "--mem-fraction-static 0.85" in argv, "the launch's --arg override was replayed"
     # the record names the secret and its 0600 file, never its value
     assert rec["secrets"]["args"] == ["api-key"] and KEY not in json.dumps(rec)
     assert oct(host.hostpath(rec["secrets"]["files"]["api-key"]).stat().st_mode & 0o777) == "0o600"
@@ -208,3 +211,54 @@ def test_wait_after_a_deliberate_stop_says_stopped(tmp_path, ssh_env, host, env)
     r = doc["hosts"][0]
     assert proc.returncode == 0 and r["verdict"] == "stopped", r
     assert "stopped by `provision stop`" in r["detail"]
+
+
+HOLD = ("import fcntl, json, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.ftruncate(fd, 0); os.write(fd, json.dumps({'pid': os.getpid(), 'doing': 'start', 'at': time.time()}).encode())\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "print(repr(time.time()), flush=True)\n")
+
+
+def test_a_start_waits_for_the_ports_lock_another_run_holds(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    host.run("mkdir -p -m 700 /var/lib/provision/server")
+    holder = subprocess.Popen(host.nsenter_argv() + [host.python, "-c", HOLD,
+                                                     "/var/lib/provision/server/server-30000.lock", "8"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    released = float(holder.stdout.readline())
+    holder.wait(timeout=30)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    assert record(host)["started_at"] >= released, "the server was started while another run held the port's lock"
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_logs_follow_continues_with_a_new_launchs_log_from_its_start(tmp_path, ssh_env, host, env):
+    import signal
+
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    follower = subprocess.Popen([PROVISION, "logs", "-i", inv, "-F", "-n", "0"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env),
+                                stdin=subprocess.DEVNULL)
+    time.sleep(3)
+    # another argv (an --arg override), so the new log's first line is its own
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--restart", "--arg", "mem-fraction-static=0.85",
+                         env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    new_log = record(host)["log"]
+    first = host.hostpath(new_log).read_text().splitlines()[0]
+    time.sleep(3)
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    assert first.startswith("[provision] starting:") and "0.85" in first
+    assert first in out.splitlines(), (first, out[-2000:])
+    assert f"a new launch: {new_log}" in err
+    run("stop", "-i", inv, env=env, check_rc=0)

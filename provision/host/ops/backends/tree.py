@@ -162,7 +162,7 @@ def tail(rec: dict, lines: int) -> dict:
     except OSError as exc:
         return {"ok": False, "error": {"kind": "io", "message": f"{rec['log']}: {exc.strerror}"}}
     text = data.replace("\r", "\n")
-    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]), "offset": size,
+    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]) if lines else "", "offset": size,
             "record": rec}
 
 

@@ -24,7 +24,14 @@ try:  # PR_SET_CHILD_SUBREAPER: the server's orphaned ranks become ours, not ini
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 except Exception:
     pass
+def reap():  # orphans re-parented to us that died: wait for them (no zombies left behind)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
 def descendants(me):
+    reap()
     kids = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():

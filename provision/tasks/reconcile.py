@@ -87,7 +87,8 @@ def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
 LIGHT_EXCLUDE = frozenset({"engine.audit", "ops.audit", "ops.server", "ops.restore", "ops.container", "ops.checks",
                            "ops.server_secrets", "ops.backends", "ops.backends.base", "ops.backends.container",
                            "ops.backends.detached", "ops.backends.identity", "ops.backends.lock",
-                           "ops.backends.record", "ops.backends.select", "ops.backends.systemd", "ops.backends.tree"})
+                           "ops.backends.record", "ops.backends.select", "ops.backends.systemd", "ops.backends.tree",
+                           "ops.backends.systemctl", "ops.backends.transient"})
 
 
 @functools.lru_cache(maxsize=None)

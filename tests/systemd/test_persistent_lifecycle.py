@@ -83,3 +83,24 @@ def test_launch_in_the_units_restart_window_adopts_the_unit(tmp_path, ssh_env, s
     out = host.run("ps -eo args=").stdout
     assert out.count("sglang.launch_server") >= 1 and out.count(".watcher.py") == 1, out
     run("stop", "-i", inv, check_rc=0)
+
+
+def test_a_plain_launch_runs_in_a_transient_unit_and_stop_ends_its_cgroup(tmp_path, ssh_env, systemd_host):
+    host = systemd_host
+    inv = ssh_env.inventory(tmp_path / "inv.yaml", [host])
+    proc, doc = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", "--deadline", "120", timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = record(host)
+    unit = rec["cgroup_unit"]
+    assert rec["backend"] == "transient" and unit.startswith("provision-sglang-30000-run") and not rec["unit"]
+    out = host.run(f"systemctl show -p ActiveState,UnitFileState {unit}").stdout
+    assert "ActiveState=active" in out and "UnitFileState=enabled" not in out, out
+    pids = [int(line.split()[0]) for line in host.run("ps -eo pid=,args=").stdout.splitlines()
+            if "sglang.launch_server" in line]
+    assert rec["pid"] in pids
+    for pid in pids:  # the server and its ranks are in the unit's cgroup: that is what makes them ours
+        assert f"/{unit}\n" in host.run(f"cat /proc/{pid}/cgroup").stdout
+    proc, doc = run_json("stop", "-i", inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", proc.stdout
+    assert "sglang.launch_server" not in host.run("ps -eo args=").stdout
+    assert "LoadState=not-found" in host.run(f"systemctl show -p LoadState {unit}").stdout

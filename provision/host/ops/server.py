@@ -429,7 +429,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     staged = req.get("overlay_stage")
     rec = dict(common, **{
         "pid": pid, "starttime": (identity.ident(pid) or {}).get("starttime"), "pgid": pid, "sid": out["watcher"],
-        "unit": out.get("unit"), "watcher": out["watcher"], "watcher_starttime": out.get("watcher_starttime"),
+        "unit": out.get("unit"), "cgroup_unit": out.get("cgroup_unit"), "watcher": out["watcher"],
+        "watcher_starttime": out.get("watcher_starttime"),
         "port": port, "host": str(args.get("host", "127.0.0.1")), "log": spec["log"],
         "log_offset": int(out.get("log_offset") or 0), "started_at": time.time(),
         "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),

@@ -5,8 +5,9 @@ restarted) the kernel hands the number, and with it the process group and sessio
 anything. A record therefore keeps, for each process provision started, its pid and its start time
 (field 22 of /proc/PID/stat, clock ticks since boot), and the boot id. A live process counts as
 the server's only if its pid and start time match a recorded one, or it descends from one that
-does (the watcher is a child subreaper: ranks whose server died are re-parented to it). A record
-from an earlier boot, or of a server already stopped, owns nothing.
+does (the watcher is a child subreaper: ranks whose server died are re-parented to it). A server in a
+transient systemd unit (backends/transient.py) also owns every process of its unit's cgroup. A
+record from an earlier boot, or of a server already stopped, owns nothing.
 """
 
 from __future__ import annotations
@@ -101,11 +102,30 @@ def descendants_of(anchors: list[dict], table: dict[int, tuple[int, str]] | None
     return sorted(out)
 
 
+def in_unit(unit: str, table: dict[int, tuple[int, str]]) -> list[int]:
+    """Live pids in the cgroup of systemd unit `unit` (a transient unit provision named for one launch)."""
+    out = []
+    for pid in table:
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if f"/{unit}\n" in text or text.endswith(f"/{unit}"):
+            out.append(pid)
+    return out
+
+
 def owned(rec: dict | None, table: dict[int, tuple[int, str]] | None = None) -> list[int]:
-    """The live processes of a record's server tree that are provably provision's (see the module doc)."""
+    """The live processes of a record's server tree that are provably provision's (see the module
+    doc); for a server in a transient unit, also every process of the unit's cgroup."""
     if not rec or rec.get("stopped_at") or not same_boot(rec):
         return []
-    return descendants_of(roots(rec), table)
+    table = process_table() if table is None else table
+    out = set(descendants_of(roots(rec), table))
+    if rec.get("cgroup_unit"):
+        out |= set(in_unit(str(rec["cgroup_unit"]), table))
+    return sorted(out)
 
 
 def snapshot(pids: list[int]) -> list[dict]:

@@ -7,9 +7,12 @@ from provision.host.ops.backends import record
 from provision.host.ops.backends.base import ServerBackend
 from provision.host.ops.backends.container import ContainerBackend
 from provision.host.ops.backends.detached import DetachedBackend
+from provision.host.ops.backends.systemctl import systemd_available
 from provision.host.ops.backends.systemd import SystemdBackend
+from provision.host.ops.backends.transient import TransientBackend
 
-BACKENDS: dict[str, ServerBackend] = {b.name: b for b in (DetachedBackend(), SystemdBackend(), ContainerBackend())}
+BACKENDS: dict[str, ServerBackend] = {b.name: b for b in (DetachedBackend(), SystemdBackend(), ContainerBackend(),
+                                                          TransientBackend())}
 
 
 def name_of_record(rec: dict) -> str:
@@ -28,14 +31,16 @@ def for_record(rec: dict) -> ServerBackend:
 
 
 def for_launch(req: dict, old: dict | None) -> ServerBackend:
-    """A new launch's backend: the container when the profile names one, systemd for --persistent,
-    and a restart of a persistent server stays persistent (its record says so)."""
+    """A new launch's backend: the container when the profile names one, systemd for --persistent
+    (a restart of a persistent server stays persistent: its record says so), else a transient unit
+    where systemd is init, else detached."""
     if (req.get("profile") or {}).get("container"):
         return BACKENDS["container"]
     if req.get("persistent") or (req.get("restart") and old and name_of_record(old) == "systemd"
                                  and not old.get("stopped_at")):
         return BACKENDS["systemd"]
-    return BACKENDS["detached"]
+    # where systemd is init, a server runs in a transient unit of its own: its cgroup is its identity
+    return BACKENDS["transient"] if systemd_available() else BACKENDS["detached"]
 
 
 def server_state(req: dict, port: int) -> dict:

@@ -10,24 +10,20 @@ spec (secrets are 0600 files the spec names). A restart rewrites the spec and th
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 
 from provision.host.lib import atomic
 from provision.host.ops.backends import identity, record, tree
 from provision.host.ops.backends.base import ServerBackend
+from provision.host.ops.backends.systemctl import systemctl as _systemctl
+from provision.host.ops.backends.systemctl import systemd_available, unit_state  # noqa: F401 - re-exported
 
 UNIT_DIR = "/etc/systemd/system"
 RESTART_SEC = 10  # systemd restarts a server that died after this many seconds
 START_MARK = "[provision] started by systemd"  # ExecStartPre appends it: where each start-up begins
 LOG_CAP = 64 << 20  # a persistent server's log is rotated at a start-up once bigger than this
 LOG_KEEP = 3        # rotated logs kept (LOG.1 .. LOG.3)
-
-
-def systemd_available() -> bool:
-    return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
 
 
 def unit_name(port: int) -> str:
@@ -67,27 +63,6 @@ def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log
             f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n"
             f"Restart=on-failure\nRestartSec={RESTART_SEC}\n\n"
             f"[Install]\nWantedBy=multi-user.target\n")
-
-
-def _systemctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def unit_state(unit: str) -> dict | None:
-    """ActiveState, SubState, UnitFileState (enabled?), NRestarts, MainPID, Result of a unit."""
-    if not systemd_available():
-        return None
-    keys = ("ActiveState", "SubState", "UnitFileState", "NRestarts", "MainPID", "Result", "LoadState")
-    p = _systemctl("show", "-p", ",".join(keys), unit, timeout=30)
-    if p.returncode != 0:
-        return None
-    out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-    for k in ("NRestarts", "MainPID"):
-        try:
-            out[k] = int(out.get(k) or 0)
-        except ValueError:
-            out[k] = 0
-    return out
 
 
 def last_start_offset(log: str) -> int:

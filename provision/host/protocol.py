@@ -371,6 +371,7 @@ class StopAnswer(Answer, total=False):
     elapsed: float
     unit: str
     unit_removed: bool
+    transient_unit: Optional[str]  # the transient unit the server ran in (systemd hosts), stopped
     container: str             # container hosts: the container stopped (then removed)
     removed: bool
     exit: Optional[int]        # the container's exit code after the stop

@@ -662,6 +662,9 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
         how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
         if ans.get("unit_removed"):
             how = f"systemd unit {ans['unit']} stopped, disabled and removed"
+        elif ans.get("transient_unit"):
+            how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
+                                                                           else "")
         return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
                           f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
 

@@ -173,9 +173,8 @@ class SystemdBackend(ServerBackend):
             mtime = os.stat(pidfile).st_mtime
         except (OSError, ValueError):
             return rec
-        if not tree.alive(pid, None) or (pid == rec.get("pid") and
-                                         str(identity.ident(pid) and identity.ident(pid)["starttime"]) ==
-                                         str(rec.get("starttime"))):
+        same = pid == rec.get("pid") and (identity.ident(pid) or {}).get("starttime") == str(rec.get("starttime"))
+        if not tree.alive(pid, None) or same:
             return rec  # the same process (a pid number can come back after a reboot: compare start times)
         watcher = (unit_state(rec["unit"]) or {}).get("MainPID") or rec.get("watcher")
         rec = dict(rec, pid=pid, starttime=(identity.ident(pid) or {}).get("starttime"), pgid=pid, sid=watcher,

@@ -41,9 +41,9 @@ def follow_logs(host, conn, opts, lines: int) -> int:
         outage: dict = {}  # a dropped connection is reconnected (--max-outage of launch's default)
         while True:
             time.sleep(1.0)
-            p: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1,
-                                                   "log": log}, timeout=60, sudo=sudo, opts=opts, display=_Notes(),
-                                         host=host, st=outage)
+            req = {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1, "log": log}
+            p: ProbeAnswer = steady_call(session, req, timeout=60, sudo=sudo, opts=opts, display=_Notes(), host=host,
+                                         st=outage)
             offset = p.get("offset", offset)
             if p.get("log_changed"):
                 log = (p.get("record") or {}).get("log") or log

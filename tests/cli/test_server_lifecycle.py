@@ -216,7 +216,8 @@ def test_wait_after_a_deliberate_stop_says_stopped(tmp_path, ssh_env, host, env)
 HOLD = ("import fcntl, json, os, sys, time\n"
         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "os.ftruncate(fd, 0); os.write(fd, json.dumps({'pid': os.getpid(), 'doing': 'start', 'at': time.time()}).encode())\n"
+        "os.ftruncate(fd, 0)\n"
+        "os.write(fd, json.dumps({'pid': os.getpid(), 'doing': 'start', 'at': time.time()}).encode())\n"
         "print('held', flush=True)\n"
         "time.sleep(float(sys.argv[2]))\n"
         "print(repr(time.time()), flush=True)\n")

@@ -42,7 +42,8 @@ def test_a_record_of_a_stopped_server_or_another_boot_owns_nothing(monkeypatch):
 
 
 def test_a_parent_loop_in_the_table_ends():
-    assert identity.descendants_of([{"pid": 5, "starttime": "1"}], {5: (6, "1"), 6: (5, "2"), 7: (6, "3"), 8: (9, "4"), 9: (8, "5")}) == [5, 6, 7]
+    table = {5: (6, "1"), 6: (5, "2"), 7: (6, "3"), 8: (9, "4"), 9: (8, "5")}
+    assert identity.descendants_of([{"pid": 5, "starttime": "1"}], table) == [5, 6, 7]
 
 
 def test_this_process_is_ours_by_its_identity():

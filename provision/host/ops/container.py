@@ -30,8 +30,8 @@ from provision.host.lib.paths import default_state_dir
 from provision.host.ops import checks as preflight_checks
 from provision.host.ops.backends import select
 from provision.host.ops.backends.base import port_open
-from provision.host.ops.backends.container import (LABEL, SECRETS_DIR, _run, _why, inspect, missing_runtime,  # noqa: F401
-                                                   run_argv, runtime_path, secrets_dir, summary)
+from provision.host.ops.backends.container import (  # noqa: F401 - re-exported for their callers
+    LABEL, SECRETS_DIR, _run, _why, inspect, missing_runtime, run_argv, runtime_path, secrets_dir, summary)
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import ContainerConfig, ContainerImage

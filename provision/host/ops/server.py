@@ -334,7 +334,8 @@ def _host_launch(req: dict, port: int, secrets: dict) -> dict:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
         env.update(render.server_env(staged["root"], env.get("PYTHONPATH")))
     spec = {"argv": argv, "env": env, "cwd": "/", "log": log,
-            "pidfile": os.path.join(sroot, f"server-{port}.pid"), "exitfile": os.path.join(sroot, f"server-{port}.exit"),
+            "pidfile": os.path.join(sroot, f"server-{port}.pid"),
+            "exitfile": os.path.join(sroot, f"server-{port}.exit"),
             "reapfile": os.path.join(sroot, f"server-{port}.reaped.json"),
             "tree_grace": float(req.get("tree_grace", 10))}
     # SGLang logs server_args (api_key included) at start-up: the log is for its owner only.

@@ -169,7 +169,8 @@ def tail(rec: dict, lines: int) -> dict:
     except OSError as exc:
         return {"ok": False, "error": {"kind": "io", "message": f"{rec['log']}: {exc.strerror}"}}
     text = data.replace("\r", "\n")
-    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]) if lines else "", "offset": size,
+    shown = "\n".join(text.splitlines()[-lines:]) if lines else ""
+    return {"ok": True, "log": rec["log"], "text": shown, "offset": size,
             "record": rec}
 
 

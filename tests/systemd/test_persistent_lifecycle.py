@@ -66,7 +66,7 @@ def test_launch_in_the_units_restart_window_adopts_the_unit(tmp_path, ssh_env, s
                          timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for _ in range(3):  # the window is RestartSec long; a loaded machine can miss it: try again
-        host.run("kill -KILL $(cat /var/lib/provision/server/server-30000.pid)")
+        host.run("kill -KILL $(cat /var/lib/provision/server/server-30000.pid)", check=False)
         deadline = time.monotonic() + RESTART_SEC
         while unit_props(host, "SubState")["SubState"] != "auto-restart" and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -210,13 +210,15 @@ def stop_tree(rec: dict, grace: float) -> dict:
         return sorted(set(identity.still_alive(known)) | set(identity.owned(rec)))
 
     main = rec.get("pid")
+    group = None
     if main in pids and alive(main, rec.get("starttime")):
+        group = int(main)
         try:
-            os.killpg(int(main), signal.SIGTERM)  # its own group, and it leads it: the number is its
+            os.killpg(group, signal.SIGTERM)  # its own group, and it leads it: the number is its
         except OSError:
             pass
-    for pid in pids:
-        if pid != rec.get("watcher"):
+    for pid in pids:  # the rest of the tree (ranks the server left, or in groups of their own)
+        if pid != rec.get("watcher") and (group is None or procfs.pgid(pid) != group):
             try:
                 os.kill(pid, signal.SIGTERM)
             except OSError:

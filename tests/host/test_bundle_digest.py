@@ -116,3 +116,17 @@ def test_the_shipped_digest_is_the_sha256_of_the_shipped_sources(monkeypatch, tm
         assert bundle.bundle_digest() == hashlib.sha256(bundle_source()).hexdigest()
     finally:
         bundle.bundle_digest.cache_clear()
+
+
+def test_an_entry_others_can_write_is_not_believed(tree, tmp_path):
+    cache = tmp_path / "cache"
+    good = source_digest(frozenset(), tree, str(cache))
+    (entry,) = cache.iterdir()
+    entry.write_text("0" * 64)
+    entry.chmod(0o666)
+    assert source_digest(frozenset(), tree, str(cache)) == good
+    target = tmp_path / "elsewhere"
+    target.write_text("1" * 64)
+    entry.unlink()
+    entry.symlink_to(target)
+    assert source_digest(frozenset(), tree, str(cache)) == good

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 import zlib
 from pathlib import Path
@@ -94,17 +95,27 @@ def source_digest(exclude: frozenset, host_dir: Path, cache: str, racy_ns: int =
         h.update(f"{rel}\0{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
         newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
     kept = os.path.join(cache, h.hexdigest())
-    try:
-        with open(kept, encoding="ascii") as fh:
-            digest = fh.read()
-        if _DIGEST.fullmatch(digest):
-            return digest
-    except (OSError, ValueError):
-        pass
+    digest = _read_kept(kept)
+    if digest:
+        return digest
     digest = hashlib.sha256(bundle_source(exclude, host_dir)).hexdigest()
     if time.time_ns() - newest > racy_ns:
         _keep(kept, digest)
     return digest
+
+
+def _read_kept(path: str) -> str | None:
+    """A kept digest, only from a regular file of ours that nobody else can write (not a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+            return None
+        digest = fh.read(65).decode("ascii", "replace")
+    return digest if _DIGEST.fullmatch(digest) else None
 
 
 def _keep(path: str, digest: str) -> None:

@@ -130,3 +130,16 @@ def test_an_entry_others_can_write_is_not_believed(tree, tmp_path):
     entry.unlink()
     entry.symlink_to(target)
     assert source_digest(frozenset(), tree, str(cache)) == good
+
+
+def test_only_the_newest_digests_are_kept(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(bundle, "KEEP_DIGESTS", 2)
+    cache = tmp_path / "cache"
+    agent = tree / "agent.py"
+    for n in range(4):    # four versions of the tree, each kept in turn
+        agent.write_text(agent.read_text() + f"# {n}\n")
+        os.utime(agent, ns=(OLD + n, OLD + n))
+        time.sleep(2 * RACY_TEST_NS / 1e9)
+        last = source_digest(frozenset(), tree, str(cache))
+    assert len(list(cache.iterdir())) == 2
+    assert last in {e.read_text() for e in cache.iterdir()}

@@ -10,7 +10,8 @@ A host is asked for the bundle by its digest, the sha256 of its sources. Reading
 of every shipped file's (name, path, size, mtime_ns, ctime_ns, inode) and this module's own:
 any edit, added or removed module is a new key and the sources are read and hashed again.
 A digest is kept only when no file changed in the last seconds (git's "racily clean" rule: a
-file written within one timestamp tick of the cache could change without its times changing).
+file written within one timestamp tick of the cache could change without its times changing),
+and only the newest KEEP_DIGESTS are kept.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def bundle_digest(exclude: frozenset = frozenset()) -> str:
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # a file changed less than this long ago may change again within the same timestamp tick
 RACY_NS = 2_000_000_000
+KEEP_DIGESTS = 32
 
 
 def digest_cache_dir() -> str:
@@ -133,6 +135,19 @@ def _keep(path: str, digest: str) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+        return
+    _prune(os.path.dirname(path))
+
+
+def _prune(cache: str) -> None:
+    """Keep the newest KEEP_DIGESTS entries (a new one is written only when a source changed)."""
+    try:
+        entries = [e for e in os.scandir(cache) if _DIGEST.fullmatch(e.name)]
+        entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+        for e in entries[KEEP_DIGESTS:]:
+            os.unlink(e.path)
+    except OSError:
+        pass
 
 
 def with_failpoints(request: dict) -> dict:

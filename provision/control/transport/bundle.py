@@ -22,6 +22,7 @@ import json
 import os
 import re
 import stat
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -123,7 +124,7 @@ def _read_kept(path: str) -> str | None:
 def _keep(path: str, digest: str) -> None:
     """Write atomically (a reader sees the whole digest or none); a cache that cannot be
     written is simply not used."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"   # the first calls of a fleet race
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from provision.control import journal
 from provision.config.inventory import Host
-from provision.tasks.launch import LaunchOptions, interrupt_report, interrupted_result
+from provision.tasks.interrupt import interrupt_report, interrupted_result
+from provision.tasks.options import LaunchOptions
 from provision.output.results import HostResult
 
 

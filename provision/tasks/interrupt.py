@@ -1,0 +1,54 @@
+"""The report a Ctrl-C during `launch` prints, from what launch_fn got to per host (pure)."""
+
+from __future__ import annotations
+
+from provision.config.inventory import Host
+from provision.output.results import HostResult
+from provision.tasks.options import LaunchOptions
+
+
+def patch_journal(rows) -> list[dict]:
+    """`launch --patch`'s edits as journal lines of their own (command patch), carried by the launch row."""
+    return [{"command": "patch", "verdict": r.verdict, "detail": r.detail, "file": r.file, "spec": r.data.get("spec"),
+             "sha_before": r.data.get("sha_before"), "sha_after": r.data.get("sha_after"),
+             "error_kind": r.error_kind} for r in rows or []]
+
+
+def interrupted_result(host: Host, rec: dict, opts: LaunchOptions) -> HostResult:
+    """Ctrl-C after this host's server was started: say so (it was, and where it stands)."""
+    how = ("stopping it (--stop-on-interrupt)" if opts.stop_on_interrupt else
+           f"it is left running: `provision wait --host {host.name}` re-attaches, `provision stop --host "
+           f"{host.name}` stops it")
+    return HostResult(host.name, "interrupted", f"interrupted while following; the server was started (pid "
+                      f"{rec.get('pid')}, log {rec.get('log')}) and {how}", error_kind="interrupted",
+                      data={"pid": rec.get("pid"), "log": rec.get("log"), "started": True})
+
+
+def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]:
+    """Every selected host's record after a Ctrl-C, from what launch_fn got to (pure)."""
+    out = []
+    for h in hosts:
+        r = opts.results.get(h.name)
+        stage = opts.stages.get(h.name)
+        if r is not None:
+            out.append(r)
+            continue
+        if stage == "patching":
+            out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
+                                  f"or patched; `provision status --host {h.name}` says which; no server was started",
+                                  error_kind="interrupted"))
+        elif stage == "starting":
+            out.append(HostResult(h.name, "unknown", "interrupted while the start request ran: whether a server "
+                                  f"was started is unknown until `provision status --host {h.name}` looks",
+                                  error_kind="interrupted"))
+        elif stage == "started":  # the worker did not come back in time to say more
+            out.append(HostResult(h.name, "interrupted", "interrupted while following; the server was started "
+                                  "and " + ("is being stopped (--stop-on-interrupt)" if opts.stop_on_interrupt
+                                            else "is left running (`provision wait` re-attaches)"),
+                                  error_kind="interrupted", data={"started": True}))
+        else:
+            out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
+                                  "was started", error_kind="interrupted"))
+        if opts.patched.get(h.name):  # --patch edited files before the interrupt
+            out[-1].data["journal_extra"] = patch_journal(opts.patched[h.name])
+    return out

@@ -148,11 +148,13 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
     HF_TOKEN. They reach the host on stdin and go into a 0600 --config file.
     """
     from provision.cli.main import selected_hosts
+    from provision.tasks.interrupt import RunState
     from provision.tasks.launch import launch_fn
     from provision.tasks.multinode import MultiNode
     from provision.tasks.server_verbs import stop_fn
 
     multinode = MultiNode(selected_hosts(ctx))
+    run = RunState()  # what each host got to: the Ctrl-C report's input
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
@@ -166,17 +168,17 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
         if serial:
             from provision.control.rolling import run_rolling
 
-            code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode),
+            code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode, run),
                                serial, max_fail, _plain(ctx))
         else:
-            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode),
+            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode, run),
                                      ["host", "verdict", "detail", "elapsed"])
     except KeyboardInterrupt:
-        _interrupted(ctx, opts, stop_fn)
+        _interrupted(ctx, opts, run, stop_fn)
     sys.exit(code)
 
 
-def _interrupted(ctx, opts, stop_fn) -> None:
+def _interrupted(ctx, opts, run, stop_fn) -> None:
     """Ctrl-C during launch: say, per host, whether a server was started and what became of it;
     --stop-on-interrupt stops the started ones; journal the changes; --json still prints its document."""
     from provision.output import report
@@ -186,10 +188,10 @@ def _interrupted(ctx, opts, stop_fn) -> None:
     from provision.control.runner import Fleet, run_hosts
 
     hosts = selected_hosts(ctx)
-    finished = set(opts.results)
-    results = interrupt_report(hosts, opts)
+    finished = set(run.results)
+    results = interrupt_report(hosts, run, opts)
     # a server was started there, or the start request was in flight
-    started = [h for h, r in zip(hosts, results) if opts.stages.get(h.name) in ("starting", "started")
+    started = [h for h, r in zip(hosts, results) if run.stages.get(h.name) in ("starting", "started")
                and r.verdict in ("interrupted", "unknown")]
     stopped = []
     if opts.stop_on_interrupt and started:

@@ -1,10 +1,24 @@
-"""The report a Ctrl-C during `launch` prints, from what launch_fn got to per host (pure)."""
+"""What a launch run got to, per host (`RunState`, written by launch_fn's workers), and the report a
+Ctrl-C during `launch` prints from it (pure)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from provision.config.inventory import Host
 from provision.output.results import HostResult
 from provision.tasks.options import LaunchOptions
+
+
+@dataclass
+class RunState:
+    """One launch run's state, apart from its options: created per run, filled by launch_fn (from the
+    runner's worker threads, one key per host), read by the Ctrl-C report."""
+    # per host, how far the launch got ("preflight", "patching", "starting", "started") and its result
+    stages: dict = field(default_factory=dict)
+    results: dict = field(default_factory=dict)
+    # per host, the rows of `--patch` (files edited before the start): journaled with the launch row
+    patched: dict = field(default_factory=dict)
 
 
 def patch_journal(rows) -> list[dict]:
@@ -24,12 +38,12 @@ def interrupted_result(host: Host, rec: dict, opts: LaunchOptions) -> HostResult
                       data={"pid": rec.get("pid"), "log": rec.get("log"), "started": True})
 
 
-def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]:
-    """Every selected host's record after a Ctrl-C, from what launch_fn got to (pure)."""
+def interrupt_report(hosts: list[Host], run: RunState, opts: LaunchOptions) -> list[HostResult]:
+    """Every selected host's record after a Ctrl-C, from what launch_fn got to (`run`) (pure)."""
     out = []
     for h in hosts:
-        r = opts.results.get(h.name)
-        stage = opts.stages.get(h.name)
+        r = run.results.get(h.name)
+        stage = run.stages.get(h.name)
         if r is not None:
             out.append(r)
             continue
@@ -49,6 +63,6 @@ def interrupt_report(hosts: list[Host], opts: LaunchOptions) -> list[HostResult]
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
                                   "was started", error_kind="interrupted"))
-        if opts.patched.get(h.name):  # --patch edited files before the interrupt
-            out[-1].data["journal_extra"] = patch_journal(opts.patched[h.name])
+        if run.patched.get(h.name):  # --patch edited files before the interrupt
+            out[-1].data["journal_extra"] = patch_journal(run.patched[h.name])
     return out

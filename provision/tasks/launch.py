@@ -1,9 +1,9 @@
 """`launch` for one host: required and candidate specs, preflight (with --patch), the start, then
 the follow (tasks/follow.py); a restart may replay the running server's record.
 
-The options are tasks/options.py's, the Ctrl-C report is tasks/interrupt.py's, the multi-node
-coordinator is tasks/multinode.py, and the verbs on a started server (wait, stop, logs, status) are
-tasks/server_verbs.py.
+The options are tasks/options.py's, what the run got to per host is tasks/interrupt.py's RunState
+(the Ctrl-C report), the multi-node coordinator is tasks/multinode.py, and the verbs on a started
+server (wait, stop, logs, status) are tasks/server_verbs.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from provision.errors import UnknownOutcome
 from provision.output.results import HostResult
 from provision.tasks import specs as multi
 from provision.tasks.follow import follow, follow_secondary
-from provision.tasks.interrupt import interrupted_result, patch_journal
+from provision.tasks.interrupt import RunState, interrupted_result, patch_journal
 from provision.tasks.multinode import MultiNode
 from provision.tasks.options import LaunchOptions, overlay_package, resolve, server_request, uses_overlay
 
@@ -65,8 +65,12 @@ def required_specs(spec, prof: Profile) -> list:
 START_LOCK_WAIT = 60.0
 
 
-def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
+def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, run: RunState | None = None):
+    """The per-host launch the runner calls. `run` gets what each host got to (the Ctrl-C report's
+    input): the caller creates one per run and keeps it; without one, a fresh one nobody reads."""
     from provision.tasks.patch import do_patch
+
+    state = run if run is not None else RunState()
 
     def replayed(host: Host, session, sudo: bool, prof: Profile, spec):
         """(profile, spec, persistent) of a restart that replays the running server's record: its
@@ -99,11 +103,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             note = multinode.address_note(host)
             if note:
                 res.notes.append(note)
-        if opts.patched.get(host.name):
-            res.data["journal_extra"] = patch_journal(opts.patched[host.name]) + res.data.get("journal_extra", [])
+        if state.patched.get(host.name):
+            res.data["journal_extra"] = patch_journal(state.patched[host.name]) + res.data.get("journal_extra", [])
         if multinode is not None:
             multinode.finish(host, res.verdict, res.detail)
-        opts.results[host.name] = res
+        state.results[host.name] = res
         return res
 
     if multinode is not None:  # rank 0's verdict also when it is never reached (the runner calls this)
@@ -119,7 +123,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             prof, spec, persistent = replayed(host, session, sudo, prof, spec)
         t0 = time.monotonic()
         notes: list[str] = []
-        opts.stages[host.name] = "preflight"
+        state.stages[host.name] = "preflight"
         wanted = required_specs(spec, prof)
         checked, skipped = wanted, []
         if any(multi.applies_of(s) for s in wanted):
@@ -128,17 +132,17 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         for r in skipped:
             display.message(host.name, f"requires {r.data['spec']}: not applicable ({r.detail})")
         if opts.patch and checked:
-            opts.stages[host.name] = "patching"
+            state.stages[host.name] = "patching"
             rows = do_patch("patch", checked, sglang_path=opts.sglang_path, python=opts.python,
                             decided=True)(host, session, fleet)
-            opts.patched[host.name] = rows
+            state.patched[host.name] = rows
             for pres in rows:
                 if pres.failed:
                     pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
                     return pres
                 display.message(host.name, f"patch: {pres.verdict}" + (f" ({pres.data.get('spec')})"
                                                                        if len(rows) > 1 else ""))
-            opts.stages[host.name] = "preflight"
+            state.stages[host.name] = "preflight"
         overlay = uses_overlay(prof, opts)
         pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
         extra = {}
@@ -160,7 +164,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         if opts.patch and covering and prof.container is None and pre.get("ok"):
             # launch --patch, and the model's class has a gap a shipped (or --spec) spec covers:
             # apply that spec, then check again
-            opts.stages[host.name] = "patching"
+            state.stages[host.name] = "patching"
             found = [s for s in candidate_objects(spec) if s.name in covering]
             for pres in do_patch("patch", found, sglang_path=opts.sglang_path, python=opts.python,
                                  decided=True)(host, session, fleet):
@@ -169,7 +173,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                     return pres
                 display.message(host.name, f"patch: {pres.verdict} ({pres.data.get('spec')}, which covers the "
                                            "model's class)")
-            opts.stages[host.name] = "preflight"
+            state.stages[host.name] = "preflight"
             pre = preflight()
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
@@ -209,7 +213,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         if multinode is not None and multinode.rank(host) and multinode.rank0_failed(host):
             return HostResult(host.name, "failed", f"not started: {multinode.rank0_failed(host)}")
-        opts.stages[host.name] = "starting"
+        state.stages[host.name] = "starting"
         extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
         if spec is not None and "spec" not in extra:
             extra["spec"] = spec.to_engine()
@@ -237,7 +241,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return follow(session, host, prof, opts, display, offset=int(rec.get("log_offset") or 0), sudo=sudo,
                           overlay_package=overlay_package(rec))
         rec = start["record"]
-        opts.stages[host.name] = "started"
+        state.stages[host.name] = "started"
         display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
                         + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
         try:

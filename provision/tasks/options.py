@@ -1,7 +1,7 @@
 """The options of `launch`, `wait`, `stop`, `logs` and server `status`, and what they resolve to for
 one host: its profile and spec (`resolve`), and the request the host's ops read (`server_request`).
 
-The options also carry what the run got to per host (stages, results, patched).
+Configuration only: what one launch run got to, per host, is `tasks.interrupt.RunState`.
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ class LaunchOptions:
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
     replay: bool = False        # a restart replays the running server's record: its --arg overrides, its
                                 # backend (persistent), its fix (reconcile --restart)
-    # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
-    # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
-    stages: dict = field(default_factory=dict)
-    results: dict = field(default_factory=dict)
-    # per host, the rows of `--patch` (files edited before the start): journaled with the launch row
-    patched: dict = field(default_factory=dict)
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):

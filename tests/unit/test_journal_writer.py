@@ -57,11 +57,11 @@ def test_launch_patch_edits_are_patch_lines_of_the_launch_row():
 
 def test_an_interrupted_launch_still_carries_its_patch_edits():
     from provision.config.inventory import Host
-    from provision.tasks.interrupt import interrupt_report
+    from provision.tasks.interrupt import RunState, interrupt_report
     from provision.tasks.options import LaunchOptions
 
-    opts = LaunchOptions()
-    opts.stages["a"] = "started"
-    opts.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
-    rows = interrupt_report([Host("a")], opts)
+    run = RunState()
+    run.stages["a"] = "started"
+    run.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
+    rows = interrupt_report([Host("a")], run, LaunchOptions())
     assert [(r["command"], r["verdict"]) for r in journal.entries("launch", rows)] == [("patch", "patched")]

@@ -333,6 +333,7 @@ class ServerRequest(Request, total=False):
     pull_timeout: float        # container hosts: how long preflight may pull an absent image
     overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
+    overlay_bound: List[str]   # a restart's preflight on the host: the classes the staged overlay binds
     fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
     import_timeout: float
     force: bool                # start --restart: start even when the new launch's preflight fails

@@ -133,7 +133,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     staged = None
     model_rows = preflight_model.model_checks(req, inst["path"], inst.get("version"), _server_env(req, inst),
                                               mode="overlay" if req.get("overlay") else "edit",
-                                              in_place={s.get("class") for s in wanted})
+                                              in_place={s.get("class") for s in wanted} | set(req.get("overlay_bound") or []))
     if req.get("overlay"):
         staged, fix = _overlay_preflight(preflight_model.with_covering_specs(req, model_rows), inst, checks)
         wanted = [s for s in wanted if (s.get("kind") or "delegate") != "delegate"]  # the overlay binds those
@@ -287,9 +287,12 @@ def _restart_preflight(req: dict, bundle: bytes, old: dict) -> dict | None:
     """The new launch's preflight, run before the running server is touched: a refusal, or None.
     The server being replaced does not count against it (its port, its processes, its GPUs)."""
     specs = list(req.get("patch_specs") or [])
-    if req.get("overlay_stage"):  # staged and verified by this launch's preflight: its delegation specs are bound
+    stage = req.get("overlay_stage") or {}  # staged and verified by this launch's preflight: it binds the
+    bound = [r["class"] for r in stage.get("specs") or [] if r.get("class")]  # delegation specs' classes, so
+    if stage:                                                  # neither they nor `spec` are checked in the file
         specs = [s for s in specs if (s.get("kind") or "delegate") != "delegate"]
-    pre = op_preflight(dict(req, overlay=False, patch_specs=specs), bundle)  # type: ignore[arg-type]
+    pre = op_preflight(dict(req, overlay=False, overlay_bound=bound, patch_specs=specs,  # type: ignore[arg-type]
+                            spec=None if stage else req.get("spec")), bundle)
     pid = old.get("pid")
     if not pre.get("ok"):
         return _refused("preflight", f"the new launch's preflight failed: "

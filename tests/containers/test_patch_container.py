@@ -5,6 +5,7 @@ discovery naming the SGLang containers beside the host's installs."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path

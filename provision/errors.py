@@ -15,6 +15,7 @@ EXIT_CHANGES = 4        # --check found changes to make (nothing was changed)
 EXIT_NOTHING = 5        # no host selected: nothing was done
 EXIT_GAPS = 6           # audit: wrappers with uncovered, fixable EAGLE-3 gaps
 EXIT_LOCKED = 7         # another provision run holds the control-machine lock
+EXIT_BENCH_FLAGGED = 8  # bench: a host is flagged (no-spec, net-negative, underperforming, outlier)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 EXIT_CODES = {
@@ -26,6 +27,7 @@ EXIT_CODES = {
     EXIT_NOTHING: "no host matched the selection: nothing was done",
     EXIT_GAPS: "audit: uncovered EAGLE-3 gaps that a spec could fix",
     EXIT_LOCKED: "another provision run is in progress (control-machine lock held)",
+    EXIT_BENCH_FLAGGED: "bench: a host is flagged (no-spec, net-negative, underperforming or outlier)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -298,12 +298,13 @@ def _abs(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def forwarded_argv(params: dict, given: set[str]) -> list[str]:
-    """The `reconcile` arguments for the options in ``given`` (pure: values in, argv out)."""
+def forwarded_argv(params: dict, given: set[str], only: set[str] | None = None) -> list[str]:
+    """The `reconcile` arguments for the options in ``given`` (pure: values in, argv out); with
+    ``only``, just those options (the ones `status` has too, for schedule --metrics-file)."""
     argv: list[str] = []
     local = "local" in given and bool(params.get("local"))
     for opt in forwarded_params():
-        if opt.name not in given:
+        if opt.name not in given or (only is not None and opt.name not in only):
             continue
         val = params[opt.name]
         if opt.is_flag and opt.secondary_opts:  # --sudo/--no-sudo
@@ -326,7 +327,17 @@ def forwarded_argv(params: dict, given: set[str]) -> list[str]:
     return argv
 
 
-def _schedule(every, install, unit_dir, **params):
+def _status_metrics_argv(params: dict, given: set[str], path: str) -> list[str]:
+    """`provision status` over the same hosts, the same way, printing the metrics to PATH."""
+    from provision.cli.patch import status
+    from provision.tasks.schedule import provision_argv
+
+    names = {p.name for p in status.params if p.name not in ("fmt", "as_json", "metrics_file")}
+    return provision_argv() + ["status"] + forwarded_argv(params, given, only=names) + [
+        "--format", "prometheus", "--metrics-file", _abs(path)]
+
+
+def _schedule(every, install, unit_dir, metrics_file=None, **params):
     from click.core import ParameterSource
 
     from provision.config.inventory import load_inventory
@@ -363,7 +374,8 @@ def _schedule(every, install, unit_dir, **params):
     root = os.geteuid() == 0
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     log = "/var/log/provision-reconcile.log" if root else os.path.join(state, "provision", "reconcile.log")
-    units = render_units(argv, seconds, cron, log)
+    units = render_units(argv, seconds, cron, log,
+                         _status_metrics_argv(params, given, metrics_file) if metrics_file else None)
     if not install:
         for name in ("provision-reconcile.service", "provision-reconcile.timer"):
             click.echo(f"# ---- {name}")
@@ -400,6 +412,9 @@ schedule = click.Command(
         click.Option(["--unit-dir"], metavar="DIR", type=click.Path(file_okay=False),
                      help="With --install: write the units into DIR instead (e.g. a systemd unit directory "
                           "of another root); the commands printed after still say how to enable them."),
+        click.Option(["--metrics-file"], metavar="PATH", type=click.Path(dir_okay=False),
+                     help="After each reconcile, also run `provision status --format prometheus --metrics-file "
+                          "PATH` on the same hosts (for node_exporter's textfile collector; name it *.prom)."),
     ] + forwarded_params(),
     short_help="Print (or --install) a systemd timer and a cron line running `provision reconcile`.",
     help="""Print (or --install) a systemd timer and a cron line running `provision reconcile`.

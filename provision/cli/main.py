@@ -28,13 +28,17 @@ class Ctx:
 FORMATS = ("auto", "table", "lines", "json")
 
 
-def format_options(json_is: str = "one document"):
-    """--format and --json: how the report is printed (fleet commands, and `history`)."""
+def format_options(json_is: str = "one document", prometheus: bool = False):
+    """--format and --json: how the report is printed (fleet commands, and `history`). With
+    `prometheus`, --format prometheus is a choice too (fleet_options: only commands decorated with
+    metrics_options accept it)."""
     def deco(fn):
         fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
-        return click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+        choices = FORMATS + (("prometheus",) if prometheus else ())
+        return click.option("--format", "fmt", type=click.Choice(choices), default="auto", show_default=True,
                             help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
-                                 f"nothing truncated; json: {json_is}. auto: table on a terminal, else lines.")(fn)
+                                 f"nothing truncated; json: {json_is}; prometheus (status, bench): the text "
+                                 "exposition format. auto: table on a terminal, else lines.")(fn)
     return deco
 
 
@@ -75,7 +79,7 @@ def fleet_options(fn):
                      help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
                           "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
     ]
-    fn = format_options()(fn)
+    fn = format_options(prometheus=True)(fn)
     for opt in reversed(opts):
         fn = opt(fn)
 
@@ -87,6 +91,8 @@ def fleet_options(fn):
         from provision.control.runner import ConnOptions
 
         fmt = resolve_format("json" if as_json else fmt)
+        if fmt == "prometheus" and not getattr(fn, "prometheus", False):
+            raise UsageError("--format prometheus is for `status` and `bench`")
         ctx = Ctx(hosts=list(hosts), inventory=inventory, limit=limit, as_json=fmt == "json", fmt=fmt,
                   conn=ConnOptions(user=user, port=port, identity=identity, ssh_config=ssh_config,
                                    known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys,
@@ -221,7 +227,7 @@ def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -
     """One host's line (and its notes and diff) as it arrives; nothing in JSON mode."""
     from provision.output import report
 
-    if ctx.as_json:
+    if ctx.as_json or ctx.fmt == "prometheus":
         return
     click.echo(report.host_line(r, check=check))
     for note in r.notes:
@@ -237,6 +243,8 @@ def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str]
 
     if ctx.as_json:
         click.echo(report.to_document(command, results, code, extra))
+    elif ctx.fmt == "prometheus":
+        return  # the command prints the metrics (output/prometheus.py)
     elif len(results) > 1:
         if ctx.fmt == "table":
             report.print_table(report.host_columns(columns), report.host_rows(results, columns))
@@ -267,6 +275,7 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         fleet.close()
         if writer is not None:
             fleet.warnings.extend(writer.warnings)
+    ctx.results = results  # for a command's own output after the run (status --format prometheus)
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
     code = exit_code(results) if exit_code else report.exit_code(results, check=check)
@@ -303,6 +312,7 @@ LAZY_COMMANDS = {
     "reconcile": "provision.cli.fleet:reconcile", "restore": "provision.cli.fleet:restore",
     "history": "provision.cli.fleet:history", "schedule": "provision.cli.fleet:schedule",
     "overlay": "provision.cli.overlay:overlay",
+    "bench": "provision.cli.bench:bench",
 }
 
 
@@ -361,6 +371,9 @@ def main():
     provision status -i inventories/prod.yaml     version, install, patch state
     provision sandbox up                     a local simulated GPU host to try it on
     """
+    from provision.config.testmode import check
+
+    check()  # a test-only switch (PROVISION_FAILPOINTS, ...) outside test mode: exit 2, nothing done
 
 
 def spec_option(fn):
@@ -406,6 +419,27 @@ def install_options(fn):
                       help="Interpreter whose SGLang to act on (default: the host's `python:`, then discovery: "
                            "a running server's, python3's, or the only install).")(fn)
     return fn
+
+
+def metrics_options(fn):
+    """--format prometheus is allowed, and --metrics-file PATH writes the same text atomically
+    (status, bench; output/prometheus.py). Apply under fleet_options."""
+    fn.prometheus = True
+    return click.option("--metrics-file", metavar="PATH", type=click.Path(dir_okay=False),
+                        help="Also write the metrics in Prometheus text format to PATH, atomically (a temp file, "
+                             "then rename): for node_exporter's textfile collector (name it *.prom).")(fn)
+
+
+def write_metrics(path: str | None, text: str) -> None:
+    """--metrics-file: the text, atomically; an unwritable path is a one-line warning, not a traceback."""
+    if not path:
+        return
+    from provision.output.prometheus import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        click.echo(f"warning: could not write the metrics to {path}: {exc.strerror or exc}", err=True)
 
 
 def check_option(fn):

@@ -8,7 +8,8 @@ import sys
 import click
 
 from provision.cli.main import (check_option, check_specs, diff_option, fleet_options, gpu_option, install_options,
-                                load_spec, main, run_fleet, specs_option, transport_options)
+                                load_spec, main, metrics_options, run_fleet, specs_option, transport_options,
+                                write_metrics)
 
 
 OVERLAY_HELP = {
@@ -99,7 +100,8 @@ def unpatch(ctx):
 @specs_option
 @gpu_option
 @install_options
-def status(ctx, spec, gpu_capability, sglang_path, python_):
+@metrics_options
+def status(ctx, spec, gpu_capability, sglang_path, python_, metrics_file):
     """Show each host's SGLang version, install, patch state and server.
 
     \b
@@ -118,6 +120,11 @@ def status(ctx, spec, gpu_capability, sglang_path, python_):
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the
     running server started before the file last changed.
+
+    --format prometheus prints provision_spec_state{host,spec,state},
+    provision_server_up{host,port}, provision_restart_needed{host} and
+    provision_sglang_info{host,version,install}; --metrics-file PATH writes them
+    atomically for node_exporter's textfile collector.
     """
     from provision.tasks.patch import do_status, status_exit_code
 
@@ -128,4 +135,11 @@ def status(ctx, spec, gpu_capability, sglang_path, python_):
     code = run_fleet(ctx, "status", fn, columns=["host", "spec", "verdict", "version", "install_kind",
                                                  "server_state", "elapsed"], journal=False,
                      exit_code=status_exit_code)
+    if ctx.fmt == "prometheus" or metrics_file:
+        from provision.output.prometheus import status_metrics
+
+        text = status_metrics(getattr(ctx, "results", []))
+        if ctx.fmt == "prometheus":
+            click.echo(text, nl=False)
+        write_metrics(metrics_file, text)
     sys.exit(code)

@@ -18,9 +18,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from provision.errors import ConfigError
 
 GPU_KEY = "gpu_capability"
@@ -63,6 +60,8 @@ def parse_applies(data: Any, where: str) -> dict | None:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}.{k}: expected a version specifier string like \">=0.5.6,<0.7\", "
                               f"got {value!r}")
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # only a spec with `applies:` pays it
+
         try:
             SpecifierSet(value)
         except InvalidSpecifier:
@@ -103,6 +102,9 @@ def _version_ok(name: str, spec: str, version: str | None, label: str) -> str | 
     """None when `version` satisfies `spec`; else why not (one phrase)."""
     if version is None:
         return f"{label} is not installed beside this SGLang (the spec needs {name} {spec})"
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         v = Version(str(version))
     except InvalidVersion:

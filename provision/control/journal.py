@@ -29,6 +29,8 @@ CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "s
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
 ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}
+# Commands whose every outcome is journaled: `history` shows a host's speed over time (bench).
+MEASURE_COMMANDS = {"bench"}
 
 
 def state_path(env_var: str, name: str) -> str:
@@ -68,6 +70,8 @@ def _redact(text: str) -> str:
 
 
 def _wanted(command: str, verdict: str, error_kind: str | None) -> bool:
+    if command in MEASURE_COMMANDS:
+        return True
     if verdict in CHANGE_VERDICTS:
         return True
     if command in ATTEMPT_COMMANDS and verdict in ATTEMPT_VERDICTS:
@@ -118,6 +122,8 @@ def _lines(common: dict, r, data: dict, command: str, items: list) -> list[dict]
             rec["spec_hash"] = data["spec_hash"]
         rec.update(host=r.host, file=file or data.get("real_file"), sha256_before=before, sha256_after=after,
                    verdict=verdict, detail=_redact(detail or ""))
+        if cmd == command:  # a command's own figures (bench: decode tok/s, accept length, ...)
+            rec.update(data.get("journal_fields") or {})
         out.append(rec)
     return out
 

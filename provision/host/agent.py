@@ -22,6 +22,7 @@ OP_MODULES = {
     "reconcile": "reconcile",
     "backups": "restore", "restore": "restore",
     "overlay": "overlay",
+    "bench": "bench",
 }
 
 

@@ -55,6 +55,9 @@ class Install(TypedDict, total=False):
 
 class Server(TypedDict, total=False):
     pid: int
+    uid: Optional[int]     # its effective uid
+    user: str              # set when another user runs it: it never chooses the install
+    chooses: bool
     port: Optional[int]
     listening: Optional[bool]
     install: Optional[str]
@@ -63,10 +66,11 @@ class Server(TypedDict, total=False):
 
 
 class Skipped(TypedDict, total=False):
-    """An interpreter discovery refused to run (facts/installs.py trust rules)."""
+    """An interpreter or install discovery refused, or a server that did not choose (lib/trust.py)."""
     path: str
     reason: str
-    server_pid: int    # when it is the interpreter of a running server
+    what: str          # "interpreter" (absent: the same), "install", "server" (another user's)
+    server_pid: int    # when it is the interpreter / install of a running server, or that server
 
 
 class Facts(TypedDict, total=False):
@@ -74,6 +78,7 @@ class Facts(TypedDict, total=False):
     installs: List[Install]
     chosen: Optional[str]
     chosen_reason: Optional[str]
+    chosen_rule: Optional[str]  # pinned | python | server | python3 | only (facts/installs.py)
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]
@@ -413,6 +418,31 @@ class SmokeAnswer(Answer, total=False):
     spec_accept_rate: Optional[float]
 
 
+class BenchRequest(Request, total=False):
+    """bench (ops/bench.py): time the server on `port` from the host itself."""
+    port: Optional[int]
+    secrets: Dict[str, Any]    # the run's API key (args.api-key), else the launch's --config file's
+    warmup: int
+    requests: int
+    max_new_tokens: int
+    force: bool                # measure a busy server anyway (/flush_cache answered 400)
+    read_timeout: float        # one read (a chunk of the stream) may stall this long
+    request_timeout: float     # one request may take this long in all
+
+
+class BenchAnswer(Answer, total=False):
+    port: int
+    gpu: Dict[str, Any]        # facts/gpu_name.py: name, count, unknown
+    server_info: Dict[str, Any]        # version, tp_size, model_path, speculative_*, internal_states
+    server_info_after: Dict[str, Any]  # the same after the run (avg_spec_accept_length since the flush)
+    model_info: Dict[str, Any]
+    flushed: bool
+    busy_forced: bool
+    flush_status: int
+    warmup: int
+    requests: List[Dict[str, Any]]     # per request: ok, ttft_s, decode_s, first_chunk_tokens, meta fields
+
+
 # --------------------------------------------------------------------------- several specs per host
 
 class GpuInfo(TypedDict, total=False):
@@ -451,7 +481,7 @@ OPS: Dict[str, Any] = {
     "preflight": (ServerRequest, PreflightAnswer), "start": (ServerRequest, StartAnswer),
     "stop": (ServerRequest, StopAnswer), "probe": (ServerRequest, ProbeAnswer),
     "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
-    "smoke": (ServerRequest, SmokeAnswer),
+    "smoke": (ServerRequest, SmokeAnswer), "bench": (BenchRequest, BenchAnswer),
 }
 
 

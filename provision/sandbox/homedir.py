@@ -30,6 +30,8 @@ def isolated_env(base: str | os.PathLike, environ: dict | None = None) -> dict:
         "XDG_DATA_HOME": str(home / ".local" / "share"),
         "PROVISION_JOURNAL": str(home / ".local" / "state" / "provision" / "journal.jsonl"),
         "PROVISION_LOCK": str(home / ".local" / "state" / "provision" / "reconcile.lock"),
+        # the test-only switches (PROVISION_FAILPOINTS, PROVISION_NOW, ...) act: provision/config/testmode.py
+        "PROVISION_TEST_MODE": "1",
     }
     real_home = environ.get(REAL_HOME_VAR) or environ.get("HOME") or os.path.expanduser("~")
     env[REAL_HOME_VAR] = real_home

@@ -103,6 +103,7 @@ VENV_DIR = "/opt/venv"
 STANDIN_DIR = "/opt/provision-standin"
 STANDIN_MODULE = "sglang_standin.py"
 STANDIN_SOURCE = Path(__file__).with_name("standin.py")  # written by another module's owner
+STANDIN_GENERATE = Path(__file__).with_name("standin_generate.py")  # its /generate; imported beside it
 DEPS_MODULE = "_provision_sandbox_deps"
 
 # SGLang's own dependencies (numpy, tqdm, requests, IPython, torch, ...) are not on the
@@ -834,6 +835,7 @@ NVIDIA_SMI = """#!/bin/sh
 # provision sandbox: a stand-in nvidia-smi (there is no GPU here; see provision/sandbox/hosts.py)
 case "$*" in
   *--query-gpu=compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo "{cap}"; done ;;
+  *--query-gpu=name*) for i in 0 1 2 3 4 5 6 7; do echo "NVIDIA RTX PRO 6000 Blackwell Server Edition"; done ;;
   *--query-compute-apps*) ;;
   *-L*) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sandbox-$i)"; done ;;
   *) echo "NVIDIA-SMI stand-in (provision sandbox): 8 GPUs, compute capability {cap}" ;;
@@ -877,6 +879,7 @@ def _install_standin(host: SandboxHost, sglang_dir: Path) -> bool:
     dest = host.hostpath(f"{STANDIN_DIR}/{STANDIN_MODULE}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(standin, dest)
+    shutil.copyfile(STANDIN_GENERATE, dest.with_name(STANDIN_GENERATE.name))
     (sglang_dir / "launch_server.py").write_text(LAUNCH_SERVER_SHIM)
     return True
 

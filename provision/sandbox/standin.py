@@ -1647,6 +1647,9 @@ def _make_handler(L: Launch, state: _State):
     throughput = 96.2 if L.spec_alg == "EAGLE3" else 54.0
     flap_every = max(_env_int("PROVISION_STANDIN_FLAP_EVERY", 2), 1)
     flap_seconds = _env_float("PROVISION_STANDIN_FLAP_SECONDS", 0.0)
+    gen = _generator(L)  # /generate, /flush_cache, internal_states (standin_generate.py, when installed)
+    if gen is not None:  # its per-host speed and accept length (environment) in the log and /metrics too
+        accept_len, throughput = (gen.accept_len if L.has_draft else accept_len), gen.tok_s
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
@@ -1721,8 +1724,9 @@ def _make_handler(L: Launch, state: _State):
             if path in ("/server_info", "/get_server_info"):
                 info = _server_args_dict(L)
                 info.update({
-                    "internal_states": [{"avg_spec_accept_length": accept_len if spec_on else None,
-                                         "last_gen_throughput": throughput, "memory_usage": {}}],
+                    "internal_states": gen.server_states() if gen else [{
+                        "avg_spec_accept_length": accept_len if spec_on else None,
+                        "last_gen_throughput": throughput, "memory_usage": {}}],
                     "version": L.version,
                 })
                 return self._json(200, info)
@@ -1747,6 +1751,8 @@ def _make_handler(L: Launch, state: _State):
                 self._body()
                 return self._json(401, {"error": "Unauthorized"})
             body = self._body()
+            if path == "/generate" and gen:
+                return gen.generate(self, body, lambda p, n: self._log_batch(p, n))
             if path == "/generate":
                 text = body.get("text") or ""
                 sp = body.get("sampling_params") or {}
@@ -1767,6 +1773,8 @@ def _make_handler(L: Launch, state: _State):
                 return self._json(200, {"id": res["meta_info"]["id"], "object": "chat.completion",
                                         "created": int(time.time()), "model": L.served_name,
                                         "choices": [choice], "usage": usage})
+            if path == "/flush_cache" and gen:
+                return gen.flush(self)
             if path == "/flush_cache":
                 return self._send(200, b"Cache flushed.\n", ctype="text/plain")
             return self._json(404, {"detail": "Not Found"})
@@ -1774,6 +1782,19 @@ def _make_handler(L: Launch, state: _State):
         def _complete(self, text, prompt_tokens: int, n: int, native: bool) -> dict:
             latency = n / throughput
             time.sleep(min(latency, 0.05))
+            self._log_batch(prompt_tokens, n)
+            meta = {
+                "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n},
+                "prompt_tokens": prompt_tokens, "weight_version": "default", "completion_tokens": n,
+                "cached_tokens": 0, "e2e_latency": round(latency, 4),
+            }
+            if spec_on:
+                meta.update({"spec_verify_ct": max(1, round(n / accept_len)),
+                             "spec_accept_length": accept_len, "spec_accept_rate": accept_rate})
+            words = ("The quick brown fox jumps over the lazy dog " * (n // 9 + 1)).split()[:n]
+            return {"text": " ".join(words), "meta_info": meta}
+
+        def _log_batch(self, prompt_tokens: int, n: int) -> None:
             with state.lock:
                 state.prompt_tokens_total += prompt_tokens
                 state.gen_tokens_total += n
@@ -1787,18 +1808,17 @@ def _make_handler(L: Launch, state: _State):
                 msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
             msg += f"cuda graph: True, gen throughput (token/s): {throughput:.2f}, #queue-req: 0"
             log.raw(f"[{ts}{prefix}] {msg}\n")
-            meta = {
-                "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n},
-                "prompt_tokens": prompt_tokens, "weight_version": "default", "completion_tokens": n,
-                "cached_tokens": 0, "e2e_latency": round(latency, 4),
-            }
-            if spec_on:
-                meta.update({"spec_verify_ct": max(1, round(n / accept_len)),
-                             "spec_accept_length": accept_len, "spec_accept_rate": accept_rate})
-            words = ("The quick brown fox jumps over the lazy dog " * (n // 9 + 1)).split()[:n]
-            return {"text": " ".join(words), "meta_info": meta}
 
     return Handler
+
+
+def _generator(L: Launch):
+    """standin_generate.Generator for this server, or None where that module is not installed."""
+    try:
+        import standin_generate  # beside this file (/opt/provision-standin on a sandbox host)
+    except ImportError:
+        return None
+    return standin_generate.make(L)
 
 
 def _metrics(L: Launch, state: _State, accept_len: float, accept_rate: float, throughput: float) -> str:

@@ -44,13 +44,20 @@ def _chosen(facts: Facts | None) -> dict:
 
 
 def discovery_notes(facts: Facts | None, *, skipped: bool = True) -> list[str]:
-    """Interpreters discovery refused to run (not root's), and explicit ones run anyway."""
+    """Interpreters and installs discovery refused (not root's alone), servers that did not
+    choose (another user's), explicit ones used anyway, and (status) which rule chose."""
     facts = facts or {}
     notes = [f"warning: {w}" for w in facts.get("warnings") or []]
     if skipped:
-        notes += [f"skipped {k['path']}: {k['reason']}" + (f" (the interpreter of server pid {k['server_pid']})"
-                                                          if k.get("server_pid") else "")
-                  for k in facts.get("skipped") or []]
+        for k in facts.get("skipped") or []:
+            what, pid = k.get("what") or "interpreter", k.get("server_pid")
+            if what == "server":
+                notes.append(f"skipped server pid {pid} ({k['path']}): {k['reason']}")
+            else:
+                notes.append(f"skipped {k['path']}: {k['reason']}"
+                             + (f" (the {what} of server pid {pid})" if pid else ""))
+        if facts.get("chosen") and facts.get("chosen_reason"):
+            notes.append(f"install {facts['chosen']}: chosen because {facts['chosen_reason']}")
     return notes
 
 
@@ -251,7 +258,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
-            "package": pkg or None, "containers": containers}
+            "package": pkg or None, "containers": containers,
+            "server_port": rec.get("port") if ours.get("running") else (servers[0].get("port") if servers else None)}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]
     return HostResult(host, verdict, f"{state}; server: {server}", version=inst.get("version"),

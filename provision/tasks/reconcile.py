@@ -84,7 +84,7 @@ def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
 
 # Remote modules reconcile never needs (the audit and the server control): left out of
 # its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"engine.audit", "ops.audit", "ops.server", "ops.restore", "ops.container"})
+LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server", "ops.restore", "ops.container"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,8 +253,11 @@ def row_per_host(results: list[HostResult]) -> dict[str, HostResult]:
 
 def window_clock():
     """The clock the window checks read: local time now, or, when ``PROVISION_NOW`` holds an ISO time
-    (``2026-01-01T04:59:57``; a testing aid), that time advancing in real time from this process's start."""
-    fake = os.environ.get("PROVISION_NOW")
+    (``2026-01-01T04:59:57``; a testing aid, read in test mode only: config/testmode.py), that time
+    advancing in real time from this process's start."""
+    from provision.config.testmode import switch
+
+    fake = switch("PROVISION_NOW")
     if not fake:
         return datetime.now
     try:

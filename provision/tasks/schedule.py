@@ -50,10 +50,15 @@ def start_timeout(argv: list[str]) -> str:
     return "TimeoutStartSec=2h"
 
 
-def render_units(argv: list[str], seconds: int, cron: str, log: str) -> dict:
+def render_units(argv: list[str], seconds: int, cron: str, log: str, metrics_argv: list[str] | None = None) -> dict:
+    """metrics_argv: `provision status ... --format prometheus --metrics-file PATH`, run after every
+    reconcile, whatever its exit code (ExecStopPost=-, and `;` in the cron line)."""
     from provision.host.ops.server import systemd_quote  # one quoting for every unit provision writes
 
     exec_start = " ".join(systemd_quote(a) for a in argv)
+    if metrics_argv:
+        exec_start += "\n# the fleet's state for node_exporter's textfile collector (schedule --metrics-file)\n" \
+                      "ExecStopPost=-" + " ".join(systemd_quote(a) for a in metrics_argv)
     timeout = start_timeout(argv)
     service = f"""\
 # written by `provision schedule`
@@ -89,6 +94,8 @@ Unit=provision-reconcile.service
 WantedBy=timers.target
 """
     command = f"{' '.join(shlex.quote(a) for a in argv)} >>{shlex.quote(log)} 2>&1"
+    if metrics_argv:
+        command += f"; {' '.join(shlex.quote(a) for a in metrics_argv)} >/dev/null 2>>{shlex.quote(log)}"
     logdir = os.path.dirname(log)
     if logdir != "/var/log":  # a user's ~/.local/state/provision may not exist yet: `>>` would fail
         command = f"mkdir -p {shlex.quote(logdir)} && {command}"

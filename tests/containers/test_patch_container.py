@@ -132,7 +132,7 @@ def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_h
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert doc["hosts"][0]["verdict"] == "patched"
     assert class_methods(_file(ssh_env, host), KIMI_CLASS)[-3:] == METHODS
-    assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00" + NAME.encode())
+    assert watch.saw(b"sudo\x00-S\x00-p") and watch.saw(b"podman\x00exec\x00-i\x00-w\x00/\x00" + NAME.encode())
     assert not watch.leaks, watch.leaks
 
 
@@ -172,3 +172,20 @@ def test_local_container_on_the_machine_that_runs_it(podman_host, sglang_images,
     assert class_methods(_file(ssh_env, podman_host), KIMI_CLASS)[-3:] == METHODS
     # ... and the journal is that machine's (its own HOME), not this one's
     assert podman_host.hostpath("/root/.local/state/provision/journal.jsonl").exists()
+
+
+def test_the_images_workdir_and_pythonpath_never_reach_the_step(podman_host, sglang_images, ssh_env):
+    # An image whose WORKDIR (and PYTHONPATH) holds a json.py: `python -S -c` there would import it
+    # before the standard library's, as root in the container. The step runs from / with -I.
+    host = podman_host
+    evil = ("printf '%s\\n' 'open(\"/tmp/MARKER-workdir\", \"a\").write(\"json.py ran\\\\n\")' "
+            "'raise ImportError(\"not the real json\")' > /tmp/json.py && exec sleep 3600")
+    ssh_env.ssh(host, f"podman run -d --name {NAME} --network host -w /tmp -e PYTHONPATH=/tmp "
+                      f"--entrypoint sh {sglang_images['0.5.9']} -c {shlex.quote(evil)}", timeout=180)
+    ssh_env.ssh(host, f"for i in $(seq 50); do podman exec {NAME} test -e /tmp/json.py && exit 0; sleep 0.1; "
+                      "done; exit 1")
+    proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name, "--container", NAME)
+    marker = ssh_env.ssh(host, f"podman exec {NAME} cat /tmp/MARKER-workdir", check=False).stdout
+    assert marker == "", "the image's WORKDIR/PYTHONPATH json.py was imported by the step"
+    assert proc.returncode == 4, (proc.stdout, proc.stderr)  # judged: the image's 0.5.9 is not patched
+    assert doc["hosts"][0]["version"] == "0.5.9"

@@ -158,6 +158,27 @@ def assert_consistent_and_recovers(ssh_env, host, before: bytes, listing: list[s
 KILL_POINTS = {"before_read": False, "after_temp_write": False, "after_replace": True, "before_verify": True}
 
 
+def test_failpoints_left_in_a_shell_never_kill_a_real_patch(host, ssh_env):
+    """A shell left over from running the tests (PROVISION_FAILPOINTS set) without the suite's
+    PROVISION_TEST_MODE: the run is refused with exit 2 naming the variable, the host untouched;
+    the failpoint never reaches the host, and without it the same patch just works."""
+    env = {k: v for k, v in os.environ.items() if k != "PROVISION_TEST_MODE"}
+    env["PROVISION_FAILPOINTS"] = "after_replace"
+    argv = [PROVISION] if PROVISION else ["python3", "-m", "provision"]
+    before = kimi(host).read_bytes()
+    proc = subprocess.run(argv + ["patch", *ssh_env.cli_args, "--host", host.name], capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "PROVISION_FAILPOINTS" in proc.stderr and "nothing was done" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert kimi(host).read_bytes() == before and engine_pids(host) == []
+    del env["PROVISION_FAILPOINTS"]
+    proc = subprocess.run(argv + ["patch", *ssh_env.cli_args, "--host", host.name], capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert is_patched(kimi(host).read_bytes())
+
+
 @pytest.fixture(scope="module")
 def quad(sandbox_factory):
     from provision.sandbox.hosts import HostSpec

@@ -125,13 +125,27 @@ class ProcWatch:
         return any(fragment in c for c in self.seen_cmdlines)
 
 
-def test_passwordless_sudo_patches_and_keeps_owner_group_mode(host, users, ssh_env, tmp_path):
+@pytest.fixture
+def odd_owner(host):
+    """The model file owned by uid 1234, group 2345, mode 0640; put back afterwards (reset keeps owners)."""
     path = kimi(host)
     os.chown(path, 1234, 2345)
     os.chmod(path, 0o640)
-    proc, doc = run_json("patch", *args(ssh_env, host, users["nopw"]))
+    yield path
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o644)
+
+
+def test_passwordless_sudo_patches_and_keeps_owner_group_mode(host, users, ssh_env, tmp_path, odd_owner):
+    path = odd_owner
+    # a file of another uid makes the install not root's alone: discovery skips it unless it is named
+    proc = run("patch", *args(ssh_env, host, users["nopw"]))
+    assert proc.returncode == 3 and f"{path.name} is owned by uid 1234" in proc.stdout, proc.stdout
+    pin = ("--sglang-path", host.sglang_dir)
+    proc, doc = run_json("patch", *args(ssh_env, host, users["nopw"], *pin))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["hosts"][0]["verdict"] == "patched"
+    assert any("used anyway because it was named explicitly" in n for n in doc["hosts"][0]["notes"])
     st = os.stat(path)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (1234, 2345, 0o640)
     assert class_methods(path.read_bytes(), KIMI_CLASS)[-3:] == METHODS
@@ -143,7 +157,7 @@ def test_passwordless_sudo_patches_and_keeps_owner_group_mode(host, users, ssh_e
     pwfile = tmp_path / "pw"
     pwfile.write_text("unused\n")
     pwfile.chmod(0o600)
-    proc = run("patch", *args(ssh_env, host, users["nopw"], "--sudo-password-file", str(pwfile)))
+    proc = run("patch", *args(ssh_env, host, users["nopw"], "--sudo-password-file", str(pwfile), *pin))
     assert proc.returncode == 0 and "unchanged" in proc.stdout, proc.stdout + proc.stderr
 
 

@@ -26,8 +26,29 @@ def test_the_wrapped_command_runs_the_step_verbatim_in_the_container(runtime):
     lexer = shlex.shlex(argv[2][argv[2].rindex('exec "$r" exec -i '):], posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     tail = list(lexer)
-    assert tail[:8] == ["exec", "$r", "exec", "-i", "sglang-30000", "sh", "-c", HOSTILE]
-    assert tail[8:10] in ([], [";", "fi"]), tail  # auto: the exec is inside the runtime loop
+    # -w /: the step runs in /, not in the image's WORKDIR (`python -c` puts the cwd on sys.path)
+    assert tail[:10] == ["exec", "$r", "exec", "-i", "-w", "/", "sglang-30000", "sh", "-c", HOSTILE]
+    assert tail[10:12] in ([], [";", "fi"]), tail  # auto: the exec is inside the runtime loop
+
+
+def test_the_step_in_a_container_runs_isolated_from_the_images_python_settings():
+    # -I: the image's PYTHONPATH (ENV) and WORKDIR never reach the agent's sys.path; a host's step is unchanged
+    from provision.control.transport.bundle import bootstrap_command
+
+    seen = []
+
+    class Outer(LocalTransport):
+        def _channel(self, command, timeout):
+            seen.append(command)
+            raise OSError("recorded")
+
+    for transport in (ContainerTransport(Outer("here"), "c1", "podman"), Outer("here")):
+        with pytest.raises(Exception):
+            transport.call({"op": "status"}, timeout=5)
+    inner = shlex.split(shlex.split(seen[0])[2].split(" sh -c ", 1)[1])[0]
+    assert inner.startswith("python3 -I -S -c "), inner[:40]
+    assert seen[1].startswith("python3 -S -c "), seen[1][:40]
+    assert bootstrap_command("python3").startswith("python3 -S -c ")
 
 
 @pytest.mark.parametrize("runtime", ["auto", "podman"])

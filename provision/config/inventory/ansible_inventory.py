@@ -49,7 +49,13 @@ def from_ansible_json(doc: dict, src: str) -> Inventory:
 
 
 def ansible_inventory(src: str, exe: str) -> Inventory:
-    """Ask Ansible itself: ``ansible-inventory -i SRC --list``."""
+    """Ask Ansible itself: ``ansible-inventory -i SRC --list`` (once per content: ansible_cache)."""
+    from provision.config.ansible_cache import listing
+
+    return from_ansible_json(listing(src, exe, lambda: _ask_ansible(src, exe)), src)
+
+
+def _ask_ansible(src: str, exe: str) -> dict:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="provision-ansible-") as tmp:
@@ -68,4 +74,4 @@ def ansible_inventory(src: str, exe: str) -> Inventory:
         doc = json.loads(proc.stdout)
     except ValueError:
         raise ConfigError(f"{src}: ansible-inventory printed no JSON") from None
-    return from_ansible_json(doc, src)
+    return doc

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from provision.control.transport.bundle import bootstrap_command, bundle_digest, payloads
 from provision.errors import ConnectError, HostError, RemoteError, UnknownOutcome
 from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 
@@ -47,6 +48,7 @@ class ExecResult:
     err: str
     ready: bool          # the host-side interpreter started (its ready line arrived)
     password_sent: bool  # a sudo password went over stdin
+    said: str = ""       # the word after the ready token (the caching bootstrap's `hit` or `miss`)
 
 
 class Interrupted(HostError):
@@ -88,6 +90,7 @@ class Transport:
     label = "?"
     user = "?"
     where = "host"  # how the not-started sentences name the far side ("host", "container", "machine")
+    isolated = False  # run the agent with `python -I` (a container: the image's PYTHONPATH/WORKDIR are not ours)
     default_sudo = False
     sudo_password: bytes | None = None
     # the host-side state directory for every step (None: the host's default, /var/lib/provision as root)
@@ -97,6 +100,7 @@ class Transport:
 
     def __init__(self) -> None:
         self._cancelled = threading.Event()
+        self.last_said = ""  # the last call's bundle answer on the host: "hit" or "miss"
 
     # -- lifecycle (an implementation overrides what it needs) -------------
     def open(self) -> "Transport":
@@ -176,7 +180,13 @@ class Transport:
 
     def _exec(self, command: str, stdin: bytes, timeout: float, on_line, started, *, ready: str | None = None,
               wait_ready: bool = False, sudo_prompt: str | None = None,
-              sudo_password: bytes | None = None) -> ExecResult:
+              sudo_password: bytes | None = None,
+              then: Callable[[str], bytes] | None = None) -> ExecResult:
+        """Run ``command``; feed it ``stdin`` (at once, or after the ``ready`` line with
+        ``wait_ready``). ``then``: the ready line ends with a word (``hit``/``miss``), and
+        ``then(word)`` follows ``stdin`` once that line arrived (the bundle on a miss, nothing on a
+        hit); the request (``stdin``) counts as sent, and the step as started, as soon as it is
+        written, whatever follows."""
         alias = self.label
         if self._cancelled.is_set():
             raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
@@ -187,10 +197,13 @@ class Transport:
         # keep the host waiting for the whole step deadline
         ready_deadline = time.monotonic() + min(timeout, SUDO_HANDSHAKE_SECONDS)
         chan = self._channel(command, timeout)
-        marker = (ready + "\n").encode() if ready else b""
+        marker = ready.encode() if ready else b""
         ready_seen = not ready
+        said = ""
         view = None if (wait_ready and ready) else memoryview(stdin)
+        after: bytes | None = None  # then(word), once the ready line told the word
         write_closed = False
+        sent = False      # the request is written: from here a lost channel means the outcome is unknown
         out, err = bytearray(), bytearray()
         fed = 0           # bytes of `out` handed to on_line
         scan = 0          # bytes of `err` already searched for a sudo prompt
@@ -198,7 +211,7 @@ class Transport:
         try:
             while True:
                 if self._cancelled.is_set():
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: interrupted while the remote step ran; its outcome is "
                                              "unknown until `provision status` looks")
                     raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
@@ -217,11 +230,15 @@ class Transport:
                     got = True
                 if not ready_seen:
                     i = out.find(marker)
-                    if i >= 0:
-                        del out[: i + len(marker)]
+                    j = out.find(b"\n", i + len(marker)) if i >= 0 else -1
+                    if j >= 0:
+                        said = out[i + len(marker):j].decode("utf-8", "replace").strip()
+                        del out[: j + 1]
                         ready_seen = True
                         if view is None:
                             view = memoryview(stdin)
+                        if then is not None:
+                            after = then(said)
                     elif sudo_password is not None and len(err) > scan:
                         tail = bytes(err[scan:])
                         if (sudo_prompt and sudo_prompt.encode() in tail) or _PROMPT_FALLBACK.search(tail):
@@ -243,7 +260,7 @@ class Transport:
                         break
                     # no exit status because the connection itself died: handled just below
                 if not self._alive():
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: the connection dropped while the remote step ran; its "
                                              "outcome is unknown until `provision status` looks")
                     raise ConnectError(f"{alias}: the connection dropped before the remote step started")
@@ -252,18 +269,22 @@ class Transport:
                         n = chan.send(view[:32768])
                         view = view[n:]
                         got = got or n > 0
-                    if not view:
-                        chan.shutdown_write()
-                        write_closed = True
+                    if not view and not sent:
+                        sent = True
                         if started is not None:
                             started.append(True)
+                    if not view and then is not None and after is not None:
+                        view, after = memoryview(after), None
+                    if not view and (then is None or (ready_seen and after is None)):
+                        chan.shutdown_write()
+                        write_closed = True
                 if wait_ready and not ready_seen and time.monotonic() > ready_deadline:
                     last = (err.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1][:200]
                     raise SudoRefused(f"{alias}: sudo did not start the engine within "
                                       f"{min(timeout, SUDO_HANDSHAKE_SECONDS):g} s and nothing was run; is it asking "
                                       f"for more than a password? (last words: {last})")
                 if time.monotonic() > deadline:
-                    if write_closed:
+                    if sent:
                         raise UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still "
                                              "be running: its outcome is unknown until `provision status` looks")
                     if not ready_seen and ready:
@@ -275,7 +296,7 @@ class Transport:
             if on_line is not None and ready_seen and fed < len(out):
                 on_line(out[fed:].decode("utf-8", "replace"))
             return ExecResult(chan.recv_exit_status(), out.decode("utf-8", "replace"),
-                              err.decode("utf-8", "replace"), ready_seen, passwords > 0)
+                              err.decode("utf-8", "replace"), ready_seen, passwords > 0, said)
         finally:
             try:
                 chan.close()
@@ -297,15 +318,17 @@ class Transport:
              exclude: frozenset = frozenset()) -> dict:
         """Run a host entry module (the agent by default) with one request; return its JSON answer.
 
-        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle."""
-        from provision.control.transport.bundle import bootstrap_command, payload
-
+        ``exclude``: host modules this call never needs (``ops.server``), left out of the bundle.
+        The host keeps each bundle it was sent (<state dir>/bundles/SHA256, see
+        host/bootstrap.py): its ready line says `hit` and only the request is sent, or `miss`
+        and the bundle goes first, on the same stdin."""
         ready = READY_PREFIX + secrets.token_hex(8)
         password = self.sudo_password if sudo else None
         prompt = f"[provision-sudo-{secrets.token_hex(8)}] " if password is not None else None
         if self.state_dir and not request.get("state_dir"):
             request = dict(request, state_dir=self.state_dir)
-        cmd = self.wrap_command(bootstrap_command(python, ready=ready, entry=entry))
+        cmd = self.wrap_command(bootstrap_command(python, ready=ready, entry=entry, digest=bundle_digest(exclude),
+                                                  state_dir=request.get("state_dir"), isolated=self.isolated))
         if sudo:
             cmd = sudo_wrap(cmd, sudo_prompt=prompt)
         result: list[dict] = []
@@ -318,8 +341,11 @@ class Transport:
 
         started: list = []
         try:
-            res = self._exec(cmd, payload(request, exclude), timeout, on_line, started, ready=ready,
-                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password)
+            first, rest = payloads(request, exclude)
+            res = self._exec(cmd, first, timeout, on_line, started, ready=ready,
+                             wait_ready=password is not None, sudo_prompt=prompt, sudo_password=password,
+                             then=rest)
+            self.last_said = res.said
         except (UnknownOutcome, SudoRefused, Interrupted):
             raise
         except ConnectError as exc:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import zlib
 from pathlib import Path
 
-from provision.host.bootstrap import bootstrap_code, frame
+from provision.host.bootstrap import bootstrap_code, cached_bootstrap_code, frame
 
 HOST_DIR = Path(__file__).resolve().parents[2] / "host"
 # Host modules that never run on a host: the protocol's types are imported there only under
@@ -34,9 +33,9 @@ def host_modules() -> dict[str, Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
-    """The host modules, less ``exclude`` (names relative to provision.host, e.g. ``ops.server``):
-    a caller that never needs some ships less."""
+def bundle_source(exclude: frozenset = frozenset()) -> bytes:
+    """The host modules, less ``exclude`` (names relative to provision.host, e.g. ``ops.server``),
+    as JSON ``{module name: source}``: a caller that never needs some ships less."""
     modules = {}
     for rel, path in host_modules().items():
         if rel in exclude or rel in CONTROL_ONLY:
@@ -45,12 +44,30 @@ def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
         if path.name == "__init__.py" and not text.strip():
             continue
         modules["provision.host" + ("." + rel if rel else "")] = text
-    return zlib.compress(json.dumps(modules).encode(), 9)
+    return json.dumps(modules).encode()
+
+
+@functools.lru_cache(maxsize=None)
+def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
+    """What travels: ``bundle_source`` compressed (only needed when a host lacks it)."""
+    return zlib.compress(bundle_source(exclude), 9)
+
+
+@functools.lru_cache(maxsize=None)
+def bundle_digest(exclude: frozenset = frozenset()) -> str:
+    """The name the host keeps this bundle under (<state dir>/bundles/SHA256): the sha256 of its
+    sources, so no compression is needed to ask whether a host has it."""
+    import hashlib
+
+    return hashlib.sha256(bundle_source(exclude)).hexdigest()
 
 
 def with_failpoints(request: dict) -> dict:
-    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set)."""
-    points = os.environ.get(FAILPOINTS_ENV)
+    """The request with the control machine's PROVISION_FAILPOINTS forwarded (when set, and only
+    in test mode: config/testmode.py)."""
+    from provision.config.testmode import switch
+
+    points = switch(FAILPOINTS_ENV)
     return dict(request, failpoints=points) if points else request
 
 
@@ -58,27 +75,44 @@ def payload(request: dict, exclude: frozenset = frozenset()) -> bytes:
     return frame(bundle_bytes(exclude), json.dumps(with_failpoints(request)).encode())
 
 
-def bootstrap_command(python: str = "python3", sudo: bool = False, *, sudo_prompt: str | None = None,
-                      ready: str | None = None, entry: str = "provision.host.agent") -> str:
-    """The host-side command line: ``python -c BOOTSTRAP``, quoted for a shell.
+def payloads(request: dict, exclude: frozenset = frozenset()):
+    """stdin for the caching bootstrap, in two parts: what is written at once (a header line,
+    then the request), and what follows once its ready line says ``hit`` (nothing) or ``miss``
+    (the bundle's length on a line, then the bundle). The bundle is compressed only when asked for."""
+    body = json.dumps(with_failpoints(request)).encode()
 
-    ``sudo``: through ``sudo -n`` (never prompts), or, with ``sudo_prompt``, through
-    ``sudo -S -p <sudo_prompt>`` (base.sudo_wrap; a transport applies it itself, around
-    whatever it wraps the command in). ``ready``: the interpreter first prints this line on
-    stdout, before reading stdin, so the caller knows sudo is done and the request may follow.
+    def rest(said: str) -> bytes:
+        if said == "hit":
+            return b""
+        bundle = bundle_bytes(exclude)
+        return str(len(bundle)).encode() + b"\n" + bundle
+
+    return json.dumps({"q": len(body)}).encode() + b"\n" + body, rest
+
+
+def bootstrap_command(python: str = "python3", *, ready: str | None = None, entry: str = "provision.host.agent",
+                      digest: str | None = None, state_dir: str | None = None, isolated: bool = False) -> str:
+    """The host-side command line: ``python -S -c BOOTSTRAP``, quoted for a shell.
+
+    ``ready``: the interpreter first prints this line on stdout, before reading stdin, so the
+    caller knows sudo is done and the request may follow. ``digest`` (with ``ready``): the
+    caching bootstrap, which keeps the bundle in ``<state_dir>/bundles/`` (the host's default
+    state dir when None) and ends its ready line with `` hit`` or `` miss``. ``isolated``: ``-I`` too
+    (the container transport: an image's PYTHONPATH and WORKDIR are not ours).
     Nothing secret ever goes in here: the line is visible in the host's process list.
     """
     import shlex
 
-    code = bootstrap_code(entry)
-    if ready is not None:
-        if "\n" in ready or "'" in ready or "\\" in ready:
-            raise ValueError("ready token must be one plain line")
-        code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + code
+    if ready is not None and ("\n" in ready or "'" in ready or "\\" in ready):
+        raise ValueError("ready token must be one plain line")
+    if digest is not None:
+        if ready is None:
+            raise ValueError("the caching bootstrap needs a ready line")
+        code = cached_bootstrap_code(digest, ready, state_dir, entry)
+    else:
+        code = bootstrap_code(entry)
+        if ready is not None:
+            code = f"import sys as _s;_s.stdout.write('{ready}\\n');_s.stdout.flush()\n" + code
     # -S: the agent is stdlib-only, so skip site (and any .pth files) for a faster start.
-    cmd = f"{shlex.quote(python)} -S -c {shlex.quote(code)}"
-    if sudo:
-        from provision.control.transport.base import sudo_wrap
-
-        cmd = sudo_wrap(cmd, sudo_prompt=sudo_prompt)
-    return cmd
+    # isolated (-I): no PYTHON* variable, no cwd on sys.path (a container image's ENV and WORKDIR).
+    return f"{shlex.quote(python)} {'-I -S' if isolated else '-S'} -c {shlex.quote(code)}"

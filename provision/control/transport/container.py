@@ -2,7 +2,8 @@
 
 The container-exec implementation of base.Transport (pyinfra's ``chain``/``dockerssh``
 connectors: the inner connector wraps the command, the outer one runs it). The host-side
-step's command (``python3 -S -c BOOTSTRAP``) becomes ``RUNTIME exec -i NAME sh -c CMD`` and
+step's command (``python3 -I -S -c BOOTSTRAP``: isolated, so neither the image's ``PYTHONPATH``
+nor its working directory reaches sys.path) becomes ``RUNTIME exec -i -w / NAME sh -c CMD`` and
 is run by the outer transport (an SSH session, or this machine), so the bundle and the
 request go on stdin exactly as to a host and the agent runs inside the container with
 the container's python, files and state directory (/var/lib/provision of the
@@ -61,7 +62,8 @@ def exec_command(runtime: str, name: str, command: str) -> str:
     (``container inspect``: a docker CLI without its daemon, or a host with both, picks the
     right one); none that knows it prints UNKNOWN. Pure."""
     q = shlex.quote(name)
-    run = f"exec \"$r\" exec -i {q} sh -c {shlex.quote(command)}"
+    # -w /: the step runs in /, not the image's WORKDIR (which `python -c` would put first on sys.path)
+    run = f"exec \"$r\" exec -i -w / {q} sh -c {shlex.quote(command)}"
     if runtime == "auto":
         script = ("found=; for r in " + " ".join(RUNTIMES) + "; do command -v \"$r\" >/dev/null 2>&1 || continue; "
                   f"found=\"$found $r\"; if \"$r\" container inspect {q} >/dev/null 2>&1; then "
@@ -123,6 +125,7 @@ class ContainerTransport(Transport):
 
     kind = "container"
     where = "container"
+    isolated = True  # the agent runs `python3 -I -S`: the image's PYTHONPATH and WORKDIR never reach sys.path
 
     def __init__(self, outer: Transport, name: str, runtime: str | None = None):
         super().__init__()

@@ -11,7 +11,7 @@ file and line hold the key it expected.
 
 The system files are the ssh config's ``GlobalKnownHostsFile`` (all of them, in order) when it
 sets one; else ``/etc/ssh/ssh_known_hosts``, which the environment variable
-``PROVISION_SYSTEM_KNOWN_HOSTS`` replaces (tests, unusual systems).
+``PROVISION_SYSTEM_KNOWN_HOSTS`` replaces, in test mode only (config/testmode.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ _append_lock = threading.Lock()
 
 
 def system_known_hosts() -> str:
-    return os.environ.get(SYSTEM_KNOWN_HOSTS_ENV) or SYSTEM_KNOWN_HOSTS
+    """/etc/ssh/ssh_known_hosts, or PROVISION_SYSTEM_KNOWN_HOSTS in test mode (config/testmode.py)."""
+    from provision.config.testmode import switch
+
+    return switch(SYSTEM_KNOWN_HOSTS_ENV) or SYSTEM_KNOWN_HOSTS
 
 
 def fingerprint(key: paramiko.PKey) -> str:

@@ -2,7 +2,7 @@
 
 The SSH implementation of base.Transport. The SSH policy lives here and only here:
 host-key checking, connect timeouts, keepalive, gateways, retries of transient failures
-(tenacity). How a step runs (bootstrap as the argument, bundle + request written straight
+(``_retrying``, tenacity). How a step runs (bootstrap as the argument, bundle + request written straight
 to the channel's stdin, never through Fabric's slow ``in_stream`` and never in the
 command line or environment; the ready line; sudo and its password; deadlines) is
 base.Transport's, the same for every transport: this module only opens the channel.
@@ -25,8 +25,6 @@ from typing import Callable
 
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
-from tenacity import (RetryError, retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
-                      wait_random)
 
 from provision.errors import AuthError, ConnectError, HostKeyError, ProvisionError
 # Interrupted and SudoRefused are named here too: callers have always imported them from ssh
@@ -258,6 +256,34 @@ def _proxy_exit(conn) -> str | None:
     return f"exit {status}" + (f": {last[:200]}" if last else "")
 
 
+def _retrying(fn: Callable[[], None], may_retry: Callable[[BaseException], bool], attempts: int,
+              sleep: Callable[[float], None], give_up_after: float = 30.0) -> None:
+    """Call ``fn`` until it returns; retry what ``may_retry`` accepts, at most ``attempts`` tries
+    and no new try once ``give_up_after`` seconds have passed, waiting 0.5, 1, 2, 4, 4 ... s
+    plus up to 0.2 s of jitter in between; the last failure is raised as it is. The policy is
+    tenacity's, imported only once a first try has failed: a connection that opens at once
+    (nearly every one) does not pay tenacity's import (~25 ms of CPU per command)."""
+    t0 = time.monotonic()
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - judged by may_retry, re-raised as is
+        if attempts <= 1 or not may_retry(exc):
+            raise
+        first: list[BaseException] = [exc]
+    from tenacity import (Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential,
+                          wait_random)
+
+    def again() -> None:  # tenacity's attempt 1 is the try that already failed
+        if first:
+            raise first.pop()
+        fn()
+
+    Retrying(retry=retry_if_exception(may_retry),
+             stop=stop_after_attempt(attempts) | stop_after_delay(max(0.0, give_up_after - (time.monotonic() - t0))),
+             wait=wait_exponential(multiplier=0.5, max=4) + wait_random(0, 0.2),
+             sleep=sleep, reraise=True)(again)
+
+
 def _short(exc: BaseException) -> str:
     if isinstance(exc, NoValidConnectionsError):
         return "connection refused"
@@ -320,10 +346,6 @@ class Session(Transport):
         def may_retry(exc: BaseException) -> bool:
             return bool(getattr(exc, "transient", False)) and not self._cancelled.is_set()
 
-        @retry(retry=retry_if_exception(may_retry),
-               stop=stop_after_attempt(max(1, self.retries)) | stop_after_delay(30),
-               wait=wait_exponential(multiplier=0.5, max=4) + wait_random(0, 0.2),
-               sleep=self._sleep, reraise=True)
         def attempt():
             if self._cancelled.is_set():
                 raise Interrupted(f"{self.target.alias}: interrupted before connecting; nothing was done there")
@@ -332,10 +354,7 @@ class Session(Transport):
             self.attempts += 1
             _open(self.conn, self.target)
 
-        try:
-            attempt()
-        except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
-            raise ConnectError(f"{self.target.alias}: cannot connect: {exc}") from None
+        _retrying(attempt, may_retry, max(1, self.retries), self._sleep)
         transport = self.conn.client.get_transport()
         if transport is not None:
             transport.set_keepalive(self.keepalive)

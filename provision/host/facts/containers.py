@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +104,7 @@ def sglang_containers(force: bool = False, timeout: float = 15.0) -> ContainersF
     """{"containers": [...], "notes": [...]}: running containers whose command is an SGLang
     server, from every trusted runtime on this host. Asks no runtime unless a process with
     another root runs an SGLang server (``force``: ask anyway)."""
-    from provision.host.facts.installs import untrusted_reason
+    from provision.host.lib.trust import trusted_binary
 
     out: ContainersFacts = {"containers": [], "notes": []}
     if not force and not foreign_root_servers():
@@ -113,12 +112,11 @@ def sglang_containers(force: bool = False, timeout: float = 15.0) -> ContainersF
     env = dict(os.environ)
     env.setdefault("PATH", RUNTIME_PATH)
     for runtime in RUNTIMES:
-        path = shutil.which(runtime, path=env["PATH"])
+        path, why = trusted_binary(runtime)
         if not path:
             continue
-        why = untrusted_reason(path)
         if why:
-            out["notes"].append(f"skipped {path}: {why}")
+            out["notes"].append(why)
             continue
         try:
             proc = subprocess.run([path, "ps", "--no-trunc", "--format", PS_FORMAT[runtime]], capture_output=True,

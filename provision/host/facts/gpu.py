@@ -1,22 +1,21 @@
 """The GPUs' compute capability, from nvidia-smi.  STDLIB ONLY, read-only.
 
 ``nvidia-smi --query-gpu=compute_cap --format=csv,noheader`` prints one line per GPU
-("12.0" on an RTX PRO 6000 Blackwell). It runs as root here, so the binary is held to the
-same rule as the interpreters discovery runs (facts/installs.untrusted_reason: it and every
-directory above it owned by root, or by the agent's own non-root user, and not writable by
-group or others), found on the fixed PATH discovery uses (never the caller's), with that
-fixed environment, cwd /, no stdin and a timeout. Without it, the capability is unknown and
+("12.0" on an RTX PRO 6000 Blackwell). It runs as root here, so it is found and
+judged by the one policy for binaries run as root (lib/trust.trusted_binary: on a fixed PATH,
+never the caller's; it and every directory above it owned by root, or by the agent's own
+non-root user, and not writable by group or others), and run with a fixed environment,
+cwd /, no stdin and a timeout. Without it, the capability is unknown and
 the answer says why.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from provision.host.facts.installs import PROBE_ENV, untrusted_reason
+from provision.host.lib.trust import SAFE_ENV, trusted_binary
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import GpuInfo
@@ -44,14 +43,13 @@ def parse_compute_cap(stdout: str) -> tuple[list[str], str | None]:
 def compute_capability(timeout: float = 20) -> GpuInfo:
     """{"capabilities": [...], "count": N, "source": path, "unknown": None} or, when it cannot be
     told, {"capabilities": [], "unknown": why}."""
-    smi = shutil.which("nvidia-smi", path=PROBE_ENV["PATH"])
+    smi, why = trusted_binary("nvidia-smi")
     if not smi:
         return {"capabilities": [], "count": 0, "source": None, "unknown": "no nvidia-smi on the host"}
-    why = untrusted_reason(smi)
     if why:
-        return {"capabilities": [], "count": 0, "source": smi, "unknown": f"{smi} not run: {why}"}
+        return {"capabilities": [], "count": 0, "source": smi, "unknown": why}
     try:
-        proc = subprocess.run([smi] + QUERY, capture_output=True, text=True, timeout=timeout, env=dict(PROBE_ENV),
+        proc = subprocess.run([smi] + QUERY, capture_output=True, text=True, timeout=timeout, env=dict(SAFE_ENV),
                               cwd="/", stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"capabilities": [], "count": 0, "source": smi, "unknown": f"{smi} did not answer in {timeout:g} s"}

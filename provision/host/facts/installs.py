@@ -12,6 +12,17 @@ the others are listed in ``facts["skipped"]`` (an interpreter the user named is
 used anyway, with a warning). The probe runs ``-I -S`` with PROBE_ENV, so no
 site-packages code, ``PYTHONPATH`` or ``sitecustomize`` runs, and a server's cwd
 and ``PYTHONPATH`` are handed to it as data.
+
+The same rule (lib/trust.py, said once there) holds for each install found: a package
+directory that is not root's alone (it, every directory above it and every file in it)
+is never chosen, written or imported; it is listed in ``facts["skipped"]`` with why,
+unless --sglang-path names it (or --python names an interpreter that imports it): then
+it is used, with a warning. A server run by another uid never chooses the install.
+
+Which install: the first of these rules that names one (``facts["chosen_rule"]``):
+pinned (--sglang-path), python (--python / the inventory's `python:` imports it),
+server (a running server of root's imports it; the lowest pid), python3 (python3 on
+PATH imports it), only (the only trusted install); else an error naming them.
 """
 
 from __future__ import annotations
@@ -22,15 +33,16 @@ import os
 import re
 import shutil
 import socket
-import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from provision.host.facts import packages
+from provision.host.lib import trust
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
+from provision.host.lib.procfs import uids as _proc_uids
 from provision.host.lib.procfs import is_sglang_server, same_root, sees_our_file
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
@@ -133,7 +145,7 @@ print(json.dumps(out))
 """
 
 # The probe's whole environment: nothing of the caller's (or a server's) is inherited.
-PROBE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
+PROBE_ENV = trust.SAFE_ENV
 
 INTERPRETER_GLOBS = [
     "/usr/bin/python3", "/usr/local/bin/python3",
@@ -161,98 +173,10 @@ def _is_sglang_pkg(path: str) -> bool:
 
 
 # --------------------------------------------------------------------------- who may run code here
-
-def trusted_uids() -> set:
-    """Owners whose files this agent may execute: root, and the agent's own user when it
-    runs without root (an SSH user with no sudo); never anyone else."""
-    euid = os.geteuid()
-    return {0} if euid == 0 else {0, euid}
-
-
-def _owner_name(uid: int) -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, ImportError):
-        return f"uid {uid}"
-
-
-def _bad_inode(st, uids: set) -> str | None:
-    if st.st_uid not in uids:
-        return f"owned by {_owner_name(st.st_uid)}"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
-        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
-        return f"writable by {who} (mode {mode:04o})"
-    return None
-
-
-def _chain(path: str) -> list:
-    """`path` and every directory above it, top first."""
-    out = []
-    while True:
-        out.append(path)
-        if path in ("/", ""):
-            break
-        path = os.path.dirname(path)
-    return out[::-1]
-
-
-def untrusted_reason(path: str, uids: set | None = None) -> str | None:
-    """Why running `path` could run someone else's code as us, or None when it cannot.
-
-    The interpreter and every directory above it must be owned by `uids` (trusted_uids())
-    and not be writable by group or others: as named, through each symlink on the way
-    (each prefix of the path is resolved and its chain checked), and as finally resolved.
-    A venv's pyvenv.cfg (which picks the standard library) and the standard-library
-    directories of the resolved interpreter are held to the same rule. One phrase, e.g.
-    "owned by alice" or "/home/alice is owned by alice"."""
-    uids = trusted_uids() if uids is None else uids
-    if not os.path.isabs(path):
-        path = shutil.which(path) or os.path.abspath(path)
-    named = os.path.normpath(path)
-    real = os.path.realpath(named)
-    try:
-        why = _bad_inode(os.stat(real), uids)
-    except OSError as exc:
-        return f"cannot be checked ({exc.strerror})"
-    if why:
-        return why if real == named else f"its target {real} is {why}"
-    parts = named.split("/")
-    heads = ["/".join(parts[:i]) or "/" for i in range(1, len(parts) + 1)]
-    dirs: list = []
-    for head in heads:
-        for d in _chain(os.path.realpath(head)):
-            if d != real and d not in dirs:
-                dirs.append(d)
-    bin_dir = os.path.dirname(named)
-    extra_files = [c for c in (os.path.join(bin_dir, "pyvenv.cfg"),
-                               os.path.join(os.path.dirname(bin_dir), "pyvenv.cfg")) if os.path.isfile(c)]
-    homes = []
-    for cfg in extra_files:
-        try:
-            with open(cfg, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    k, _, v = line.partition("=")
-                    if k.strip().lower() == "home" and os.path.isabs(v.strip()):
-                        homes.append(os.path.realpath(v.strip()))
-        except OSError as exc:
-            return f"{cfg} cannot be read ({exc.strerror})"
-    checks = dirs + extra_files
-    for home in homes:
-        checks += [d for d in _chain(home) if d not in checks]
-    for pre in dict.fromkeys([os.path.dirname(os.path.dirname(real))] + [os.path.dirname(h) for h in homes]):
-        checks += [d for d in sorted(glob.glob(os.path.join(glob.escape(pre), "lib*", "python3*")))
-                   if os.path.isdir(d) and d not in checks]
-    for p in checks:
-        try:
-            why = _bad_inode(os.stat(p), uids)
-        except OSError as exc:
-            return f"{p} cannot be checked ({exc.strerror})"
-        if why:
-            return f"{p} is {why}"
-    return None
+# The one rule (lib/trust.py); its names stay importable from here.
+trusted_uids = trust.trusted_uids
+untrusted_reason = trust.untrusted_reason
+_owner_name = trust.owner_name
 
 
 def probe_interpreter(python: str, extra_paths: list | None = None, timeout: float = 15) -> dict | None:
@@ -437,6 +361,30 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                                          "(expected the dir holding __init__.py and srt/models/)"}}
         add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
 
+    # The install rule (lib/trust.py): an install that is not root's (and its user's) alone is
+    # never chosen, written or imported; one named explicitly is used, with a warning.
+    why_of: dict[str, str | None] = {}
+
+    def install_why(path: str) -> str | None:
+        real = os.path.realpath(path)
+        if real not in why_of:
+            why_of[real] = trust.untrusted_install_reason(real)
+        return why_of[real]
+
+    pinned_real = os.path.realpath(pinned) if pinned else None
+    for real in list(installs):
+        why = install_why(real)
+        if why is None:
+            continue
+        by = next((p for p in installs[real]["interpreters"] if p in named), None)
+        if real == pinned_real or by:
+            how = "--sglang-path" if real == pinned_real else f"{by}, named with --python or `python:`, imports it"
+            warnings.append(f"{real}: {why}; used anyway because it was named explicitly ({how}): "
+                            f"{_owner_name(os.geteuid())} imports it and writes into it here")
+        else:
+            del installs[real]
+            skipped.append({"path": real, "reason": why, "what": "install"})
+
     for rec in installs.values():
         if rec["version"] is None:
             rec["version"] = package_version(rec["path"])
@@ -449,45 +397,74 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), "sglang-*.dist-info")):
                 rec["dist_info"] = cand
 
-    servers = running_servers()
+    # A running server chooses the install only when it runs as root (or as the agent's own
+    # user) and imports a trusted install: another user's server never steers root.
+    servers = sorted(running_servers(), key=lambda s: s["pid"])
+    ours = trust.trusted_uids()
     for s in servers:
         s["install"] = _server_install(s)
         if s.get("skipped") and s["skipped"]["path"] not in [k["path"] for k in skipped]:
             skipped.append(s["skipped"])
+        uids = _proc_uids(s["pid"])[:2]
+        s["uid"] = uids[-1] if uids else None
+        foreign = [u for u in uids if u not in ours]
+        if foreign:
+            s["user"] = _owner_name(foreign[0])
+            skipped.append({"path": s["install"] or s["python"], "server_pid": s["pid"], "what": "server",
+                            "reason": f"it runs as {s['user']}, so it does not choose the install"})
+            continue
+        if s["install"] and install_why(s["install"]) is not None:
+            if s["install"] not in [k["path"] for k in skipped]:
+                skipped.append({"path": s["install"], "reason": install_why(s["install"]), "what": "install",
+                                "server_pid": s["pid"]})
+            continue
+        s["chooses"] = bool(s["install"])
 
-    chosen, reason, error = None, None, None
-    if pinned:
-        chosen, reason = os.path.realpath(pinned), "pinned with --sglang-path"
-    else:
-        live = [s for s in servers if s.get("install")]
-        if live:
-            chosen, reason = live[0]["install"], f"the running server (pid {live[0]['pid']}) imports it"
-        elif configured_python:
-            for rec in installs.values():
-                if configured_python in rec["interpreters"]:
-                    chosen, reason = rec["path"], f"{configured_python} imports it"
-            if chosen is None and len(installs) == 1:
-                chosen = next(iter(installs))
-                reason = "the only install on this host"
-        if chosen is None:
-            py3 = shutil.which("python3")
-            for rec in installs.values():
-                if py3 and py3 in rec["interpreters"]:
-                    chosen, reason = rec["path"], f"python3 on PATH ({py3}) imports it"
-                    break
-        if chosen is None and len(installs) == 1:
-            chosen, reason = next(iter(installs)), "the only install on this host"
-        if chosen is None and installs:
-            error = {"kind": "ambiguous",
-                     "message": "several SGLang installs and none is imported by python3 on PATH: "
-                                + "; ".join(f"{r['path']} ({r['version']})" for r in installs.values())
-                                + ". Pin one with --sglang-path or set `python:` for the host"}
-        if not installs:
-            error = {"kind": "not-found",
-                     "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
-                                "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"}
+    chosen, rule, reason, error = choose(list(installs.values()), servers, pinned=pinned_real,
+                                         configured_python=configured_python, python3=shutil.which("python3"),
+                                         skipped=skipped)
     return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
-            "chosen_reason": reason, "warnings": warnings, "error": error, "skipped": skipped}
+            "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
+            "skipped": skipped}
+
+
+SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")
+
+
+def choose(installs: list, servers: list, *, pinned: str | None = None, configured_python: str | None = None,
+           python3: str | None = None, skipped: list | None = None) -> tuple:
+    """Which install to act on: (path, rule, reason, None) for the first rule of SELECTION_ORDER that
+    names one, or (None, None, None, error). `installs` are the trusted ones (and any named
+    explicitly); a server counts when it ``chooses`` (run by a trusted uid, a trusted install):
+    the lowest pid's. Pure."""
+    by_python = [r["path"] for r in installs if configured_python and configured_python in r["interpreters"]]
+    live = sorted((s for s in servers if s.get("chooses") and s.get("install")), key=lambda s: s["pid"])
+    by_py3 = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
+    if pinned:
+        return pinned, "pinned", "it was pinned with --sglang-path", None
+    if by_python:
+        return by_python[0], "python", f"{configured_python} (--python or `python:`) imports it", None
+    if live:
+        s = live[0]
+        who = _owner_name(s["uid"]) if s.get("uid") is not None else "a trusted user"
+        return s["install"], "server", f"the running server pid {s['pid']} (run by {who}) imports it", None
+    if by_py3:
+        return by_py3[0], "python3", f"python3 on PATH ({python3}) imports it", None
+    if len(installs) == 1:
+        return installs[0]["path"], "only", "it is the only trusted install on this host", None
+    if installs:
+        return None, None, None, {
+            "kind": "ambiguous",
+            "message": "several SGLang installs and none is imported by python3 on PATH: "
+                       + "; ".join(f"{r['path']} ({r['version']})" for r in installs)
+                       + ". Pin one with --sglang-path or set `python:` for the host"}
+    untrusted = [k for k in skipped or [] if k.get("what") == "install"]
+    return None, None, None, {
+        "kind": "not-found",
+        "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
+                   "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"
+                   + ("; skipped as not root's alone: " + "; ".join(f"{k['path']} ({k['reason']})" for k in untrusted)
+                      + " (name one with --sglang-path to use it anyway)" if untrusted else "")}
 
 
 def for_request(req: Mapping[str, Any]) -> Any:

@@ -64,11 +64,12 @@ def git_blob_sha(data: bytes) -> str:
 
 
 def git(root: str, *args: str, timeout: float = 10) -> str | None:
-    import shutil
     import subprocess
 
-    exe = shutil.which("git")
-    if not exe:
+    from provision.host.lib.trust import trusted_binary
+
+    exe, why = trusted_binary("git")
+    if not exe or why:
         return None
     try:
         proc = subprocess.run([exe, "-C", root, *args], capture_output=True, text=True, timeout=timeout,

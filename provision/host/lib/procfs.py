@@ -66,6 +66,18 @@ def cmdline(pid: int | str) -> list[str]:
         return []
 
 
+def uids(pid: int | str) -> list[int]:
+    """The process's real, effective, saved and filesystem uids (/proc/PID/status); [] if gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return [int(x) for x in line.split()[1:5]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
 def environ(pid: int | str) -> dict[str, str]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:

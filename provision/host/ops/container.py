@@ -88,10 +88,20 @@ print(json.dumps({"modules": out}))
 
 
 def runtime_path(runtime: str) -> str | None:
-    return shutil.which(runtime, path=installs.PROBE_ENV["PATH"])
+    """The runtime to run as root, when the one policy for binaries run as root allows it."""
+    from provision.host.lib.trust import trusted_binary
+
+    path, why = trusted_binary(runtime)
+    return path if why is None else None
 
 
 def missing_runtime(runtime: str) -> ErrorInfo:
+    from provision.host.lib.trust import trusted_binary
+
+    path, why = trusted_binary(runtime)
+    if path:  # there, but not root's alone: never run
+        return {"kind": "untrusted-runtime", "message": f"{why}: provision runs it as root only when it and every "
+                                                        "directory above it are root's and not group/other-writable"}
     return {"kind": "no-runtime", "message": (
         f"{runtime} is not installed on this host (no `{runtime}` on {installs.PROBE_ENV['PATH']}): install it, "
         f"or set launch.container.runtime to the runtime the host has")}

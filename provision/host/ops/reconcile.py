@@ -47,15 +47,6 @@ from provision.host.lib.state import sha256 as _sha
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import ReconcileAnswer, ReconcileRequest, Spec
 
-# --------------------------------------------------------------------------- light entry point
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-# --------------------------------------------------------------------------- pristine references
-
-
 # --------------------------------------------------------------------------- the pure classifier
 
 STATES = ("unchanged", "native", "wiped", "unpatched", "held", "stale-block", "foreign-edit", "blocked-git",
@@ -179,8 +170,6 @@ def _edit_state(state_dir: str, real: str, update: dict | None) -> None:
 
 
 # --------------------------------------------------------------------------- reconcile
-
-
 
 def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
     """Does the file's begin marker carry a block sha the current spec renders? The

@@ -236,15 +236,19 @@ def _server_state(req: dict, port: int) -> dict:
 
 # -- preflight ---------------------------------------------------------------
 def _nvidia() -> dict:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return {"available": False}
+    from provision.host.lib.trust import SAFE_ENV, trusted_binary  # the one policy for binaries run as root
+
+    smi, why = trusted_binary("nvidia-smi")
+    if not smi or why:
+        return {"available": False, "why": why if smi else "nvidia-smi not found"}
     out = {"available": True, "gpus": None, "busy": []}
+    run = {"capture_output": True, "text": True, "timeout": 20, "env": dict(SAFE_ENV), "cwd": "/",
+           "stdin": subprocess.DEVNULL}
     try:
-        p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+        p = subprocess.run([smi, "-L"], **run)  # type: ignore[call-overload]
         out["gpus"] = len([x for x in p.stdout.splitlines() if x.startswith("GPU ")])
         q = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
+                           **run)  # type: ignore[call-overload]
         for line in q.stdout.splitlines():
             parts = [x.strip() for x in line.split(",")]
             if len(parts) >= 3 and parts[0].isdigit():
@@ -392,7 +396,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
         else:
             checks.append({"level": "ok", "check": "gpus", "message": f"{gpu.get('gpus')} GPUs visible, none busy"})
     else:
-        checks.append({"level": "info", "check": "gpus", "message": "nvidia-smi not found: GPU checks skipped"})
+        checks.append({"level": "info", "check": "gpus", "message": f"{gpu['why']}: GPU checks skipped"})
     if strays:
         checks.append({"level": "fail", "check": "strays",
                        "message": "leftover SGLang processes from an earlier server: "
@@ -617,7 +621,9 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
 
 
 def systemd_available() -> bool:
-    return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
+    from provision.host.lib.trust import trusted_binary
+
+    return os.path.isdir("/run/systemd/system") and trusted_binary("systemctl")[1] is None
 
 
 # -- persistent servers: a systemd service -------------------------------------
@@ -666,7 +672,12 @@ def _write_private(path: str, text: str) -> None:
 
 
 def _systemctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=timeout)
+    from provision.host.lib.trust import trusted_binary
+
+    exe, why = trusted_binary("systemctl")
+    if why:
+        return subprocess.CompletedProcess(["systemctl", *args], 1, "", why)
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def unit_state(unit: str) -> dict | None:

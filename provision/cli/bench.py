@@ -1,0 +1,181 @@
+"""`provision bench`: does EAGLE-3 pay off on every host?"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from provision.cli.main import _journal, fleet_options, metrics_options, selected_hosts, transport_options, \
+    write_metrics
+from provision.errors import EXIT_NOTHING, ConfigError
+
+
+@click.command()
+@fleet_options
+@transport_options(container=False)
+@click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="The server's port on the host (default: the host's launch profile's, then 30000).")
+@click.option("--requests", "-n", "requests", type=click.IntRange(1, 1000), default=15, show_default=True,
+              help="Measured requests per host, strictly one at a time.")
+@click.option("--max-new-tokens", type=click.IntRange(2, 65536), default=512, show_default=True,
+              help="max_new_tokens of each request (temperature 0).")
+@click.option("--warmup", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="Requests sent first and not measured.")
+@click.option("--baseline", "baseline_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Baseline figures (from --save-baseline): each host gets a speedup against the entry with its "
+                   "model path, tp-size, SGLang version and GPU name.")
+@click.option("--save-baseline", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Write the figures of the hosts measured WITHOUT speculative decoding as baseline entries "
+                   "(entries of other keys already in FILE are kept).")
+@click.option("--min-speedup", type=click.FloatRange(min=0), default=1.3, show_default=True,
+              help="Flag a host `underperforming` below this speedup (needs --baseline).")
+@click.option("--min-accept-length", type=click.FloatRange(min=0), default=1.8, show_default=True,
+              help="Flag a host `underperforming` below this accept length (1.8 suits steps 3, topk 1, "
+                   "4 draft tokens).")
+@click.option("--force", is_flag=True,
+              help="Measure a server that is serving traffic (/flush_cache answers 400); the figures then "
+                   "include that traffic, and say so.")
+@click.option("--api-key-file", metavar="FILE",
+              help="The server's API key (default: PROVISION_API_KEY, then the key the launch left in the "
+                   "host's 0600 --config file).")
+@metrics_options
+def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, save_baseline, min_speedup,
+          min_accept_length, force, api_key_file, metrics_file):
+    """Measure each host's running server: single-stream decode speed, accept length, speedup.
+
+    \b
+    For each host (hosts in parallel up to --forks, one server at a time each),
+    from the host itself (the port is usually bound to 127.0.0.1):
+      /server_info (version, speculative_* settings), /model_info;
+      POST /flush_cache: 400 means the server is busy: skipped (--force);
+      --warmup requests, then --requests streaming /generate, one at a time,
+      temperature 0, the shipped prompts (code, prose, math, a JSON tool call,
+      a long context) in order.
+    decode tok/s = (completion_tokens - 1) / (t_last - t_first) per request; the
+    host's figure is the median (with p10, p90). accept length =
+    sum(completion_tokens) / sum(spec_verify_ct).
+
+    \b
+    A baseline is a server launched without --speculative-*: measure those with
+    --save-baseline FILE, then the EAGLE-3 hosts with --baseline FILE.
+    Flags: no-spec (speculation on, but no spec_verify_ct in the answers),
+    net-negative (speedup < 1), underperforming (< --min-speedup or accept
+    length < --min-accept-length), outlier (< 0.85 x the median of this run's
+    hosts with the same model, tp-size, version and GPU).
+
+    \b
+    Exit 0 all measured and unflagged (busy hosts are skipped, not failed),
+    8 a host is flagged, 3 a host failed (down, loading, 401, a broken stream).
+    Every host's figures are journaled: `provision history --host H`.
+    """
+    from provision.config.profile import secrets_from_env
+    from provision.control.runner import Fleet, run_hosts
+    from provision.output import benchfigures as bf
+    from provision.output.prometheus import bench_metrics
+    from provision.tasks import bench as tb
+
+    baseline = None
+    if baseline_file:
+        try:
+            with open(baseline_file, encoding="utf-8") as fh:
+                baseline = bf.parse_baseline(fh.read(), baseline_file)
+        except OSError as exc:
+            raise ConfigError(f"--baseline {baseline_file}: cannot read it ({exc.strerror})") from None
+    old_entries: dict = {}
+    if save_baseline:
+        try:
+            with open(save_baseline, encoding="utf-8") as fh:
+                old_entries = bf.parse_baseline(fh.read(), save_baseline)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"--save-baseline {save_baseline}: cannot read it ({exc.strerror})") from None
+    secrets = secrets_from_env(files={"api-key": api_key_file} if api_key_file else None)
+    opts = tb.BenchOptions(port=server_port, requests=requests, max_new_tokens=max_new_tokens, warmup=warmup,
+                           force=force, secrets={"args": {k: v for k, v in secrets["args"].items()
+                                                          if k == "api-key"}},
+                           timeout=ctx.conn.command_timeout)
+    hosts = selected_hosts(ctx)
+    if not hosts:
+        click.echo("error: no host matched the selection; nothing was done", err=True)
+        sys.exit(EXIT_NOTHING)
+    fleet = Fleet(ctx.conn)
+    try:
+        results = run_hosts(fleet, hosts, tb.bench_fn(opts))
+    finally:
+        fleet.close()
+    for w in dict.fromkeys(fleet.warnings):
+        click.echo(f"warning: {w}", err=True)
+    tb.judge(results, baseline, min_speedup=min_speedup, min_accept_length=min_accept_length)
+    _journal("bench", results)
+    code = tb.exit_code(results)
+    if save_baseline:
+        entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"})
+        for n in notes:
+            click.echo(f"note: {n}", err=True)
+        if entries:
+            from datetime import datetime
+
+            text = bf.render_baseline(bf.merge_baseline(old_entries, entries),
+                                      datetime.now().astimezone().isoformat(timespec="seconds"))
+            from provision.output.prometheus import write_atomic
+
+            try:
+                write_atomic(save_baseline, text)
+            except OSError as exc:
+                raise ConfigError(f"--save-baseline {save_baseline}: cannot write it ({exc.strerror})") from None
+            click.echo(f"saved {len(entries)} baseline entr{'y' if len(entries) == 1 else 'ies'} to {save_baseline}",
+                       err=True)
+        else:
+            click.echo(f"warning: no host without speculative decoding was measured: {save_baseline} not written",
+                       err=True)
+    metrics = bench_metrics(results) if (ctx.fmt == "prometheus" or metrics_file) else ""
+    write_metrics(metrics_file, metrics)
+    if ctx.fmt == "prometheus":
+        click.echo(metrics, nl=False)
+    elif ctx.as_json:
+        from provision import __version__
+
+        click.echo(json.dumps({"tool": "provision", "version": __version__, "command": "bench", "exit_code": code,
+                               "summary": tb.summary_line(results), "baseline": baseline_file,
+                               "hosts": [tb.record(r) for r in results]}, indent=2))
+    else:
+        for r in results:
+            click.echo(tb.host_line(r))
+            for note in r.notes:
+                click.echo(f"    note: {note}")
+        if ctx.fmt == "table":
+            print_bars(results)
+        click.echo(tb.summary_line(results))
+    sys.exit(code)
+
+
+def print_bars(results) -> None:
+    """On a terminal: one bar per measured host (decode tok/s), its baseline's under it, so a glance
+    finds the slow host."""
+    from rich.console import Console
+    from rich.text import Text
+
+    rows = [r for r in results if r.verdict == "measured" and r.data.get("decode_tok_s") is not None]
+    if not rows:
+        return
+    top = max(max(r.data["decode_tok_s"], r.data.get("baseline_decode_tok_s") or 0) for r in rows) or 1.0
+    width = max(len(r.host) for r in rows)
+    console = Console(highlight=False)
+    span = max(10, min(50, console.width - width - 30))
+    for r in rows:
+        d = r.data
+        style = "bold red" if d.get("flags") else ("green" if d.get("spec_on") else "cyan")
+        n = max(1, round(span * d["decode_tok_s"] / top))
+        line = Text(f"{r.host:<{width}}  ")
+        line.append("█" * n, style=style)
+        line.append(f" {d['decode_tok_s']:.1f} tok/s" + (f"  {', '.join(d['flags'])}" if d.get("flags") else ""))
+        console.print(line)
+        base = d.get("baseline_decode_tok_s")
+        if base:
+            b = Text(f"{'':<{width}}  ")
+            b.append("░" * max(1, round(span * base / top)), style="dim")
+            b.append(f" {base:.1f} baseline")
+            console.print(b)

@@ -1,0 +1,270 @@
+"""The `bench` op: time a running SGLang server from the host itself.  STDLIB ONLY.
+
+The server's port is usually bound to 127.0.0.1, so the requests go from here (the host side
+of the SSH call), and the timings are the host's clock: the network to the control machine is
+not in them. For one server:
+
+1. ``GET /server_info`` (falling back to ``/get_server_info``): version, tp-size, the
+   ``speculative_*`` settings; ``GET /model_info``: the model path. Only those fields are
+   answered (the server args can hold the API key).
+2. ``POST /flush_cache``: 400 means the server is serving traffic, so the host is skipped as
+   ``busy`` unless ``force`` (then the figures include the other traffic, and say so). The flush
+   also resets ``/server_info``'s ``avg_spec_accept_length``, read again at the end.
+3. ``warmup`` requests, then ``requests`` streaming ``POST /generate`` strictly one at a time,
+   ``temperature: 0``, ``max_new_tokens``, the shipped prompts (bench_prompts.py) in order.
+   Per request: time to the first chunk (TTFT), first to last chunk (decode), the final
+   chunk's ``meta_info`` (completion_tokens, spec_verify_ct and the release's draft counts).
+
+Every way it can go wrong is an answer with one sentence, never a traceback or a hang: nothing
+listening (or still loading: the server's process is alive but its port is not open yet), 401,
+503, a stream cut before ``[DONE]``, a chunk that is not JSON, a read that stalls past the
+timeout. The API key is the run's own secret, else the one the launch left in its 0600
+``--config`` file (ops/server.py op_start).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from provision.host.facts.gpu_name import gpu_name
+from provision.host.ops import server
+from provision.host.ops.bench_prompts import PROMPTS
+
+if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.protocol import BenchAnswer, BenchRequest
+
+META_FIELDS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
+               "spec_accept_token_num", "spec_draft_token_num", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+INFO_FIELDS = ("version", "tp_size", "tensor_parallel_size", "model_path", "served_model_name")
+
+
+class BenchFailure(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def config_api_key(path: str | None) -> str | None:
+    """The `api-key:` of the launch's 0600 --config file (values are JSON-quoted there)."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                key, sep, val = line.partition(":")
+                if sep and key.strip() == "api-key":
+                    val = val.strip()
+                    try:
+                        return str(json.loads(val))
+                    except ValueError:
+                        return val.strip("'\"") or None
+    except OSError:
+        return None
+    return None
+
+
+class Client:
+    def __init__(self, host: str, port: int, key: str | None, timeout: float):
+        self.host, self.port, self.key, self.timeout = host, port, key, timeout
+
+    def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+
+    def _headers(self) -> dict:
+        h = {"Content-Type": "application/json", "Accept": "*/*"}
+        if self.key:
+            h["Authorization"] = f"Bearer {self.key}"
+        return h
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        conn = self._conn()
+        try:
+            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                         headers=self._headers())
+            resp = conn.getresponse()
+            return resp.status, resp.read(1 << 20)
+        except ConnectionRefusedError:
+            raise BenchFailure("down", f"nothing answers on {self.host}:{self.port} (connection refused)") from None
+        except socket.timeout:
+            raise BenchFailure("timeout", f"{method} {path} got no answer in {self.timeout:g} s") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise BenchFailure("http", f"{method} {path} failed: {exc or type(exc).__name__}") from None
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> tuple[int, Any]:
+        status, data = self.request("GET", path)
+        if status != 200:
+            return status, None
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            raise BenchFailure("http", f"GET {path} answered 200 with a body that is not JSON") from None
+
+    def stream(self, text: str, max_new_tokens: int, deadline_s: float) -> dict:
+        """One streaming /generate; the figures of it, or BenchFailure."""
+        body = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
+                "stream": True}
+        conn = self._conn()
+        t0 = time.monotonic()
+        t_first = t_last = None
+        first_tokens = 0
+        last: dict = {}
+        chunks = 0
+        try:
+            conn.request("POST", "/generate", body=json.dumps(body).encode(), headers=self._headers())
+            resp = conn.getresponse()
+            if resp.status != 200:
+                detail = resp.read(400).decode("utf-8", "replace").strip()
+                raise status_failure(resp.status, "POST /generate", detail)
+            while True:
+                if time.monotonic() - t0 > deadline_s:
+                    raise BenchFailure("timeout", f"a /generate stream did not finish in {deadline_s:g} s "
+                                                  f"({chunks} chunks so far)")
+                line = resp.readline(1 << 22)
+                if not line:
+                    toks = (last.get("meta_info") or {}).get("completion_tokens")
+                    raise BenchFailure("stream", f"the /generate stream was cut after {chunks} chunks"
+                                                 f"{f' ({toks} tokens)' if toks else ''}, before its [DONE]")
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                try:
+                    obj = json.loads(payload)
+                except ValueError:
+                    raise BenchFailure("stream", "a /generate stream chunk was not JSON: "
+                                                 f"{payload[:80].decode('utf-8', 'replace')!r}") from None
+                if not isinstance(obj, dict):
+                    raise BenchFailure("stream", "a /generate stream chunk was JSON but not an object")
+                if obj.get("error"):
+                    err = obj["error"]
+                    msg = err.get("message") if isinstance(err, dict) else err
+                    raise BenchFailure("stream", f"the server ended the stream with an error: {str(msg)[:200]}")
+                now = time.monotonic()
+                chunks += 1
+                if t_first is None:
+                    t_first = now
+                    ct = (obj.get("meta_info") or {}).get("completion_tokens")
+                    first_tokens = ct if isinstance(ct, int) and ct > 0 else 1
+                t_last = now
+                last = obj
+        except socket.timeout:
+            raise BenchFailure("timeout", f"the /generate stream stalled for {self.timeout:g} s "
+                                          f"after {chunks} chunks") from None
+        except ConnectionRefusedError:
+            raise BenchFailure("down", f"nothing answers on {self.host}:{self.port} (connection refused)") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise BenchFailure("stream", f"the /generate stream broke after {chunks} chunks: "
+                                         f"{exc or type(exc).__name__}") from None
+        finally:
+            conn.close()
+        meta = last.get("meta_info") if isinstance(last.get("meta_info"), dict) else {}
+        out: dict = {"ok": True, "chunks": chunks,
+                     "ttft_s": round(t_first - t0, 5) if t_first is not None else None,
+                     "decode_s": round(t_last - t_first, 5) if t_first is not None and t_last is not None else None,
+                     "first_chunk_tokens": first_tokens}
+        for k in META_FIELDS:
+            if k in meta:
+                out[k] = meta[k]
+        return out
+
+
+def status_failure(status: int, what: str, detail: str = "") -> BenchFailure:
+    if status == 401:
+        return BenchFailure("unauthorized", f"{what} answered 401 Unauthorized: the server wants an API key "
+                                            "this run does not have (set PROVISION_API_KEY or --api-key-file, "
+                                            "as for the launch)")
+    if status == 503:
+        return BenchFailure("loading", f"{what} answered 503: the server is still starting (or shutting down)")
+    return BenchFailure("http", f"{what} answered HTTP {status}" + (f": {detail[:200]}" if detail else ""))
+
+
+def _trim_info(info: Any) -> dict:
+    if not isinstance(info, dict):
+        return {}
+    out = {k: info[k] for k in INFO_FIELDS if k in info}
+    out.update({k: v for k, v in info.items() if k.startswith("speculative_")})
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        out["internal_states"] = [{k: s.get(k) for k in ("avg_spec_accept_length", "last_gen_throughput")}
+                                  for s in states if isinstance(s, dict)]
+    return out
+
+
+def _where(req: dict) -> tuple[str, int, dict]:
+    port = int(req.get("port") or 30000)
+    rec = server.read_record(req, port) or {}
+    host = str(rec.get("host") or "127.0.0.1")
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return host, port, rec
+
+
+def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
+    host, port, rec = _where(dict(req))
+    key = ((req.get("secrets") or {}).get("args") or {}).get("api-key") or config_api_key(rec.get("config"))
+    client = Client(host, port, key, float(req.get("read_timeout", 120)))
+    out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}
+    try:
+        _run(client, req, out)
+    except BenchFailure as f:
+        kind, msg = f.kind, f.message
+        if kind == "down" and rec and server.alive(rec.get("pid"), rec.get("starttime")):
+            kind, msg = "loading", (f"the server (pid {rec.get('pid')}) is still loading: its port {port} is not "
+                                    "open yet; `provision wait` follows it")
+        elif kind == "down":
+            msg += ": no server runs there (`provision status` shows what does; --server-port picks another)"
+        out.update(ok=False, error={"kind": kind, "message": msg})
+    return out  # type: ignore[return-value]
+
+
+def _run(client: Client, req: dict, out: dict) -> None:
+    status, info = client.get_json("/server_info")
+    if status == 404:
+        status, info = client.get_json("/get_server_info")
+    if status != 200:
+        raise status_failure(status, "GET /server_info")
+    out["server_info"] = _trim_info(info)
+    status, model = client.get_json("/model_info")
+    if status == 404:
+        status, model = client.get_json("/get_model_info")
+    if status == 200 and isinstance(model, dict):
+        out["model_info"] = {k: model.get(k) for k in ("model_path", "architectures", "weight_version")}
+    status, body = client.request("POST", "/flush_cache")
+    if status == 200:
+        out["flushed"] = True
+    elif status == 400:
+        out["flushed"] = False
+        if not req.get("force"):
+            raise BenchFailure("busy", "the server is serving traffic (/flush_cache answered 400): not measured; "
+                                       "--force measures anyway, and the figures then include that traffic")
+        out["busy_forced"] = True
+    elif status == 401:
+        raise status_failure(status, "POST /flush_cache")
+    else:
+        out["flushed"] = False
+        out["flush_status"] = status
+    max_new = int(req.get("max_new_tokens") or 512)
+    deadline = float(req.get("request_timeout") or max(120.0, max_new / 2.0))
+    prompts = PROMPTS
+    for i in range(int(req.get("warmup", 2))):
+        client.stream(prompts[i % len(prompts)][1], max_new, deadline)
+        out["warmup"] += 1
+    for i in range(int(req.get("requests") or 15)):
+        name, text = prompts[i % len(prompts)]
+        one = client.stream(text, max_new, deadline)
+        one["prompt"] = name
+        out["requests"].append(one)
+    status, after = client.get_json("/server_info")
+    if status == 200:
+        out["server_info_after"] = _trim_info(after)
+
+
+OPS = {"bench": op_bench}

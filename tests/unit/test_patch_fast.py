@@ -1,0 +1,86 @@
+"""A no-op `patch` takes reconcile's fast path: when the file holds exactly the bytes our last patch
+of the same spec wrote, the host answers `unchanged` without discovery (no interpreter probed,
+nothing written), with the same verdict, file, sha and methods as the full look gives; any
+other file, spec or request takes the full look."""
+
+from __future__ import annotations
+
+import pytest
+
+from provision.host.facts import installs
+from provision.host.facts import servers as server_facts
+from provision.host.ops import patch
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    from provision.sandbox import wheels
+
+    try:
+        src = wheels.models_file("0.5.9").read_bytes()
+    except wheels.WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    from provision.config.playbook import load_patch_spec
+
+    spec = load_patch_spec(None).to_engine()
+    pkg = tmp_path / "site" / "sglang"
+    target = pkg / spec["file"]
+    target.parent.mkdir(parents=True)
+    target.write_bytes(src)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
+    # this machine's own processes (other sessions' servers) are not this test's subject
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    monkeypatch.setattr(installs, "running_servers", lambda: [])
+    probes: list = []
+    real = installs.probe_interpreter
+    monkeypatch.setattr(installs, "probe_interpreter", lambda p, *a, **kw: probes.append(p) or real(p, *a, **kw))
+    req = {"op": "patch", "check": False, "diff": False, "force": False, "sglang_path": str(pkg), "python": None,
+           "verify_import": False, "specs": [spec], "state_dir": str(tmp_path / "state")}
+    return req, target, probes
+
+
+def _row(ans):
+    r = ans["results"][0]["result"]
+    return (ans["ok"], r["verdict"], r["file"], r["sha_after"], r["kept"], r["added"], ans["facts"]["chosen"])
+
+
+def test_a_no_op_patch_takes_the_fast_path_and_answers_as_the_full_look(site):
+    req, target, probes = site
+    first = patch.op_patch(req, b"")
+    assert first["results"][0]["result"]["verdict"] == "patched"
+    state = target.parents[4] / "state" / "state.json"
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (target, state)}
+    probes.clear()
+
+    fast = patch.op_patch(req, b"")
+    assert fast["results"][0]["result"]["path"] == "fast" and fast["facts"]["fast"] is True
+    assert probes == [], "no interpreter was probed"
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before, "nothing was written"
+    full = patch.op_patch(dict(req, diff=True), b"")  # --diff takes the full look
+    assert probes, "the full look probes interpreters"
+    assert "path" not in full["results"][0]["result"]
+    assert _row(fast) == _row(full)
+    assert _row(fast)[1] == "unchanged"
+    # --check too
+    assert patch.op_patch(dict(req, check=True), b"")["results"][0]["result"]["path"] == "fast"
+
+
+def test_anything_else_takes_the_full_look(site):
+    req, target, probes = site
+    patch.op_patch(req, b"")
+    spec = req["specs"][0]
+    # a changed spec: its block is re-rendered, never called unchanged
+    changed = dict(spec, methods=[dict(m, params=m["params"] + ", **kw") if m["name"] == "get_embed_and_head"
+                                  else m for m in spec["methods"]])
+    ans = patch.op_patch(dict(req, specs=[changed]), b"")
+    assert "path" not in ans["results"][0]["result"] and ans["results"][0]["result"]["verdict"] != "unchanged"
+    patch.op_patch(req, b"")  # back to the first spec
+    assert patch.op_patch(req, b"")["results"][0]["result"].get("path") == "fast"
+    # a named interpreter, --force, unpatch: the full look
+    for r in (dict(req, python="/usr/bin/python3"), dict(req, force=True)):
+        assert "path" not in patch.op_patch(r, b"")["results"][0]["result"]
+    # someone appended a line: bytes differ from our last write
+    with open(target, "a") as fh:
+        fh.write("# edited\n")
+    assert "path" not in patch.op_patch(req, b"")["results"][0]["result"]

@@ -401,8 +401,17 @@ class HostSpec:
     flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
     podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
     gpu_capability: str | None = None  # a stand-in nvidia-smi reporting 8 GPUs of this compute capability
+    # (in-host dir, this machine's dir) pairs bind-mounted read-only into the host (namespaces kind), e.g.
+    # the realimport tier's cached venv (realimport_venv.py), which the host's own venv builds on
+    ro_binds: tuple = ()
 
     def __post_init__(self) -> None:
+        self.ro_binds = tuple((str(t), str(s)) for t, s in self.ro_binds)
+        for target, source in self.ro_binds:
+            if not (target.startswith("/") and source.startswith("/")) or "=" in target or "=" in source:
+                raise SandboxError(f"host {self.name}: ro_binds takes absolute paths without '=': {target}, {source}")
+        if self.ro_binds and self.kind != "namespaces":
+            raise SandboxError(f"host {self.name}: ro_binds are set up on namespace hosts only")
         if self.podman and self.kind != "namespaces":
             raise SandboxError(f"host {self.name}: podman is set up on namespace hosts only")
         if self.kind not in KINDS:
@@ -1292,6 +1301,7 @@ class Sandbox:
                        check=True, capture_output=True)
         (etc_ssh / "sshd_config").write_text(SSHD_CONFIG.format(name=spec.name))
         extra_mounts = _podman_setup(fs / PODMAN_ETC_SUB) if spec.podman else []
+        extra_mounts += [f"ro:{target}={source}" for target, source in spec.ro_binds]
         if spec.gpu_capability:
             _standin_nvidia_smi(fs / "gpu-bin", spec.gpu_capability)
             extra_mounts.insert(0, "+/usr/bin=gpu-bin")

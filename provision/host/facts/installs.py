@@ -487,9 +487,53 @@ def chosen_install(facts: Mapping[str, Any]) -> Any:
     return None
 
 
-def owner_python(install: dict) -> tuple[str, dict]:
-    """(interpreter, extra env) that imports this install."""
+def _layout_python(pkg: str) -> str | None:
+    """The interpreter of the venv whose layout holds `pkg`: <venv>/lib/pythonX.Y/site-packages/sglang
+    under a <venv>/pyvenv.cfg, run as <venv>/bin/pythonX.Y (or python3, python). None otherwise."""
+    site = os.path.dirname(pkg)
+    libdir = os.path.dirname(site)
+    m = re.fullmatch(r"python(\d+\.\d+)", os.path.basename(libdir))
+    if not m or os.path.basename(site) != "site-packages" or \
+            os.path.basename(os.path.dirname(libdir)) not in ("lib", "lib64"):
+        return None
+    prefix = os.path.dirname(os.path.dirname(libdir))
+    if not os.path.isfile(os.path.join(prefix, "pyvenv.cfg")):
+        return None
+    for name in (f"python{m.group(1)}", "python3", "python"):
+        exe = os.path.join(prefix, "bin", name)
+        if os.path.isfile(exe) and os.access(exe, os.X_OK):
+            return exe
+    return None
+
+
+def owning_interpreter(install: dict) -> tuple[str | None, dict, str | None]:
+    """(interpreter, extra env, None) that imports this install as its server would: an interpreter
+    discovery found importing it; else, for a site-packages install, the venv its layout names
+    (subject to untrusted_reason, and asked where it finds sglang); else, for a source checkout,
+    python3 with PYTHONPATH. (None, {}, why) when no interpreter owns a site-packages install:
+    python3 with PYTHONPATH would skip the venv's .pth files, so it is never guessed."""
     if install["interpreters"]:
-        return install["interpreters"][0], {}
+        return install["interpreters"][0], {}, None
+    if install.get("kind") != "site-packages":
+        return shutil.which("python3") or "/usr/bin/python3", {"PYTHONPATH": install["pythonpath"]}, None
+    exe = _layout_python(install["path"])
+    if exe is None:
+        return None, {}, f"no interpreter on this host imports {install['path']} (no venv layout around it)"
+    why = untrusted_reason(exe)
+    if why:
+        return None, {}, f"{exe}, whose venv holds {install['path']}, is not trusted here: {why}"
+    res = probe_interpreter(exe)
+    if not res or not res.get("sglang") or os.path.realpath(res["sglang"]) != os.path.realpath(install["path"]):
+        return None, {}, f"{exe}, whose venv holds {install['path']}, imports " \
+                         f"{(res or {}).get('sglang') or 'no sglang'} instead"
+    return exe, {}, None
+
+
+def owner_python(install: dict) -> tuple[str, dict]:
+    """(interpreter, extra env) that imports this install (owning_interpreter); where none owns it,
+    python3 with PYTHONPATH, for the callers that only read or stage files."""
+    python, env, _why = owning_interpreter(install)
+    if python:
+        return python, env
     py = shutil.which("python3") or "/usr/bin/python3"
     return py, {"PYTHONPATH": install["pythonpath"]}

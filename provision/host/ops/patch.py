@@ -291,7 +291,9 @@ print(json.dumps({"importable": True, "class_found": c is not None,
 
 
 def verify_import(inst: dict, spec: dict) -> dict:
-    owner, env_extra = installs.owner_python(inst)
+    owner, env_extra, unowned = installs.owning_interpreter(inst)
+    if owner is None:  # never python3 with PYTHONPATH: it skips the venv's .pth files
+        return {"status": "not-verifiable", "why": f"{unowned}; name its interpreter with --python"}
     mod = module_name(spec["file"], spec.get("package") or PACKAGE)
     names = ",".join(m["name"] for m in spec.get("methods") or [])
     try:

@@ -103,7 +103,9 @@ VENV_DIR = "/opt/venv"
 STANDIN_DIR = "/opt/provision-standin"
 STANDIN_MODULE = "sglang_standin.py"
 STANDIN_SOURCE = Path(__file__).with_name("standin.py")  # written by another module's owner
-STANDIN_GENERATE = Path(__file__).with_name("standin_generate.py")  # its /generate; imported beside it
+# Its modules, one per job (standin_log.py, standin_http.py, standin_generate.py, ...): it imports them
+# flat from beside it, so every one is installed next to it under its own name.
+STANDIN_MODULES = tuple(sorted(Path(__file__).parent.glob("standin_*.py")))
 DEPS_MODULE = "_provision_sandbox_deps"
 
 # SGLang's own dependencies (numpy, tqdm, requests, IPython, torch, ...) are not on the
@@ -881,14 +883,15 @@ def _install_deps_stub(host: SandboxHost) -> None:
 
 
 def _install_standin(host: SandboxHost, sglang_dir: Path) -> bool:
-    """Copy standin.py into the host and replace launch_server.py with the shim."""
+    """Copy standin.py and its modules into the host and replace launch_server.py with the shim."""
     standin = STANDIN_SOURCE
     if not standin.is_file():
         return False
     dest = host.hostpath(f"{STANDIN_DIR}/{STANDIN_MODULE}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(standin, dest)
-    shutil.copyfile(STANDIN_GENERATE, dest.with_name(STANDIN_GENERATE.name))
+    for module in STANDIN_MODULES:
+        shutil.copyfile(module, dest.with_name(module.name))
     (sglang_dir / "launch_server.py").write_text(LAUNCH_SERVER_SHIM)
     return True
 

@@ -13,8 +13,9 @@ These images are the same thing, built here:
 * **SGLang** ``localhost/provision-sglang:<version>-<hash>`` (and the alias
   ``localhost/provision-sglang:v<version>``): the base plus a real SGLang release from the
   wheel cache in the official layout above, SGLang's third-party imports stubbed (the
-  sandbox hosts' deps stub, hosts.py), and the sandbox's stand-in server as its
-  ``sglang.launch_server`` (the shim hosts.py installs on hosts). Tagged by a hash of all
+  sandbox hosts' deps stub, hosts.py), and the sandbox's stand-in server (``standin.py`` and
+  every ``standin_*.py`` module beside it) as its ``sglang.launch_server`` (the shim hosts.py
+  installs on hosts). Tagged by a hash of all
   of that, so editing the stand-in rebuilds only this layer (seconds).
 
 Both live in their own podman store (``images.shared_store()``), which sandbox hosts mount
@@ -56,7 +57,8 @@ def alias(version: str) -> str:
 def _recipe(version: str) -> dict:
     wheel = wheel_path(version)
     return {"base": base_tag(), "version": version, "wheel": [wheel.name, wheel.stat().st_size],
-            "standin": _hosts.STANDIN_SOURCE.read_text(), "shim": _hosts.LAUNCH_SERVER_SHIM,
+            "standin": _hosts.STANDIN_SOURCE.read_text(),
+            "standin_modules": {m.name: m.read_text() for m in _hosts.STANDIN_MODULES}, "shim": _hosts.LAUNCH_SERVER_SHIM,
             "deps": _hosts.DEPS_STUB_PY, "pyproject": _hosts.SOURCE_PYPROJECT, "layout": LAYOUT_VERSION}
 
 
@@ -106,6 +108,8 @@ def populate(root: Path, version: str) -> None:
     standin = root / _hosts.STANDIN_DIR.lstrip("/") / _hosts.STANDIN_MODULE
     standin.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_hosts.STANDIN_SOURCE, standin)
+    for module in _hosts.STANDIN_MODULES:  # its modules, imported from beside it (/generate among them)
+        shutil.copyfile(module, standin.with_name(module.name))
     (root / SGLANG_DIR.lstrip("/") / "launch_server.py").write_text(_hosts.LAUNCH_SERVER_SHIM)
 
 

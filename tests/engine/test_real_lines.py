@@ -12,7 +12,7 @@ import re
 import signal
 
 from provision.logs.loadlog import LoadLog, hint, parse
-from provision.sandbox import standin
+from provision.sandbox import standin_log
 from tests.engine.test_standin import EAGLE3_FLAGS, base_flags, free_port, port_open, running, trees  # noqa: F401
 
 TS = "[2026-01-05 10:27:27]"
@@ -199,10 +199,10 @@ def test_standin_import_error_forms(trees, running):  # noqa: F811
 
 
 def test_stand_in_helpers_name_the_forms():
-    assert standin.import_error_line((0, 5, 9), "m", "e") == "Ignore import error when loading m: e"
-    assert standin.import_error_line((0, 4, 10), "m", "e") == "Ignore import error when loading m. e"
-    assert standin.rank_dead_lines((0, 5, 9), 2, -9)[1] == "EOFError"
-    assert standin.rank_dead_lines((0, 5, 23), 2, -9)[0] == []
+    assert standin_log.import_error_line((0, 5, 9), "m", "e") == "Ignore import error when loading m: e"
+    assert standin_log.import_error_line((0, 4, 10), "m", "e") == "Ignore import error when loading m. e"
+    assert standin_log.rank_dead_lines((0, 5, 9), 2, -9)[1] == "EOFError"
+    assert standin_log.rank_dead_lines((0, 5, 23), 2, -9)[0] == []
 
 
 def _fstring_template(path, exc: str, words: str) -> str:
@@ -222,7 +222,7 @@ def _fstring_template(path, exc: str, words: str) -> str:
 
 def test_standin_prints_0523s_crash_lines_as_the_release_does(sglang_0523):
     """The 0.5.23 wording, read from the released wheel, not from memory."""
-    from provision.sandbox.standin import missing_method_exception, rank_dead_lines
+    from provision.sandbox.standin_log import missing_method_exception, rank_dead_lines
 
     real = _fstring_template(sglang_0523 / "srt/model_executor/model_runner_components/attention_backend_setup.py",
                              "ValueError", "does not implement")

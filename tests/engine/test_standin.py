@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from provision.logs.loadlog import LoadLog
-from provision.sandbox import standin
+from provision.sandbox import standin, standin_stubs, standin_yaml
 from provision.sandbox.wheels import WheelUnavailable, extracted
 
 STANDIN = Path(standin.__file__).resolve()
@@ -337,15 +337,15 @@ def test_flat_yaml_parser():
         "  - a\n"
         "  - b\n"
     )
-    assert standin.parse_flat_yaml(text) == {
+    assert standin_yaml.parse_flat_yaml(text) == {
         "model-path": "/models/Kimi-K2.5", "tp-size": 8, "mem-fraction-static": 0.9,
         "trust-remote-code": True, "enable-metrics": False, "api-key": "it's: secret",
         "served-model-name": 'kimi "k2"', "model-loader-extra-config": '{"enable_multithread_load": true}',
         "host": None, "cuda-graph-bs": [1, 2, 4], "lora-paths": ["a", "b"],
     }
-    assert standin.parse_flat_yaml("# nothing\n") is None
+    assert standin_yaml.parse_flat_yaml("# nothing\n") is None
     with pytest.raises(ValueError):
-        standin.parse_flat_yaml("a:\n  b: 1\n")
+        standin_yaml.parse_flat_yaml("a:\n  b: 1\n")
 
 
 def test_stub_exec_of_real_model_files():
@@ -355,19 +355,19 @@ def test_stub_exec_of_real_model_files():
     for p in sorted(models.glob("*.py")):
         if p.name in ("registry.py", "__init__.py"):
             continue
-        with standin._StubImports():
+        with standin_stubs._StubImports():
             try:
-                standin.exec_model_file(p, f"sglang.srt.models.{p.stem}")
+                standin_stubs.exec_model_file(p, f"sglang.srt.models.{p.stem}")
             except Exception as e:  # noqa: BLE001
                 failures.append(f"{p.name}: {e!r}")
     assert failures == []
-    assert not any(isinstance(f, standin._StubFinder) for f in sys.meta_path)
-    assert "torch" not in sys.modules or not isinstance(sys.modules["torch"], standin._StubModule)
+    assert not any(isinstance(f, standin_stubs._StubFinder) for f in sys.meta_path)
+    assert "torch" not in sys.modules or not isinstance(sys.modules["torch"], standin_stubs._StubModule)
 
 
 @pytest.mark.parametrize("version,has", [("0.5.9", False), ("0.5.10", True)])
 def test_probe_calls_methods_for_real(version, has):
-    probe = standin.probe_model(wheel_root(version) / "sglang", None)
+    probe = standin_stubs.probe_model(wheel_root(version) / "sglang", None)
     assert probe.cls is not None and probe.cls.__name__ == "KimiK25ForConditionalGeneration"
     inst = probe.make_instance()
     if has:

@@ -261,6 +261,20 @@ def load_patch_spec(spec: str | None) -> PatchSpec:
     return pb.patch
 
 
+def shipped_patch_specs() -> list[PatchSpec]:
+    """The shipped playbooks' delegation specs (unreadable ones are skipped): the candidates preflight
+    looks through for the spec that covers a target class."""
+    out = []
+    for path in sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")):
+        try:
+            pb = load_playbook(str(path))
+        except ConfigError:
+            continue
+        if pb.patch is not None and pb.patch.kind == "delegate":
+            out.append(pb.patch)
+    return out
+
+
 def shipped_patch_classes() -> set[str]:
     """The classes the shipped playbooks' patch specs cover (unreadable ones are skipped)."""
     out = set()

@@ -309,6 +309,7 @@ class ServerRequest(Request, total=False):
     port: Optional[int]
     spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
     specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
+    candidate_specs: List[Dict[str, Any]]  # preflight: the delegation specs that may cover the model's class
     patch_specs: List[Dict[str, Any]]  # preflight: every spec that must be in place (the playbook's and
                                        # the profile's `requires:` that apply)
     profile: Dict[str, Any]
@@ -340,6 +341,9 @@ class Check(TypedDict, total=False):
     level: str         # "ok" | "info" | "warn" | "error"
     check: str
     message: str
+    spec: str          # eagle3: the candidate spec that covers the model's class
+    cls: str           # eagle3: the class with the gap
+    missing: List[str]  # eagle3: the methods it lacks
 
 
 class PreflightAnswer(Answer, total=False):

@@ -106,6 +106,9 @@ STANDIN_SOURCE = Path(__file__).with_name("standin.py")  # written by another mo
 # Its modules, one per job (standin_log.py, standin_http.py, standin_generate.py, ...): it imports them
 # flat from beside it, so every one is installed next to it under its own name.
 STANDIN_MODULES = tuple(sorted(Path(__file__).parent.glob("standin_*.py")))
+# The stand-in reads flags with the product's reader; it is installed beside it under this name.
+SERVERARGS_SOURCE = Path(__file__).parent.parent / "host" / "engine" / "serverargs.py"
+SERVERARGS_MODULE = "provision_serverargs.py"
 DEPS_MODULE = "_provision_sandbox_deps"
 
 # SGLang's own dependencies (numpy, tqdm, requests, IPython, torch, ...) are not on the
@@ -892,6 +895,7 @@ def _install_standin(host: SandboxHost, sglang_dir: Path) -> bool:
     shutil.copyfile(standin, dest)
     for module in STANDIN_MODULES:
         shutil.copyfile(module, dest.with_name(module.name))
+    shutil.copyfile(SERVERARGS_SOURCE, dest.with_name(SERVERARGS_MODULE))
     (sglang_dir / "launch_server.py").write_text(LAUNCH_SERVER_SHIM)
     return True
 
@@ -992,16 +996,13 @@ SANDBOX_DRAFTER = "/data/models/Kimi-K25-eagle3"
 
 
 def _fake_weights(data: Path, shards: int = 64) -> None:
-    """Empty stand-ins for the weights, laid out like a real checkpoint (so preflight can count shards)."""
-    for rel, n in ((SANDBOX_MODEL, shards), (SANDBOX_DRAFTER, 1)):
-        d = data / Path(rel).relative_to("/data")
-        d.mkdir(parents=True, exist_ok=True)
-        names = [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
-        weight_map = {f"layers.{i}.weight": name for i, name in enumerate(names)}
-        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-        for name in names:
-            (d / name).touch()
-        (d / "config.json").write_text("{}\n")
+    """Stand-ins for the weights, laid out like a real checkpoint: config.json with the architectures,
+    the shard index, shards with real safetensors headers and tiny tensors (sandbox/weights.py)."""
+    from provision.sandbox.weights import write_checkpoint
+
+    for rel, n, arch in ((SANDBOX_MODEL, shards, "KimiK25ForConditionalGeneration"),
+                         (SANDBOX_DRAFTER, 1, "LlamaForCausalLMEagle3")):
+        write_checkpoint(data / Path(rel).relative_to("/data"), [arch], n)
 
 
 def _podman_setup(etc: Path) -> list[str]:

@@ -58,7 +58,8 @@ def _recipe(version: str) -> dict:
     wheel = wheel_path(version)
     return {"base": base_tag(), "version": version, "wheel": [wheel.name, wheel.stat().st_size],
             "standin": _hosts.STANDIN_SOURCE.read_text(),
-            "standin_modules": {m.name: m.read_text() for m in _hosts.STANDIN_MODULES}, "shim": _hosts.LAUNCH_SERVER_SHIM,
+            "standin_modules": {m.name: m.read_text() for m in _hosts.STANDIN_MODULES},
+            "serverargs": _hosts.SERVERARGS_SOURCE.read_text(), "shim": _hosts.LAUNCH_SERVER_SHIM,
             "deps": _hosts.DEPS_STUB_PY, "pyproject": _hosts.SOURCE_PYPROJECT, "layout": LAYOUT_VERSION}
 
 
@@ -110,6 +111,7 @@ def populate(root: Path, version: str) -> None:
     shutil.copyfile(_hosts.STANDIN_SOURCE, standin)
     for module in _hosts.STANDIN_MODULES:  # its modules, imported from beside it (/generate among them)
         shutil.copyfile(module, standin.with_name(module.name))
+    shutil.copyfile(_hosts.SERVERARGS_SOURCE, standin.with_name(_hosts.SERVERARGS_MODULE))
     (root / SGLANG_DIR.lstrip("/") / "launch_server.py").write_text(_hosts.LAUNCH_SERVER_SHIM)
 
 

@@ -9,7 +9,8 @@ from ``sys.argv[1:]``.
 What it reproduces, and how
 ---------------------------
 * Flags: the flag set is read with ``ast`` from the INSTALLED ``<sglang_dir>/srt/server_args.py``
-  (every ``parser.add_argument(...)`` call: names, aliases, actions, choices, nargs, literal
+  by the product's reader (provision/host/engine/serverargs.py: every ``parser.add_argument(...)``
+  call, and 0.5.23's dataclass fields: names, aliases, actions, choices, nargs, literal
   types/defaults) and fed to a real ``argparse`` parser, so unknown flags exit 2 with an
   argparse usage error exactly like SGLang.  ``--config FILE`` is merged like 0.5.9's
   ``server_args_config_parser.py`` (only the separate token pair; ``--config=FILE`` is parsed
@@ -108,6 +109,8 @@ Environment variables
 ``PROVISION_STANDIN_NO_YAML``        set to 1 to ignore an installed PyYAML and use the built-in
                                      flat-YAML parser.
 ``PROVISION_STANDIN_DRAIN_SECONDS``  SIGTERM drain time (default 0.5).
+``PROVISION_STANDIN_STARTED_FILE``   a file the process appends ``{"pid": ..., "argv": [...]}`` to the
+                                     moment it starts (tests: "no server process was ever started").
 ``PROVISION_STANDIN_SGLANG_DIR``     used when this file is run directly (see below).
 
 The shim
@@ -170,189 +173,44 @@ else:  # flat, beside the stand-in (/opt/provision-standin on a host, or run as 
 # --------------------------------------------------------------------------- flags from server_args.py
 
 
-class _Unknown:
-    pass
+# The reader is the product's (provision/host/engine/serverargs.py, stdlib only and free of provision
+# imports): on a sandbox host it is installed next to this file as provision_serverargs.py; run from a
+# checkout, it is read from the checkout this file is in (whatever PYTHONPATH the test gives).
 
 
-_UNKNOWN = _Unknown()
+def _load_serverargs() -> types.ModuleType:
+    here = Path(__file__).resolve().parent
+    for path in (here / "provision_serverargs.py", here.parent / "host" / "engine" / "serverargs.py"):
+        if path.is_file():
+            mod = types.ModuleType("provision_serverargs")
+            mod.__file__ = str(path)
+            sys.modules["provision_serverargs"] = mod
+            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), mod.__dict__)  # no bytecode written
+            return mod
+    from provision.host.engine import serverargs
+
+    return serverargs
 
 
-def _lit(node: ast.AST, consts: dict):
-    """Evaluate a literal-ish expression; names resolve through ``consts``. _UNKNOWN if impossible."""
-    try:
-        return ast.literal_eval(node)
-    except Exception:
-        pass
-    if isinstance(node, ast.Name):
-        return consts.get(node.id, _UNKNOWN)
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        vals = [_lit(e, consts) for e in node.elts]
-        if any(v is _UNKNOWN for v in vals):
-            return _UNKNOWN
-        return list(vals) if not isinstance(node, ast.Tuple) else tuple(vals)
-    if isinstance(node, ast.BinOp):
-        left, right = _lit(node.left, consts), _lit(node.right, consts)
-        if left is _UNKNOWN or right is _UNKNOWN:
-            return _UNKNOWN
-        try:
-            if isinstance(node.op, ast.Add):
-                if isinstance(left, tuple) and isinstance(right, list):
-                    left = list(left)
-                return left + right
-            if isinstance(node.op, ast.Mult):
-                return left * right
-            if isinstance(node.op, ast.Sub):
-                return left - right
-        except Exception:
-            return _UNKNOWN
-    if isinstance(node, ast.Subscript):
-        base, idx = _lit(node.value, consts), _lit(node.slice, consts)
-        if base is _UNKNOWN or idx is _UNKNOWN:
-            return _UNKNOWN
-        try:
-            return base[idx]
-        except Exception:
-            return _UNKNOWN
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "sorted", "tuple"):
-        if len(node.args) == 1 and not node.keywords:
-            inner = _lit(node.args[0], consts)
-            if inner is _UNKNOWN:
-                return _UNKNOWN
-            try:
-                return {"list": list, "sorted": sorted, "tuple": tuple}[node.func.id](inner)
-            except Exception:
-                return _UNKNOWN
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "field":
-        for kw in node.keywords:
-            if kw.arg == "default":
-                return _lit(kw.value, consts)
-            if kw.arg == "default_factory":
-                if isinstance(kw.value, ast.Name) and kw.value.id in ("list", "dict"):
-                    return [] if kw.value.id == "list" else {}
-                if isinstance(kw.value, ast.Lambda):
-                    return _lit(kw.value.body, consts)
-        return _UNKNOWN
-    return _UNKNOWN
+_serverargs = _load_serverargs()
 
-
-class FlagSpec:
-    def __init__(self, options, kwargs, lineno):
-        self.options: list[str] = options
-        self.kw: dict = kwargs  # resolved keyword values (may hold _UNKNOWN)
-        self.lineno = lineno
-
-    @property
-    def dest(self) -> str:
-        if "dest" in self.kw and isinstance(self.kw["dest"], str):
-            return self.kw["dest"]
-        longs = [o for o in self.options if o.startswith("--")]
-        return (longs[0] if longs else self.options[0]).lstrip("-").replace("-", "_")
-
-
-class ServerArgsSpec:
-    """Everything read from an installed ``server_args.py``."""
-
-    def __init__(self, flags, fields, action_classes):
-        self.flags: list[FlagSpec] = flags
-        self.fields: list[tuple[str, object]] = fields  # ServerArgs dataclass order, default
-        self.action_classes: dict[str, dict] = action_classes  # custom Action class -> init defaults
-
-    @property
-    def store_true_dests(self) -> set:
-        return {f.dest for f in self.flags if f.kw.get("action") == "store_true"}
-
-    @property
-    def unsupported_config_dests(self) -> dict:
-        out = {}
-        for f in self.flags:
-            act = f.kw.get("action")
-            if act in (None, "store", "store_true"):
-                continue
-            if "--config" in f.options or "--help" in f.options or "-h" in f.options:
-                continue
-            out[f.dest] = act
-        return out
+_UNKNOWN = _serverargs.UNKNOWN
+_lit = _serverargs._lit
+FlagSpec = _serverargs.FlagSpec
+ServerArgsSpec = _serverargs.ServerArgsSpec
 
 
 def read_server_args(path: str | os.PathLike) -> ServerArgsSpec:
-    src = Path(path).read_text(encoding="utf-8")
-    tree = ast.parse(src, filename=str(path))
-    consts: dict = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            val = _lit(node.value, consts)
-            if val is not _UNKNOWN:
-                consts[node.targets[0].id] = val
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            val = _lit(node.value, consts)
-            if val is not _UNKNOWN:
-                consts[node.target.id] = val
-
-    fields: list[tuple[str, object]] = []
-    field_defaults: dict = {}
-    action_classes: dict[str, dict] = {}
-    server_cls = None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            server_cls = node
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    val = _lit(stmt.value, consts) if stmt.value is not None else _UNKNOWN
-                    fields.append((stmt.target.id, val))
-                    field_defaults[stmt.target.id] = val
-        elif isinstance(node, ast.ClassDef):
-            # custom argparse.Action subclasses: remember their __init__ keyword defaults
-            if any(ast.unparse(b).endswith("Action") for b in node.bases):
-                info: dict = {}
-                for stmt in node.body:
-                    if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
-                        args = stmt.args
-                        pos = args.args[len(args.args) - len(args.defaults):] if args.defaults else []
-                        for a, d in zip(pos, args.defaults):
-                            info[a.arg] = _lit(d, consts)
-                        for a, d in zip(args.kwonlyargs, args.kw_defaults):
-                            if d is not None:
-                                info[a.arg] = _lit(d, consts)
-                        # super().__init__(..., nargs=nargs, ...) keeps them
-                action_classes[node.name] = info
-
-    scope = None
-    if server_cls is not None:
-        for stmt in server_cls.body:
-            if isinstance(stmt, ast.FunctionDef) and stmt.name == "add_cli_args":
-                scope = stmt
-    calls = []
-    for node in ast.walk(scope if scope is not None else tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-            calls.append(node)
-    calls.sort(key=lambda n: (n.lineno, n.col_offset))
-
-    flags: list[FlagSpec] = []
-    for call in calls:
-        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if not options:
-            continue
-        kw: dict = {}
-        for k in call.keywords:
-            if k.arg is None:
-                continue
-            v = k.value
-            if k.arg == "default":
-                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "ServerArgs":
-                    kw["default"] = field_defaults.get(v.attr, _UNKNOWN)
-                else:
-                    kw["default"] = _lit(v, consts)
-            elif k.arg in ("type", "action"):
-                if isinstance(v, ast.Constant):
-                    kw[k.arg] = v.value
-                else:
-                    kw[k.arg] = ast.unparse(v)
-            elif k.arg == "help":
-                continue
-            else:
-                kw[k.arg] = _lit(v, consts)
-        flags.append(FlagSpec(options, kw, call.lineno))
-    return ServerArgsSpec(flags, fields, action_classes)
+    """The installed release's flags: ``server_args.py`` and, for releases that derive flags from
+    dataclass fields (0.5.23), ``arg_groups/fields/*.py`` and ``arg_groups/choices.py`` beside it."""
+    path = Path(path)
+    groups = path.parent / "arg_groups"
+    fields_dir = groups / "fields"
+    field_files = ({p.name: p.read_text(encoding="utf-8") for p in sorted(fields_dir.glob("*.py"))}
+                   if fields_dir.is_dir() else None)
+    choices = groups / "choices.py"
+    return _serverargs.parse_server_args(path.read_text(encoding="utf-8"), str(path), field_files,
+                                         choices.read_text(encoding="utf-8") if choices.is_file() else None)
 
 
 def _human_readable_int(value: str) -> int:
@@ -540,6 +398,7 @@ def run(sglang_dir, argv: list[str] | None = None) -> int:
     """Like :func:`main` but returns the exit code (the fatal paths still SIGKILL the tree)."""
     sglang_dir = Path(sglang_dir)
     argv = list(sys.argv[1:] if argv is None else argv)
+    _mark_started(argv)
     if len(argv) >= 2 and argv[0] == "--sglang-dir":  # direct-run convenience
         sglang_dir = Path(argv[1])
         argv = argv[2:]
@@ -550,6 +409,22 @@ def run(sglang_dir, argv: list[str] | None = None) -> int:
     except Exception:
         pass
     return rc
+
+
+def _mark_started(argv: list[str]) -> None:
+    """``PROVISION_STANDIN_STARTED_FILE``: append one line (pid and flags) the moment the process
+    starts, before anything is parsed, so a test can tell that no server process was ever started."""
+    path = os.environ.get("PROVISION_STANDIN_STARTED_FILE")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (json.dumps({"pid": os.getpid(), "argv": argv}) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _early_stop(signum, frame):

@@ -363,6 +363,23 @@ def follow_secondary(session, host: Host, prof: Profile, multinode: MultiNode, o
     return _follow_secondary(host, multinode, poll=opts.poll, deadline=opts.deadline, probe=probe, stop=stop)
 
 
+def candidate_objects(spec) -> list:
+    """The delegation specs preflight may find covering the model's class: the one given (--spec or
+    the playbook's), then the shipped ones, each name once."""
+    from provision.config.playbook import shipped_patch_specs
+
+    out = [spec] if spec is not None and getattr(spec, "kind", "delegate") == "delegate" else []
+    try:
+        shipped = shipped_patch_specs()
+    except Exception:  # noqa: BLE001 - the candidates only widen the check; none is fine
+        shipped = []
+    return out + [s for s in shipped if all(s.name != x.name for x in out)]
+
+
+def candidate_specs(spec) -> list:
+    return [s.to_engine() for s in candidate_objects(spec)]
+
+
 def required_specs(spec, prof: Profile) -> list:
     """The specs a launch needs in place: the playbook's own patch spec, then the profile's
     `requires:` (names; loaded when the profile was), each once."""
@@ -434,11 +451,32 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         extra = {}
         if overlay:  # the overlay holds a module for each delegation spec that must be in place
             extra["specs"] = [s.to_engine() for s in checked if getattr(s, "kind", "delegate") == "delegate"]
-        pre: PreflightAnswer = session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
-                                patch_specs=[s.to_engine() for s in checked],
-                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull, **extra),
-                           timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull,
-                           sudo=sudo)
+        extra["candidate_specs"] = candidate_specs(spec)
+
+        def preflight() -> PreflightAnswer:
+            return session.call(_req("preflight", host, prof, opts, spec=spec.to_engine() if spec else None,
+                                     patch_specs=[s.to_engine() for s in checked],
+                                     overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=pull,
+                                     **extra),
+                                timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull, sudo=sudo)
+
+        pre: PreflightAnswer = preflight()
+        covering = [c.get("spec") for c in pre.get("checks") or [] if c.get("check") == "eagle3"
+                    and c.get("level") == "fail" and c.get("spec")]
+        if opts.patch and covering and prof.container is None and pre.get("ok"):
+            # launch --patch, and the model's class has a gap a shipped (or --spec) spec covers:
+            # apply that spec, then check again
+            opts.stages[host.name] = "patching"
+            found = [s for s in candidate_objects(spec) if s.name in covering]
+            for pres in do_patch("patch", found, sglang_path=opts.sglang_path, python=opts.python,
+                                 decided=True)(host, session, fleet):
+                if pres.failed:
+                    pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
+                    return pres
+                display.message(host.name, f"patch: {pres.verdict} ({pres.data.get('spec')}, which covers the "
+                                           "model's class)")
+            opts.stages[host.name] = "preflight"
+            pre = preflight()
         if not pre.get("ok"):
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         if pre.get("image"):
@@ -471,6 +509,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return follow(session, host, prof, opts, display, offset=0, sudo=sudo)
         fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
         if fails and not opts.force:
+            for c in fails:  # one line per reason (the row joins them)
+                display.message(host.name, f"preflight fail: {c['message']}")
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + " (--force to start anyway)", data={"checks": pre["checks"]})
         if multinode is not None and multinode.rank(host) and multinode.rank0_failed(host):

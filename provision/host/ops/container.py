@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from provision.host.facts import installs
 from provision.host.lib.paths import default_state_dir
+from provision.host.ops import preflight_model
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import ContainerConfig, ContainerImage, ErrorInfo
@@ -573,6 +574,14 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     img = image_sglang(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"], "checks": []}
+    model_rows = preflight_model.image_model_checks(req, runtime_path(conf["runtime"]), img, bundle,
+                                                    lambda p: host_path(list(conf.get("volumes") or []), p))
+    req = preflight_model.with_covering_specs(req, model_rows)  # --overlay: it carries a covering spec
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    if set(spec_files(req)) - set(img.get("files") or {}) - set(img.get("file_errors") or {}):
+        img = image_sglang(req, conf, spec_files(req))  # the covering spec's file, from the image
+        if img.get("error"):
+            return {"ok": False, "error": img["error"], "checks": []}
     checks: list[dict] = [{"level": "ok", "check": "image", "message": (
         f"image {conf['image']}: SGLang {img.get('version')} at {img.get('sglang')} (python {img.get('python')})"
         + (", pulled" if img.get("pulled") else ""))}]
@@ -625,6 +634,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                        for c in _server._check_model(on_host, what, offline)]
     checks.append({"level": "info", "check": "gpus", "message": (
         f"GPUs: {conf['gpus']} (the runtime's --gpus)" if conf.get("gpus") else "no --gpus in the profile")})
+    checks += model_rows
     return {"ok": True, "checks": checks, "running": ours_running, "record": st["record"] if rec else None,
             "survivors": st.get("survivors") or [], "image": public(img), "fix": fix, "overlay": staged, "facts": {}}
 

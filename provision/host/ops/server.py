@@ -26,6 +26,7 @@ from provision.host.facts import installs
 from provision.host.lib import procfs
 from provision.host.lib.procfs import starttime as proc_starttime
 from provision.host.lib.paths import default_state_dir
+from provision.host.ops import preflight_model
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import (Check, ErrorInfo, LogsAnswer, PreflightAnswer, ProbeAnswer, ServerRequest, ServerStatusAnswer,
                                          SmokeAnswer, StartAnswer, StopAnswer)
@@ -348,8 +349,11 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     wanted = list(req.get("patch_specs") or ([req["spec"]] if req.get("spec") else []))
     fix = "none"
     staged = None
+    model_rows = preflight_model.model_checks(req, inst["path"], inst.get("version"), _server_env(req, inst),
+                                              mode="overlay" if req.get("overlay") else "edit",
+                                              in_place={s.get("class") for s in wanted})
     if req.get("overlay"):
-        staged, fix = _overlay_preflight(req, inst, checks)
+        staged, fix = _overlay_preflight(preflight_model.with_covering_specs(req, model_rows), inst, checks)
         wanted = [s for s in wanted if (s.get("kind") or "delegate") != "delegate"]  # the overlay binds those
     for spec in wanted:
         check, spec_fix = _patch_check(spec, inst)
@@ -366,6 +370,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     checks += _check_model(str(args.get("model-path", "")), "model", offline)
     if args.get("speculative-draft-model-path"):
         checks += _check_model(str(args["speculative-draft-model-path"]), "drafter", offline)
+    checks += model_rows  # type: ignore[arg-type]
     # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
     mine = set(tree_pids(st["record"])) if ours_running and st["record"] else set()
     left = st.get("survivors") or []

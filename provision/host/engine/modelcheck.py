@@ -1,0 +1,203 @@
+"""Preflight's decision about the model: will SGLang load what the profile names?  STDLIB ONLY, pure.
+
+Given what the host read (host/facts/model.py: the config.json of the model and of the drafter,
+the shards; the registry and the flag table of the installed SGLang), the candidate patch specs
+and how the server will run, :func:`check` returns check rows ``{"level", "check", "message"}``,
+one sentence each. Levels: ``ok``; ``info``; ``warn`` (the launch goes on, the user should know);
+``fail`` (SGLang would crash or exit on it: the launch is refused unless --force).
+
+A ``fail`` is only ever returned for what SGLang itself would not start with; whenever the facts
+are incomplete (a file missing or unreadable, a parser this reader does not understand) the row
+is a ``warn`` naming the file.
+"""
+
+from __future__ import annotations
+
+from provision.host.engine import serverargs
+
+TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
+# What SGLang calls on the target, per algorithm (SGLANG_NOTES: set_eagle3_layers_to_capture during
+# target graph capture for EAGLE3; get_embed_and_head after the draft loads).
+CALLED = {"EAGLE3": TARGET_METHODS}
+EAGLE_LIKE = ("EAGLE", "NEXTN")
+
+
+def _row(level: str, check: str, message: str, **extra) -> dict:
+    row = {"level": level, "check": check, "message": message}
+    row.update(extra)
+    return row
+
+
+def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: str | None) -> list[dict]:
+    """One row per flag that is not plainly right (and one ok row when all are)."""
+    if table is None:
+        return [_row("warn", "flags", f"flags not checked: {unreadable or 'the argument parser could not be read'}")]
+    out = []
+    for name, value in args.items():
+        if value is None or value is False:
+            continue  # not rendered on the command line (profile.render_flags)
+        level, msg = serverargs.decide(str(name), value, table, version)
+        if level != "ok":
+            out.append(_row(level, "flags", msg))
+    if not out:
+        out.append(_row("ok", "flags", f"all {sum(1 for v in args.values() if v not in (None, False))} flags "
+                                       f"are taken by SGLang {version or ''}".replace("  ", " ").strip()))
+    return out
+
+
+def _archs(cfg: dict) -> tuple[list[str] | None, str | None]:
+    """(architectures, why not) of a config.json fact."""
+    if cfg.get("error"):
+        return None, cfg["error"]
+    doc = cfg.get("config")
+    archs = doc.get("architectures") if isinstance(doc, dict) else None
+    if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
+        return None, f"{cfg.get('file')} has no `architectures` list"
+    return archs, None
+
+
+def arch_rows(what: str, cfg: dict, registry: dict | None, version: str | None, draft: bool,
+              overlay_classes: set | None = None) -> tuple[list[dict], str | None]:
+    """(rows, the class SGLang will instantiate or None) for the target or the drafter."""
+    label = "drafter" if draft else "model"
+    if cfg.get("skip"):
+        return [_row("warn", "architecture", f"{label} {cfg.get('path')}: {cfg['skip']}")], None
+    archs, why = _archs(cfg)
+    if archs is None:
+        return [_row("warn", "architecture", f"{label} architecture not checked: {why}")], None
+    if registry is None:
+        return [_row("warn", "architecture", f"{label} architecture {archs[0]} not checked: the installed "
+                                             "SGLang's model registry could not be read")], None
+    names = set(registry) | set(overlay_classes or ())
+    found = [a for a in archs if a in names]
+    if draft and not found:
+        # SGLang renames some drafters' architectures (DeepseekV3ForCausalLM -> ...NextN, ...MTP)
+        found = [a for a in archs if any(n.startswith(a) for n in names)]
+    if found:
+        return [_row("ok", "architecture", f"{label} architecture {found[0]} is registered in SGLang {version}")], \
+            found[0]
+    if cfg.get("auto_model") or cfg.get("in_transformers"):
+        how = "its config's auto_map" if cfg.get("auto_model") else "the installed Transformers"
+        return [_row("warn", "architecture", f"{label} architecture {archs[0]} is not in SGLang {version}'s registry: "
+                                             f"SGLang will try its Transformers backend ({how} has it)")], None
+    return [_row("fail", "architecture", f"{label} architecture {', '.join(archs)} is not registered in SGLang "
+                                         f"{version} ({cfg.get('file')}): it would fail with `Model architectures "
+                                         f"{archs} are not supported` after "
+                                         + ("the target's weights load" if draft else "start-up")
+                                         + "; install an SGLang that has it")], None
+
+
+def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, specs: list[dict],
+               mode: str, in_place: set, version: str | None) -> list[dict]:
+    """The EAGLE-3 interface: the target class must have every method this SGLang calls on it.
+
+    ``specs``: candidate delegation specs (shipped playbooks' and --spec), each with ``name`` and
+    ``class``. ``mode``: "edit" (the server imports the installed files), "patch" (launch --patch:
+    the spec is applied before the start), "overlay" (launch --overlay, or a container: the
+    overlay carries the spec). ``in_place``: classes whose spec the preflight already checks
+    (the profile's own `patch:`/`requires:`): no second row for them."""
+    alg = str(algorithm or "").upper()
+    if not cls or registry is None or alg not in ("EAGLE3",) + EAGLE_LIKE or cls in in_place:
+        return []
+    info = registry.get(cls) or {}
+    missing = [m for m in (CALLED.get(alg) or ("get_embed_and_head",)) if m in (info.get("missing") or [])]
+    if not missing:
+        return [_row("ok", "eagle3", f"{cls} has {', '.join(CALLED.get(alg) or ('get_embed_and_head',))} "
+                                     f"in SGLang {version}")]
+    if info.get("getattr"):
+        return [_row("warn", "eagle3", f"{cls} lacks {', '.join(missing)} but forwards unknown attributes "
+                                       "(__getattr__): not checked")]
+    spec = next((s for s in specs if s.get("class") == cls and (s.get("kind") or "delegate") == "delegate"), None)
+    lacks = f"{cls} lacks {', '.join(missing)} in SGLang {version}"
+    if alg in EAGLE_LIKE:  # only get_embed_and_head, and not on every path: say it, start anyway
+        return [_row("warn", "eagle3", f"{lacks}: {alg} may fail after the weights load"
+                     + (f" (spec {spec['name']} adds it: `provision patch --spec {spec['name']}`)" if spec else ""))]
+    if spec is None:
+        return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load, and no spec "
+                                       f"covers the class: write one with `provision spec new {cls}`", cls=cls,
+                     missing=missing)]
+    if mode == "overlay":
+        return [_row("ok", "eagle3", f"{lacks}: the overlay carries spec {spec['name']}", spec=spec["name"],
+                     cls=cls)]
+    if mode == "patch":
+        return [_row("ok", "eagle3", f"{lacks}: launch --patch applies spec {spec['name']}", spec=spec["name"],
+                     cls=cls)]
+    if mode == "container":
+        return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load; spec {spec['name']} "
+                                       "fixes it: launch with --overlay (the image's files stay as they are)",
+                     spec=spec["name"], cls=cls, missing=missing)]
+    return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load; spec {spec['name']} "
+                                   f"fixes it: run `provision patch --spec {spec['name']}` (or launch --patch, "
+                                   "or --overlay)", spec=spec["name"], cls=cls, missing=missing)]
+
+
+def shard_rows(label: str, shards: dict | None) -> list[dict]:
+    """``shards``: host/facts/model.py's shard facts: {"index", "error", "files": [{name, size,
+    expected, error}], "total"}; None when the model is not a local folder."""
+    if not shards:
+        return []
+    if shards.get("error"):
+        return [_row("warn", "shards", f"{label} shards not checked: {shards['error']}")]
+    bad = []
+    for f in shards.get("files") or []:
+        if f.get("error") == "is missing":
+            continue  # the presence check (ops/server.py _check_model) says so already
+        if f.get("error"):
+            bad.append(f"{f['name']} {f['error']}")
+        elif f.get("expected") is not None and f.get("size") != f["expected"]:
+            bad.append(f"{f['name']} is {f['size']} bytes, its header says {f['expected']} (truncated copy?)")
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        return [_row("fail", "shards", f"{label}: {len(bad)} of {len(shards.get('files') or [])} shards are not whole: "
+                                       + "; ".join(bad[:3]) + more + ": the load would fail part-way; copy them again")]
+    n = len(shards.get("files") or [])
+    return [_row("ok", "shards", f"{label}: {n} shard{'s' if n != 1 else ''} whole "
+                                 f"({(shards.get('total') or 0) / 2**30:.1f} GiB)")] if n else []
+
+
+def memory_rows(total: int, disk_free: int | None, mem_available: int | None) -> list[dict]:
+    if not total:
+        return []
+    gib = total / 2**30
+    parts = [f"weights {gib:.1f} GiB"]
+    if disk_free is not None:
+        parts.append(f"{disk_free / 2**30:.1f} GiB free on their disk")
+    if mem_available is not None:
+        parts.append(f"{mem_available / 2**30:.1f} GiB of memory available for the page cache")
+    level = "warn" if mem_available is not None and total > mem_available else "info"
+    tail = ": they will not stay in the page cache, so each start reads them from disk" if level == "warn" else ""
+    return [_row(level, "weights", "; ".join(parts) + tail)]
+
+
+def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict]:
+    """All rows. ``facts``: what ops/preflight_model.py gathered (args, version, flags, registry,
+    target and draft: config.json and shard facts, disk and memory)."""
+    args = facts.get("args") or {}
+    version = facts.get("version")
+    rows = flag_rows(args, facts.get("flags"), version, facts.get("flags_error"))
+    registry = facts.get("registry")
+    impl = str(args.get("model-impl") or "auto").lower()
+    overrides = args.get("json-model-override-args")
+    if impl not in ("auto", "sglang") or (overrides and "architectures" in str(overrides)):
+        rows.append(_row("info", "architecture", f"architectures not checked (model-impl {impl}"
+                                                 + (", architectures overridden" if overrides else "") + ")"))
+        registry_used = None
+    else:
+        registry_used = registry
+    if registry is None and facts.get("registry_error"):
+        rows.append(_row("warn", "architecture", f"registry not read: {facts['registry_error']}"))
+    overlay_classes = set(facts.get("overlay_classes") or ())
+    cls = None
+    if registry_used is not None:
+        t_rows, cls = arch_rows("model", facts.get("target") or {}, registry_used, version, False, overlay_classes)
+        rows += t_rows
+        if args.get("speculative-draft-model-path"):
+            rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes)[0]
+    if cls is not None and cls not in overlay_classes:  # an external package's class replaces the built-in
+        rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version)
+    rows += shard_rows("model", (facts.get("target") or {}).get("shards"))
+    if args.get("speculative-draft-model-path"):
+        rows += shard_rows("drafter", (facts.get("draft") or {}).get("shards"))
+    total = sum(((facts.get(k) or {}).get("shards") or {}).get("total") or 0 for k in ("target", "draft"))
+    rows += memory_rows(total, facts.get("disk_free"), facts.get("mem_available"))
+    return rows

@@ -1,0 +1,276 @@
+"""Preflight of the model: will the installed SGLang load what the profile names?  STDLIB ONLY.
+
+One entry point, :func:`model_checks`, called by the preflight of a host's server
+(ops/server.py) and of a container's (ops/container.py, on the image's files). It reads
+(facts/model.py), judges (engine/modelcheck.py) and returns check rows; it starts nothing and
+does not look at the port, so a restart can run it while the old server still holds the port.
+
+The two costly reads of an install, its model registry (engine/audit.py's index of
+``srt/models/*.py``) and its argument parser (engine/serverargs.py), are cached per install in
+``<state>/cache/preflight-<hash of the install path>.json``, keyed by the path, mtime and size of
+every file they read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Callable
+
+from provision.host.engine import modelcheck, safetensors, serverargs
+from provision.host.facts import model as facts
+from provision.host.lib import atomic
+
+CACHE_VERSION = 1
+
+
+def _cache_path(state_dir: str, sglang_dir: str) -> str:
+    key = hashlib.sha256(os.path.abspath(sglang_dir).encode()).hexdigest()[:16]
+    return os.path.join(state_dir, "cache", f"preflight-{key}.json")
+
+
+def _read_tables(sglang_dir: str, src: dict) -> dict:
+    from provision.host.engine import audit
+
+    out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
+    text, err = facts.read_text(src["server_args"])
+    if text is None:
+        out["flags_error"] = err
+    else:
+        fields = {}
+        for name, path in src["fields"].items():
+            t, _ = facts.read_text(path)
+            if t is not None:
+                fields[name] = t
+        choices = facts.read_text(src["choices"])[0] if src.get("choices") else None
+        try:
+            spec = serverargs.parse_server_args(text, src["server_args"], fields or None, choices)
+            out["flags"] = serverargs.flag_table(spec)
+        except serverargs.ServerArgsUnreadable as exc:
+            out["flags_error"] = str(exc)
+        except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # a parser this reader does not know
+            out["flags_error"] = f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
+    models_dir = os.path.join(sglang_dir, "srt", "models")
+    try:
+        out["registry"] = {k: {"missing": v["missing"], "getattr": v["getattr"]}
+                           for k, v in audit.registry_of(models_dir, sglang_dir).items()}
+        if not out["registry"]:
+            out["registry"], out["registry_error"] = None, f"{models_dir}: no EntryClass found"
+    except (OSError, RecursionError, ValueError) as exc:
+        out["registry_error"] = f"{models_dir}: not read ({exc})"
+    return out
+
+
+def install_tables(sglang_dir: str, state_dir: str | None) -> dict:
+    """The registry and the flag table of an install, from the cache when no file it read changed."""
+    src = facts.source_files(sglang_dir)
+    key = {"v": CACHE_VERSION, "dir": os.path.abspath(sglang_dir),
+           "files": facts.mtimes([src["server_args"], *src["fields"].values(), *([src["choices"]] if src["choices"]
+                                                                                 else []), *src["models"]])}
+    path = _cache_path(state_dir, sglang_dir) if state_dir else None
+    if path:
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+            if doc.get("key") == key:
+                return dict(doc["tables"], cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    tables = _read_tables(sglang_dir, src)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            atomic.write_json(path, {"key": key, "tables": tables}, durable=False)
+        except OSError:
+            pass  # a cache that cannot be written is only slower next time
+    return dict(tables, cached=False)
+
+
+def _overlay_classes(env: dict) -> tuple[list[str], str | None]:
+    """The EntryClass names of SGLANG_EXTERNAL_MODEL_PACKAGE (they register over the built-ins)."""
+    from provision.host.engine import audit
+
+    pkg_dir, name = facts.external_package(env)
+    if name is None:
+        return [], None
+    if pkg_dir is None:
+        return [], f"SGLANG_EXTERNAL_MODEL_PACKAGE={name} is not on the server's PYTHONPATH: its classes not checked"
+    try:
+        return sorted(audit.registry_of(pkg_dir, pkg_dir)), None
+    except (OSError, RecursionError, ValueError) as exc:
+        return [], f"{pkg_dir}: not read ({exc})"
+
+
+def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | None] | None) -> dict:
+    if locate is not None and not path.startswith("/"):
+        return {"path": path, "skip": f"{path} is a hub id, read inside the container: not checked"}
+    if locate is not None:
+        host_path = locate(path)
+        if host_path is None:
+            return {"path": path, "skip": f"{path} is not on a volume: it must be in the image (not checked)"}
+        path_on_host = host_path
+    else:
+        path_on_host = path
+    where = facts.resolve(path_on_host, env, revision)
+    if where["dir"] is None:
+        return {"path": path, "skip": where["error"]}
+    fact = dict(facts.config(where["dir"]), path=path, dir=where["dir"])
+    heads = facts.shard_heads(where["dir"])
+    if heads is not None:
+        total = 0
+        for f in heads["files"]:
+            head = f.pop("head", None)
+            if "error" in f:
+                continue
+            total += f.get("size") or 0
+            try:
+                f["expected"] = safetensors.expected_size(head or b"")
+            except safetensors.ShardError as exc:
+                f["error"] = f"is not a whole safetensors file: {exc} ({f.get('size')} bytes)"
+        heads["total"] = total
+    fact["shards"] = heads
+    return fact
+
+
+def model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str,
+                 in_place: set | None = None, locate: Callable[[str], str | None] | None = None,
+                 tables: dict | None = None) -> list[dict]:
+    """Check rows for the profile's model, drafter, flags and EAGLE-3 interface on this install.
+
+    ``mode``: "edit" (the server imports the installed files) or "overlay" (launch --overlay, or a
+    container: the overlay carries a delegation spec). ``in_place``: classes whose spec this
+    preflight already checks. ``locate``: for a container, the host folder of a path in it.
+    ``tables``: the install's registry and flag table when already read (an image's)."""
+    try:
+        return _model_checks(req, sglang_dir, version, env, mode=mode, in_place=in_place or set(), locate=locate,
+                             tables=tables)
+    except Exception as exc:  # noqa: BLE001 - bad input never crashes preflight: one warn row instead
+        return [{"level": "warn", "check": "model", "message": f"model checks skipped: {type(exc).__name__}: {exc}"}]
+
+
+def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str, in_place: set,
+                  locate, tables: dict | None) -> list[dict]:
+    args = dict((req.get("profile") or {}).get("args") or {})
+    if tables is None:
+        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir())
+    registry = tables.get("registry")
+    overlay_classes, overlay_err = _overlay_classes(env)
+    revision = args.get("revision")
+    found: dict = {"args": args, "version": version, "flags": tables.get("flags"),
+                   "flags_error": tables.get("flags_error"), "registry": registry,
+                   "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes}
+    found["target"] = _model_fact(str(args.get("model-path") or ""), env, revision, locate)
+    if args.get("speculative-draft-model-path"):
+        found["draft"] = _model_fact(str(args["speculative-draft-model-path"]), env,
+                                     args.get("speculative-draft-model-revision"), locate)
+    for key in ("target", "draft"):  # SGLang's Transformers fallback, read only when the registry lacks the class
+        f = found.get(key) or {}
+        archs = (f.get("config") or {}).get("architectures") if isinstance(f.get("config"), dict) else None
+        if registry is not None and isinstance(archs, list) and archs and not any(
+                isinstance(a, str) and a in registry for a in archs):
+            f["in_transformers"] = any(isinstance(a, str) and facts.transformers_has(sglang_dir, a) for a in archs)
+    target_dir = (found["target"] or {}).get("dir")
+    found["disk_free"] = facts.disk_free(target_dir) if target_dir else None
+    found["mem_available"] = facts.mem_available()
+    specs = list(req.get("candidate_specs") or [])
+    specs += [s for s in (req.get("specs") or []) + ([req["spec"]] if req.get("spec") else []) if s not in specs]
+    rows = modelcheck.check(found, specs, mode, in_place)
+    if overlay_err:  # the external package's classes are unknown: what it may register is not refused
+        rows = [dict(r, level="warn") if r["level"] == "fail" and r["check"] in ("architecture", "eagle3") else r
+                for r in rows]
+        rows.append({"level": "warn", "check": "architecture", "message": overlay_err})
+    return rows
+
+
+def _default_state_dir() -> str:
+    from provision.host.lib.paths import default_state_dir
+
+    return default_state_dir()
+
+
+def with_covering_specs(req: dict, rows: list[dict]) -> dict:
+    """launch --overlay without a spec of its own: the request with the candidate spec that covers
+    the target class (found by the eagle3 row), so the overlay carries it."""
+    if req.get("specs") or req.get("spec"):
+        return req
+    names = {r.get("spec") for r in rows if r.get("check") == "eagle3" and r.get("spec")}
+    found = [s for s in req.get("candidate_specs") or [] if s.get("name") in names]
+    return dict(req, specs=found) if found else req
+
+
+# --------------------------------------------------------------------------- in a container image
+
+IMAGE_TIMEOUT = 300.0
+
+
+def main(request: bytes, bundle: bytes) -> int:
+    """Entry in a throw-away container of an image (bootstrap_code(this module)): print the
+    registry and flag table of the image's SGLang (the request's "sglang" path), nothing cached."""
+    import sys
+
+    from provision.host.bootstrap import RESULT_PREFIX
+
+    req = json.loads(request)
+    sys.stdout.write(RESULT_PREFIX + json.dumps(install_tables(req["sglang"], None)) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
+    """The registry and flag table of an image's SGLang, read inside a throw-away container of it
+    (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin), cached per
+    image id in <state>/images/."""
+    import subprocess
+
+    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code, frame
+
+    key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
+    cache = os.path.join(state_dir, "images", f"{key}-preflight-v{CACHE_VERSION}.json")
+    try:
+        with open(cache) as fh:
+            doc = json.load(fh)
+        if doc.get("sglang") == img.get("sglang"):
+            return dict(doc["tables"], cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    why = "no answer"
+    try:
+        p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
+                            str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
+                            bootstrap_code("provision.host.ops.preflight_model")],
+                           input=frame(bundle, json.dumps({"sglang": img.get("sglang")}).encode()),
+                           capture_output=True, timeout=IMAGE_TIMEOUT)
+        for line in p.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith(RESULT_PREFIX):
+                tables = json.loads(line[len(RESULT_PREFIX):])
+                try:
+                    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+                    atomic.write_json(cache, {"sglang": img.get("sglang"), "tables": tables}, durable=False)
+                except OSError:
+                    pass
+                return dict(tables, cached=False)
+        why = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        why = str(exc)
+    msg = f"the image's SGLang was not read ({why})"
+    return {"registry": None, "registry_error": msg, "flags": None, "flags_error": msg, "cached": False}
+
+
+def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
+                       locate: Callable[[str], str | None]) -> list[dict]:
+    """model_checks for a container launch: the image's registry and parser, the model paths
+    through the volumes. The overlay carries a covering spec with --overlay; else the message
+    says to launch with it."""
+    if rt is None:
+        return []
+    try:
+        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir())
+    except Exception as exc:  # noqa: BLE001 - never crash preflight
+        tables = {"registry": None, "registry_error": f"the image's SGLang was not read ({exc})", "flags": None,
+                  "flags_error": f"the image's SGLang was not read ({exc})"}
+    env = {str(k): str(v) for k, v in ((req.get("profile") or {}).get("env") or {}).items()}
+    own = list(req.get("specs") or []) + ([req["spec"]] if req.get("spec") else [])
+    return model_checks(req, str(img.get("sglang") or ""), img.get("version"), env,
+                        mode="overlay" if req.get("overlay") else "container", locate=locate, tables=tables,
+                        in_place={s.get("class") for s in own})

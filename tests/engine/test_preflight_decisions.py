@@ -1,0 +1,153 @@
+"""The pure decisions of preflight's model checks, exhaustively on small inputs: argparse's
+judgement of one flag (engine/serverargs.decide), the dataclass-field reader on hand-written
+field modules, the shard and memory rows (engine/modelcheck), the safetensors size reader."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from provision.host.engine import modelcheck, safetensors, serverargs
+
+SRC_059 = '''
+ALGOS = ["EAGLE", "EAGLE3"]
+class ServerArgs:
+    model_path: str = None
+    def add_cli_args(parser):
+        parser.add_argument("--model-path", "--model", type=str)
+        parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
+        parser.add_argument("--speculative-algorithm", choices=ALGOS)
+        parser.add_argument("--speculative-num-steps", type=int)
+        parser.add_argument("--speculative-num-draft-tokens", type=int)
+        parser.add_argument("--quant", choices=[1, 2, 4])
+        parser.add_argument("--enable-x", action=argparse.BooleanOptionalAction)
+        parser.add_argument("--dyn", choices=compute_choices())
+'''
+
+
+@pytest.fixture(scope="module")
+def t():
+    return serverargs.flag_table(serverargs.parse_server_args(SRC_059))
+
+
+@pytest.mark.parametrize("flag,value,level,needle", [
+    ("model-path", "/m", "ok", "--model-path"),
+    ("--model-path", "/m", "ok", "--model-path"),
+    ("model", "/m", "ok", "--model"),                              # an exact alias
+    ("tensor-parallel-size", 8, "ok", ""),
+    ("tensor", 8, "warn", "spell it out as --tensor-parallel-size"),  # a unique prefix
+    ("tp", 8, "warn", "as --tp-size"),
+    ("speculative-num", 3, "fail", "ambiguous"),
+    ("speculative-num-s", 3, "warn", "--speculative-num-steps"),
+    ("speculative-num-stpes", 3, "fail", "did you mean --speculative-num-steps"),
+    ("totally-unknown", 1, "fail", "is not a flag of SGLang 0.5.9"),
+    ("speculative-algorithm", "EAGLE3", "ok", ""),
+    ("speculative-algorithm", "MEDUSA", "fail", "takes one of EAGLE, EAGLE3"),
+    ("speculative-alg", "MEDUSA", "fail", "takes one of"),          # prefix, then the choices
+    ("quant", 4, "ok", ""),
+    ("quant", "4", "ok", ""),                                       # argparse converts with type
+    ("quant", 3, "fail", "takes one of 1, 2, 4"),
+    ("dyn", "anything", "ok", ""),                                  # choices computed at run time
+    ("enable-x", True, "ok", ""),
+    ("no-enable-x", True, "ok", ""),                                # BooleanOptionalAction
+    ("mod", "/m", "warn", "--model"),                               # prefix of two aliases of one flag
+])
+def test_decide_as_argparse(t, flag, value, level, needle):
+    got, msg = serverargs.decide(flag, value, t, "0.5.9")
+    assert got == level, msg
+    assert needle in msg
+
+
+def test_dataclass_fields_reader():
+    fields = {"spec.py": '''
+from typing import Literal, Optional
+class Base(msgspec.Struct):
+    inherited_flag: A[int, "from a base"] = 1
+class Spec(Base):
+    plain: A[int, "help"] = 3
+    renamed: A[str, Arg(help="x", cli_name="--other-name", aliases=["--alias-one"])] = "a"
+    hidden: A[str, Arg(no_cli=True)] = "x"
+    lit: A[Literal["a", "b"], "choose"] = "a"
+    opt_lit: A[Optional[Literal["x", "y"]], "choose"] = None
+    named: A[str, Arg(help="x", choices=LOAD_CHOICES)] = "auto"
+    flag: A[bool, "switch"] = False
+    bo: A[bool, Arg(help="x", action=argparse.BooleanOptionalAction)] = True
+    not_an_arg: int = 4
+    derived: A[int, Derived(doc="x")] = 0
+    f_help: A[int, f"computed {1}"] = 0
+class Unlisted(msgspec.Struct):
+    nope: A[int, "not in the namespaces"] = 0
+'''}
+    src = ("_INPUT_NAMESPACES = [Spec]\nclass ServerArgs:\n    def add_cli_args(parser):\n"
+           "        add_cli_args_from_dataclass(parser, ServerArgs)\n        parser.add_argument('--config')\n")
+    spec = serverargs.parse_server_args(src, "server_args.py", fields, "LOAD_CHOICES = ['auto', 'pt']\n")
+    t = serverargs.flag_table(spec)
+    assert spec.source == "dataclass"
+    assert {"--plain", "--other-name", "--alias-one", "--lit", "--opt-lit", "--named", "--flag", "--bo", "--no-bo",
+            "--inherited-flag", "--f-help", "--config"} <= set(t)
+    assert not {"--hidden", "--renamed", "--not-an-arg", "--derived", "--nope"} & set(t)
+    assert t["--lit"]["choices"] == ["a", "b"] and t["--opt-lit"]["choices"] == ["x", "y"]
+    assert t["--named"]["choices"] == ["auto", "pt"]
+    assert t["--other-name"]["dest"] == "renamed"
+
+
+def _st(tensors, pad=True) -> bytes:
+    hdr, off = {}, 0
+    for name, n in tensors:
+        hdr[name] = {"dtype": "U8", "shape": [n], "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(hdr).encode()
+    if pad:
+        raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + bytes(off)
+
+
+def test_safetensors_expected_size_edges():
+    whole = _st([("a", 10), ("b", 0), ("c", 7)])
+    assert safetensors.expected_size(whole) == len(whole)
+    assert safetensors.expected_size(whole[:-5]) == len(whole)  # only the head is needed
+    assert safetensors.expected_size(_st([])) == len(_st([]))
+    for bad, why in ((b"", "8-byte"), (b"\0" * 8, "header length 0"), (struct.pack("<Q", 2**40), "header length"),
+                     (struct.pack("<Q", 100) + b"{}", "ends inside"), (struct.pack("<Q", 2) + b"[]", "not a JSON object"),
+                     (struct.pack("<Q", 2) + b"{x", "not JSON"),
+                     (struct.pack("<Q", 31) + b'{"a": {"data_offsets": [5, 1]}}', "no valid data_offsets")):
+        with pytest.raises(safetensors.ShardError, match=why):
+            safetensors.expected_size(bad)
+
+
+def test_shard_and_memory_rows():
+    assert modelcheck.shard_rows("model", None) == []
+    ok = {"files": [{"name": "a", "size": 10, "expected": 10}], "total": 10}
+    assert modelcheck.shard_rows("model", ok)[0]["level"] == "ok"
+    missing_only = {"files": [{"name": "a", "error": "is missing"}], "total": 0}
+    assert modelcheck.shard_rows("model", missing_only)[0]["level"] == "ok"  # the presence check says it
+    many = {"files": [{"name": f"s{i}", "size": 1, "expected": 2} for i in range(5)], "total": 5}
+    msg = modelcheck.shard_rows("model", many)[0]["message"]
+    assert "5 of 5 shards are not whole" in msg and "(and 2 more)" in msg
+    assert modelcheck.memory_rows(0, 1, 1) == []
+    assert modelcheck.memory_rows(2**30, 2**40, 2**31)[0]["level"] == "info"
+    row = modelcheck.memory_rows(2**31, 2**40, 2**30)[0]
+    assert row["level"] == "warn" and "page cache" in row["message"]
+
+
+def test_flag_rows_skip_what_is_not_rendered(t):
+    rows = modelcheck.flag_rows({"model-path": "/m", "unknown-off": False, "unknown-none": None}, t, "0.5.9", None)
+    assert [r["level"] for r in rows] == ["ok"]
+    rows = modelcheck.flag_rows({"tp": 8, "bogus": 1}, t, "0.5.9", None)
+    assert [r["level"] for r in rows] == ["warn", "fail"]
+
+
+def test_eagle_rows_by_algorithm_and_mode():
+    reg = {"W": {"missing": ["set_eagle3_layers_to_capture", "get_embed_and_head"], "getattr": False},
+           "G": {"missing": ["set_eagle3_layers_to_capture"], "getattr": True},
+           "N": {"missing": ["set_eagle3_layers_to_capture"], "getattr": False}}
+    specs = [{"name": "w-spec", "class": "W"}]
+    assert modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "edit", {"W"}, "v") == []  # the profile's spec checks it
+    assert modelcheck.eagle_rows("W", reg, "EAGLE", specs, "edit", set(), "v")[0]["level"] == "warn"
+    assert modelcheck.eagle_rows("N", reg, "EAGLE", specs, "edit", set(), "v")[0]["level"] == "ok"
+    assert modelcheck.eagle_rows("G", reg, "EAGLE3", specs, "edit", set(), "v")[0]["level"] == "warn"
+    row = modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "container", set(), "v")[0]
+    assert row["level"] == "fail" and "launch with --overlay" in row["message"]
+    assert modelcheck.eagle_rows("W", reg, "eagle3", specs, "overlay", set(), "v")[0]["level"] == "ok"

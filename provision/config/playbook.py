@@ -6,6 +6,7 @@ Pure: text in, validated data out. Every error names the file and the field.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import keyword
@@ -255,7 +256,20 @@ def load_playbook(spec: str | None) -> Playbook:
 
 
 def load_patch_spec(spec: str | None) -> PatchSpec:
-    pb = load_playbook(spec)
+    """The playbook's patch spec. A run asks for the same one several times (the default playbook
+    checked before any host, each host's `specs:`, under one name or another): the file is read
+    every time and parsed once per content (PatchSpec is frozen)."""
+    path = resolve_path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    return _patch_of(text, str(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _patch_of(text: str, path: str) -> PatchSpec:
+    pb = parse_playbook(text, path)
     if pb.patch is None:
         raise ConfigError(f"{pb.path}: has no `patch:` section, so it cannot be used with --spec")
     return pb.patch

@@ -335,6 +335,10 @@ class ServerRequest(Request, total=False):
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
     fix: str                   # start: "edited file" | "overlay" | "native" | "none", recorded
     import_timeout: float
+    force: bool                # start --restart: start even when the new launch's preflight fails
+    overrides: Dict[str, Any]  # start: the launch's --arg overrides, recorded for a restart to replay
+    lock_wait: float           # start, stop: seconds to wait for the port's lock (ops/backends/lock.py)
+    log: str                   # probe: the log the client follows (another one: it gets the record's from its start)
 
 
 class Check(TypedDict, total=False):
@@ -364,6 +368,8 @@ class StartAnswer(Answer, total=False):
     record: Dict[str, Any]
     pruned_logs: List[str]
     replaced: Optional[List[int]]   # pids stopped first (--restart)
+    refused: bool              # nothing was done (the lock, the new launch's preflight, a secret it would lose)
+    adopted: Optional[str]     # a persistent unit in its restart window was taken as the running server
 
 
 class StopAnswer(Answer, total=False):
@@ -374,6 +380,7 @@ class StopAnswer(Answer, total=False):
     elapsed: float
     unit: str
     unit_removed: bool
+    transient_unit: Optional[str]  # the transient unit the server ran in (systemd hosts), stopped
     container: str             # container hosts: the container stopped (then removed)
     removed: bool
     exit: Optional[int]        # the container's exit code after the stop
@@ -391,6 +398,8 @@ class ProbeAnswer(Answer, total=False):
     now: float
     survivors: List[int]
     container: Dict[str, Any]  # container hosts: ops/container.py summary()
+    stopped: bool              # the record is of a server `provision stop` stopped
+    log_changed: bool          # the client followed another log: this chunk is the record's from its start
 
 
 class ServerStatusAnswer(Answer, total=False):
@@ -405,6 +414,7 @@ class ServerStatusAnswer(Answer, total=False):
     health: Optional[int]
     uptime: float
     container: Dict[str, Any]  # container hosts: ops/container.py summary()
+    stopped: bool              # the record is of a server `provision stop` stopped
 
 
 class LogsAnswer(Answer, total=False):

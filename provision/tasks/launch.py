@@ -57,6 +57,8 @@ class LaunchOptions:
     overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
     overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
+    replay: bool = False        # a restart replays the running server's record: its --arg overrides, its
+                                # backend (persistent), its fix (reconcile --restart)
     # per host, how far the launch got ("preflight", "starting", "started") and its result: what a
     # Ctrl-C report is built from (filled by launch_fn, read by the CLI)
     stages: dict = field(default_factory=dict)
@@ -222,6 +224,14 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
         if prog is not None and prog.percent is not None:
             pct = prog.percent
         display.update(host.name, state, pct)
+        if not ans["running"] and ans.get("stopped"):
+            # `provision stop` ended it: a deliberate stop, not a crash
+            when = (st["record"] or {}).get("stopped_at")
+            at = time.strftime(" at %H:%M:%S", time.localtime(float(when))) if when else ""
+            st["done"] = HostResult(host.name, "stopped", f"the server was stopped by `provision stop`{at}; "
+                                    "nothing is running on port " + str(prof.port),
+                                    data={"phase": state.phase, "log": (st["record"] or {}).get("log")})
+            return st["done"]
         if state.crashed is not None or not ans["running"]:
             # Read whatever the dying process wrote last, then report.
             crash = state.crashed
@@ -393,8 +403,30 @@ def required_specs(spec, prof: Profile) -> list:
     return out
 
 
+# Seconds a start or stop waits for the host's port lock (held by another launch or stop there).
+START_LOCK_WAIT = 60.0
+
+
 def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
     from provision.tasks.patch import do_patch
+
+    def replayed(host: Host, session, sudo: bool, prof: Profile, spec):
+        """(profile, spec, persistent) of a restart that replays the running server's record: its
+        --arg overrides under this run's, its backend, its fix."""
+        from dataclasses import replace
+
+        st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port},
+                                              timeout=prof.health_timeout + 30, sudo=sudo)
+        rec = st.get("record") or {}
+        if not rec or rec.get("stopped_at"):
+            return prof, spec, opts.persistent
+        recorded = rec.get("overrides") or {}
+        if recorded:
+            prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), multinode)
+        if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
+            prof = replace(prof, fix="overlay")
+        persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))
+        return prof, spec, persistent
 
     def fn(host: Host, session, fleet) -> HostResult:
         try:
@@ -424,6 +456,9 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
         if multinode is not None:  # the default dist-init-addr: rank 0's address as SSH resolves it
             multinode.resolve_addresses(lambda h: getattr(fleet.target(h), "hostname", None))
         prof, spec = resolve(host, opts, multinode)
+        persistent = opts.persistent
+        if opts.replay:
+            prof, spec, persistent = replayed(host, session, sudo, prof, spec)
         t0 = time.monotonic()
         notes: list[str] = []
         opts.stages[host.name] = "preflight"
@@ -517,12 +552,30 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None):
             return HostResult(host.name, "failed", f"not started: {multinode.rank0_failed(host)}")
         opts.stages[host.name] = "starting"
         extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
+        if spec is not None and "spec" not in extra:
+            extra["spec"] = spec.to_engine()
+        # A restart runs the new launch's preflight again on the host, under the port's lock, before
+        # it touches the running server: it gets what the preflight above got.
         start: StartAnswer = session.call(_req("start", host, prof, opts, secrets=opts.secrets, restart=opts.restart,
-                                               persistent=opts.persistent, tree_grace=opts.tree_grace,
-                                               overlay_stage=pre.get("overlay"), fix=pre.get("fix"), **extra),
-                             timeout=120 + (prof.grace if opts.restart else 0), sudo=sudo)
+                                               persistent=persistent, tree_grace=opts.tree_grace,
+                                               overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
+                                               patch_specs=[s.to_engine() for s in checked], force=opts.force,
+                                               overrides=dict(opts.overrides), lock_wait=START_LOCK_WAIT,
+                                               pull_timeout=pull, **extra),
+                             timeout=120 + START_LOCK_WAIT + pull + (prof.grace + 120 if opts.restart else 0),
+                             sudo=sudo)
         if not start.get("ok"):
-            return HostResult(host.name, "failed", (start.get("error") or {}).get("message", "start failed"))
+            verdict = "refused" if start.get("refused") else "failed"
+            return HostResult(host.name, verdict, (start.get("error") or {}).get("message", "start failed"),
+                              error_kind=(start.get("error") or {}).get("kind"))
+        if start.get("already"):
+            rec = start.get("record") or {}
+            how = (f"persistent unit {start['adopted']} is in systemd's restart window: following it"
+                   if start.get("adopted") else f"another run started a server here first (pid {rec.get('pid')}): "
+                                                "following it")
+            display.message(host.name, how)
+            return follow(session, host, prof, opts, display, offset=int(rec.get("log_offset") or 0), sudo=sudo,
+                          overlay_package=overlay_package(rec))
         rec = start["record"]
         opts.stages[host.name] = "started"
         display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
@@ -642,6 +695,9 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
         how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
         if ans.get("unit_removed"):
             how = f"systemd unit {ans['unit']} stopped, disabled and removed"
+        elif ans.get("transient_unit"):
+            how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
+                                                                           else "")
         return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
                           f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
 

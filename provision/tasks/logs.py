@@ -36,13 +36,21 @@ def follow_logs(host, conn, opts, lines: int) -> int:
             return 3
         click.echo(redact(ans["text"], secrets))
         offset = ans["offset"]
+        log = ans.get("log")  # a new launch writes another log: the probe then answers with it from its start
         pending = ""
         outage: dict = {}  # a dropped connection is reconnected (--max-outage of launch's default)
         while True:
             time.sleep(1.0)
-            p: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1},
-                            timeout=60, sudo=sudo, opts=opts, display=_Notes(), host=host, st=outage)
+            req = {"op": "probe", "port": prof.port, "offset": offset, "health_timeout": 1, "log": log}
+            p: ProbeAnswer = steady_call(session, req, timeout=60, sudo=sudo, opts=opts, display=_Notes(), host=host,
+                                         st=outage)
             offset = p.get("offset", offset)
+            if p.get("log_changed"):
+                log = (p.get("record") or {}).get("log") or log
+                if pending:
+                    click.echo(redact(pending, secrets))
+                pending = ""
+                click.echo(f"--- {host.name}: a new launch: {log} ---", err=True)
             text = pending + (p.get("chunk") or "").replace("\r", "\n")
             *full, pending = text.split("\n")
             for line in full:

@@ -84,7 +84,13 @@ def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
 
 # Remote modules reconcile never needs (the audit and the server control): left out of
 # its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server", "ops.restore", "ops.container"})
+LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server",
+                           "ops.restore", "ops.container", "ops.checks", "ops.server_secrets", "ops.backends",
+                           "ops.backends.base", "ops.backends.container", "ops.backends.detached",
+                           "ops.backends.identity", "ops.backends.lock", "ops.backends.record", "ops.backends.select",
+                           "ops.backends.systemd", "ops.backends.tree", "ops.backends.systemctl",
+                           "ops.backends.transient", "ops.preflight_model", "engine.modelcheck", "engine.serverargs",
+                           "engine.safetensors", "facts.model", "ops.bench", "ops.bench_prompts", "facts.gpu_name"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -334,7 +340,9 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     # overlay is the delegation spec's (the other kinds have none).
     if isinstance(spec, list):
         spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)
-    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
+    # A restart replays each server's record (its --arg overrides, its backend, its fix); the host keeps
+    # its secrets (the 0600 files its record names): this run has none of its own.
+    opts = LaunchOptions(profile=profile, restart=True, replay=True, deadline=deadline, poll=1.0, overlay_spec=spec,
                          overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     done: set[str] = set()
 

@@ -62,7 +62,7 @@ def test_patched_host_reaches_ready_then_noop_restart_and_stop(tmp_path, ssh_env
     assert "already running" in doc2["hosts"][0]["detail"]
 
     proc3, doc3 = launch(inv, "--restart")
-    assert proc3.returncode == 0 and doc3["hosts"][0]["verdict"] == "ready"
+    assert proc3.returncode == 0 and doc3["hosts"][0]["verdict"] == "ready", doc3
     assert doc3["hosts"][0]["data"]["pid"] != pid
 
     st = run("status", "-i", inv, check_rc=0)

@@ -186,7 +186,7 @@ def test_canary_secrets_appear_nowhere_but_the_0600_config(vhost, ssh_env, tmp_p
         cli("status", "-i", inv, "--json", check_rc=0)
     finally:
         cli("stop", "-i", inv)
-    # the host's state dir: only the secrets config holds them, and it is 0600
+    # the host's state dir: only the secrets config (and HF_TOKEN's token file) holds them, 0600
     state = vhost.hostpath("/var/lib/provision")
     secret_files = []
     for path in state.rglob("*"):
@@ -197,6 +197,8 @@ def test_canary_secrets_appear_nowhere_but_the_0600_config(vhost, ssh_env, tmp_p
             secret_files.append(path)
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
             assert api_key.encode() in data and admin_key.encode() in data
+        elif path.name.endswith(".hf_token"):  # HF_TOKEN: only its own 0600 token file (HF_TOKEN_PATH)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600 and data == hf.encode(), path
         else:
             assert not [c for c in canaries if c in data], f"a secret in {path}"
     assert secret_files, "the server got its keys through the 0600 config file"

@@ -57,10 +57,12 @@ def test_persistent_unit_verifies_is_enabled_and_keeps_secrets_out(tmp_path, ssh
     assert host.run(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
     assert host.hostpath(f"/etc/systemd/system/multi-user.target.wants/{UNIT}").is_symlink()
     assert unit_props(host, "ActiveState")["ActiveState"] == "active"
-    # The secrets are in 0600 files (the spec the watcher reads: the environment; SGLang's
-    # --config file: the key), nowhere anyone can read.
+    # The secrets are in 0600 files (HF_TOKEN: the token file the hub reads through HF_TOKEN_PATH;
+    # SGLang's --config file: the key), nowhere anyone can read; the spec the watcher reads has neither.
     spec = host.hostpath("/var/lib/provision/server/server-30000.spec.json")
-    assert spec.stat().st_mode & 0o777 == 0o600 and SECRET + "-hf" in spec.read_text()
+    assert spec.stat().st_mode & 0o777 == 0o600 and SECRET not in spec.read_text()
+    token = host.hostpath("/var/lib/provision/server/server-30000.hf_token")
+    assert token.stat().st_mode & 0o777 == 0o600 and token.read_text() == SECRET + "-hf"
     config = host.hostpath("/var/lib/provision/server/server-30000.secrets.yaml")
     assert config.stat().st_mode & 0o777 == 0o600 and SECRET in config.read_text()
     shown = host.run(f"systemctl show {UNIT}; systemctl cat {UNIT}; ps -eo args=").stdout

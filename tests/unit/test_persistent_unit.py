@@ -68,19 +68,21 @@ def test_systemd_quote():
 
 def test_a_restart_is_followed_even_when_the_pid_number_comes_back(tmp_path):
     """After a reboot the server can get its old pid number: the start time tells them apart."""
-    from provision.host.ops import server as server_ops
+    from provision.host.lib.procfs import starttime
+    from provision.host.ops.backends import record
+    from provision.host.ops.backends.systemd import START_MARK, SystemdBackend, unit_name
 
     req = {"state_dir": str(tmp_path)}
-    root = server_ops.state_root(req)
+    root = record.state_root(req)
     os.makedirs(root)
     log = tmp_path / "server.log"
-    log.write_bytes(b"first start-up\n" + server_ops.START_MARK.encode() + b"\nsecond start-up\n")
+    log.write_bytes(b"first start-up\n" + START_MARK.encode() + b"\nsecond start-up\n")
     with open(os.path.join(root, "server-30000.pid"), "w") as fh:
         fh.write(str(os.getpid()))  # a live process with this record's pid number...
-    rec = {"unit": server_ops.unit_name(30000), "pid": os.getpid(), "starttime": "1", "log": str(log),
+    rec = {"unit": unit_name(30000), "pid": os.getpid(), "starttime": "1", "log": str(log),
            "port": 30000, "started_at": 0.0}  # ...but another start time: not the process we recorded
-    new = server_ops._refresh_persistent(req, 30000, rec)
-    assert new["starttime"] == server_ops.proc_starttime(os.getpid()) and new["restarts"] == 1
+    new = SystemdBackend().refresh(req, rec)
+    assert new["starttime"] == starttime(os.getpid()) and new["restarts"] == 1
     assert new["log_offset"] == len(b"first start-up\n")
-    assert server_ops.read_record(req, 30000) == new
-    assert server_ops._refresh_persistent(req, 30000, new) == new  # the same process: nothing to follow
+    assert record.read_record(req, 30000) == new
+    assert SystemdBackend().refresh(req, new) == new  # the same process: nothing to follow

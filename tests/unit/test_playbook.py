@@ -89,3 +89,20 @@ def test_fuzzed_structures_give_config_errors_only(value):
         parse_playbook(yaml.safe_dump(doc), "fuzz.yaml")
     except ConfigError:
         pass
+
+
+def test_one_playbook_is_parsed_once_per_content_whatever_name_it_is_asked_by(tmp_path):
+    # a run asks for the default playbook before any host, then by each host's `specs:` name
+    assert load_patch_spec(None) is load_patch_spec("kimi-k25-eagle3") is load_patch_spec("kimi-k25-eagle3.yaml")
+    path = tmp_path / "demo.yaml"
+    path.write_text(GOOD)
+    first = load_patch_spec(str(path))
+    assert load_patch_spec(str(path)) is first
+    path.write_text(GOOD.replace("DemoForCausalLM", "OtherForCausalLM"))   # an edit is read
+    assert load_patch_spec(str(path)).cls == "OtherForCausalLM"
+    path.write_text(GOOD.replace("delegate: llm", "delegate: 1llm"))      # and still checked
+    with pytest.raises(ConfigError):
+        load_patch_spec(str(path))
+    path.write_text("name: demo-eagle3\nlaunch: {module: x}\n")
+    with pytest.raises(ConfigError, match="has no `patch:` section"):
+        load_patch_spec(str(path))

@@ -19,7 +19,7 @@ from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHIN
 from provision.config.inventory import Host
 from provision.host.facts import servers as server_facts
 from provision.host.lib import pkgmeta, procfs
-from provision.host.ops import reconcile
+from provision.host.ops import fastpath, reconcile
 from provision.host.ops import restore
 from provision.host.ops.reconcile import ACTIONS, STATES, classify
 from provision.output.results import HostResult
@@ -505,14 +505,14 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     assert out["state"] == "unchanged", out
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     # a changed spec, a changed version or changed bytes leave the fast path
-    assert reconcile._fast(dict(req, block_shas=["0123456789ab"]), spec, str(state)) is None
-    assert reconcile._fast(dict(req, block_shas=None), spec, str(state)) is None
-    assert reconcile._fast(dict(req, block_shas=shas[-1:]), spec, str(state))["state"] == "unchanged"
+    assert fastpath.fast(dict(req, block_shas=["0123456789ab"]), spec, str(state)) is None
+    assert fastpath.fast(dict(req, block_shas=None), spec, str(state)) is None
+    assert fastpath.fast(dict(req, block_shas=shas[-1:]), spec, str(state))["state"] == "unchanged"
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9.post1'\n")
-    assert reconcile._fast(req, spec, str(state)) is None
+    assert fastpath.fast(req, spec, str(state)) is None
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
     target.write_bytes(src)
-    assert reconcile._fast(req, spec, str(state)) is None
+    assert fastpath.fast(req, spec, str(state)) is None
 
 
 def test_block_sha_is_computed_once_for_the_full_spec():

@@ -3,12 +3,27 @@
 Control side only. The bundle is built once per process and reused for every host.
 Modules are keyed by their real dotted names (``provision.host.ops.patch``); a package's
 ``__init__`` travels only when it has code (the bootstrap makes every package on the way).
+
+A host is asked for the bundle by its digest, the sha256 of its sources. Reading and hashing
+~100 files costs every run ~10 ms, so the digest is kept in
+``$XDG_CACHE_HOME/provision/bundle-digest/KEY`` (default ``~/.cache/...``), KEY being the sha256
+of every shipped file's (name, path, size, mtime_ns, ctime_ns, inode) and this module's own:
+any edit, added or removed module is a new key and the sources are read and hashed again.
+A digest is kept only when no file changed in the last seconds (git's "racily clean" rule: a
+file written within one timestamp tick of the cache could change without its times changing),
+and only the newest KEEP_DIGESTS are kept.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
+import re
+import stat
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -22,22 +37,22 @@ CONTROL_ONLY = frozenset({"protocol"})
 FAILPOINTS_ENV = "PROVISION_FAILPOINTS"
 
 
-def host_modules() -> dict[str, Path]:
+def host_modules(host_dir: Path = HOST_DIR) -> dict[str, Path]:
     """{name relative to provision.host (``ops.patch``, ``agent``): file} of every shipped module."""
     out = {}
-    for path in sorted(HOST_DIR.rglob("*.py")):
-        rel = path.relative_to(HOST_DIR).with_suffix("")
+    for path in sorted(host_dir.rglob("*.py")):
+        rel = path.relative_to(host_dir).with_suffix("")
         parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
         out[".".join(parts)] = path
     return out
 
 
 @functools.lru_cache(maxsize=None)
-def bundle_source(exclude: frozenset = frozenset()) -> bytes:
+def bundle_source(exclude: frozenset = frozenset(), host_dir: Path = HOST_DIR) -> bytes:
     """The host modules, less ``exclude`` (names relative to provision.host, e.g. ``ops.server``),
     as JSON ``{module name: source}``: a caller that never needs some ships less."""
     modules = {}
-    for rel, path in host_modules().items():
+    for rel, path in host_modules(host_dir).items():
         if rel in exclude or rel in CONTROL_ONLY:
             continue
         text = path.read_text(encoding="utf-8")
@@ -57,9 +72,83 @@ def bundle_bytes(exclude: frozenset = frozenset()) -> bytes:
 def bundle_digest(exclude: frozenset = frozenset()) -> str:
     """The name the host keeps this bundle under (<state dir>/bundles/SHA256): the sha256 of its
     sources, so no compression is needed to ask whether a host has it."""
-    import hashlib
+    return source_digest(exclude, HOST_DIR, digest_cache_dir())
 
-    return hashlib.sha256(bundle_source(exclude)).hexdigest()
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+# a file changed less than this long ago may change again within the same timestamp tick
+RACY_NS = 2_000_000_000
+KEEP_DIGESTS = 32
+
+
+def digest_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "provision", "bundle-digest")
+
+
+def source_digest(exclude: frozenset, host_dir: Path, cache: str, racy_ns: int = RACY_NS) -> str:
+    """sha256 of ``bundle_source(exclude, host_dir)``, from ``cache`` when no shipped file (nor
+    this module) changed since it was kept; else read, hashed, and kept unless a file changed
+    less than ``racy_ns`` ago."""
+    files = [*host_modules(host_dir).items(), ("", Path(__file__))]
+    h = hashlib.sha256(json.dumps(sorted(exclude)).encode())
+    newest = 0
+    for rel, path in files:
+        st = os.stat(path)
+        h.update(f"{rel}\0{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+    kept = os.path.join(cache, h.hexdigest())
+    digest = _read_kept(kept)
+    if digest:
+        return digest
+    digest = hashlib.sha256(bundle_source(exclude, host_dir)).hexdigest()
+    if time.time_ns() - newest > racy_ns:
+        _keep(kept, digest)
+    return digest
+
+
+def _read_kept(path: str) -> str | None:
+    """A kept digest, only from a regular file of ours that nobody else can write (not a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+            return None
+        digest = fh.read(65).decode("ascii", "replace")
+    return digest if _DIGEST.fullmatch(digest) else None
+
+
+def _keep(path: str, digest: str) -> None:
+    """Write atomically (a reader sees the whole digest or none); a cache that cannot be
+    written is simply not used."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"   # the first calls of a fleet race
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(digest)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return
+    _prune(os.path.dirname(path))
+
+
+def _prune(cache: str) -> None:
+    """Keep the newest KEEP_DIGESTS entries (a new one is written only when a source changed)."""
+    try:
+        entries = [e for e in os.scandir(cache) if _DIGEST.fullmatch(e.name)]
+        entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+        for e in entries[KEEP_DIGESTS:]:
+            os.unlink(e.path)
+    except OSError:
+        pass
 
 
 def with_failpoints(request: dict) -> dict:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.host.lib import procfs
 from provision.host.lib.procfs import is_sglang_server
+from provision.host.lib.redact import redact_argv
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import ContainersFacts, SglangContainer
@@ -70,7 +71,8 @@ def _port(argv: list[str]) -> int | None:
 
 def parse_ps(runtime: str, text: str) -> list[SglangContainer]:
     """The SGLang-server containers in ``RUNTIME ps`` output (docker's JSON lines, podman's JSON
-    list), each as {runtime, name, id, image, command, state, port}. Pure."""
+    list), each as {runtime, name, id, image, command, state, port}; the command redacted (another
+    container's ``--api-key`` must not reach status --json and monitoring). Pure."""
     text = text.strip()
     if not text:
         return []
@@ -96,7 +98,7 @@ def parse_ps(runtime: str, text: str) -> list[SglangContainer]:
         names = _names(d.get("Names"))
         out.append({"runtime": runtime, "name": names[0] if names else str(d.get("ID") or d.get("Id") or "")[:12],
                     "id": str(d.get("ID") or d.get("Id") or "")[:12], "image": str(d.get("Image") or ""),
-                    "command": argv, "state": str(d.get("State") or d.get("Status") or ""), "port": _port(argv)})
+                    "command": redact_argv(argv), "state": str(d.get("State") or d.get("Status") or ""), "port": _port(argv)})
     return out
 
 

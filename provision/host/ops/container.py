@@ -1,18 +1,10 @@
-"""A server in a container (the profile's ``launch.container``): preflight, start, state, logs, stop.  STDLIB ONLY.
+"""A server in a container (the profile's ``launch.container``): the image's side of it.  STDLIB ONLY.
 
-``ops/server.py`` hands over here when the profile (preflight, start) or the server's
-record (probe, status, logs, stop) names a container. The runtime (docker or podman:
-the same verbs) does the process work:
+``ops/server.py`` hands over here for the preflight of a container launch and to prepare its
+start; running, looking at and stopping the container is the container backend's
+(ops/backends/container.py: ``RUNTIME run -d``, ``inspect``, ``logs``, ``stop``), which this module
+re-exports for its callers.
 
-* **start**: ``RUNTIME run -d --name NAME`` with the profile's options, labels saying it
-  is provision's (port, profile digest), and the server's command ``python3 -m
-  sglang.launch_server FLAGS``. Secrets never reach the runtime's command line or ``-e``
-  (``inspect`` shows both): ``--api-key``/``--admin-api-key`` go into a 0600 ``--config``
-  file, ``HF_TOKEN`` into a 0600 token file (``HF_TOKEN_PATH``), both in a 0700 directory
-  of the state dir mounted read-only at ``SECRETS_DIR``.
-* **state**: ``RUNTIME inspect`` (running, exit code, main pid); the log is ``RUNTIME logs``
-  (stdout and stderr into one pipe, so byte offsets are stable between polls).
-* **stop**: ``RUNTIME stop -t GRACE``, then ``RUNTIME rm``, and the secrets directory goes.
 * **the image's SGLang**: read from inside the image, by running the discovery probe
   (``facts/installs.PROBE``: ``-I -S``, no site code) in a throw-away container with no
   network, which also returns the specs' files, so the engine judges the image's own class.
@@ -29,20 +21,21 @@ import base64
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import time
 from typing import TYPE_CHECKING
 
 from provision.host.facts import installs
+from provision.host.lib import atomic
 from provision.host.lib.paths import default_state_dir
 from provision.host.ops import preflight_model
+from provision.host.ops import checks as preflight_checks
+from provision.host.ops.backends import select
+from provision.host.ops.backends.base import port_open
+from provision.host.ops.backends.container import (  # noqa: F401 - re-exported for their callers
+    LABEL, SECRETS_DIR, _run, _why, inspect, missing_runtime, run_argv, runtime_path, secrets_dir, summary)
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
-    from provision.host.protocol import ContainerConfig, ContainerImage, ErrorInfo
-
-SECRETS_DIR = "/run/provision-secrets"  # in the container, read-only
-LABEL = "provision.managed"
+    from provision.host.protocol import ContainerConfig, ContainerImage
 
 OVERLAY_DIR = "/run/provision-overlay"  # in the container, read-only: the overlay root (PYTHONPATH first)
 
@@ -86,70 +79,6 @@ for mod, cls, names in job["modules"]:
         out.append({"status": "failed", "why": (p.stderr.strip().splitlines() or ["no answer"])[-1], "module": mod})
 print(json.dumps({"modules": out}))
 """
-
-
-def runtime_path(runtime: str) -> str | None:
-    """The runtime to run as root, when the one policy for binaries run as root allows it."""
-    from provision.host.lib.trust import trusted_binary
-
-    path, why = trusted_binary(runtime)
-    return path if why is None else None
-
-
-def missing_runtime(runtime: str) -> ErrorInfo:
-    from provision.host.lib.trust import trusted_binary
-
-    path, why = trusted_binary(runtime)
-    if path:  # there, but not root's alone: never run
-        return {"kind": "untrusted-runtime", "message": f"{why}: provision runs it as root only when it and every "
-                                                        "directory above it are root's and not group/other-writable"}
-    return {"kind": "no-runtime", "message": (
-        f"{runtime} is not installed on this host (no `{runtime}` on {installs.PROBE_ENV['PATH']}): install it, "
-        f"or set launch.container.runtime to the runtime the host has")}
-
-
-def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(installs.PROBE_ENV)
-    env["HOME"] = os.environ.get("HOME", "/root")
-    return subprocess.run(argv, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, cwd="/")
-
-
-def _why(proc: subprocess.CompletedProcess) -> str:
-    text = (proc.stderr or b"").decode("utf-8", "replace").strip() or (proc.stdout or b"").decode(
-        "utf-8", "replace").strip()
-    return (text.splitlines() or [f"exit status {proc.returncode}"])[-1]
-
-
-def inspect(runtime: str, name: str) -> dict | None:
-    """The container's `inspect` document, or None when there is no such container."""
-    rt = runtime_path(runtime)
-    if rt is None:
-        return None
-    p = _run([rt, "container", "inspect", name], timeout=30)
-    if p.returncode != 0:
-        return None
-    try:
-        data = json.loads(p.stdout)
-    except ValueError:
-        return None
-    return data[0] if isinstance(data, list) and data else None
-
-
-def _labels(doc: dict) -> dict:
-    return (doc.get("Config") or {}).get("Labels") or {}
-
-
-def summary(doc: dict | None) -> dict:
-    """What status shows of a container: name, id, image, running, exit code, main pid."""
-    if not doc:
-        return {"exists": False}
-    state = doc.get("State") or {}
-    cfg = doc.get("Config") or {}
-    return {"exists": True, "id": str(doc.get("Id", ""))[:12], "name": str(doc.get("Name", "")).lstrip("/"),
-            "image": doc.get("ImageName") or cfg.get("Image"), "image_id": str(doc.get("Image", "")),
-            "running": bool(state.get("Running")), "status": state.get("Status"),
-            "exit": state.get("ExitCode"), "pid": state.get("Pid") or None, "started": state.get("StartedAt"),
-            "ours": _labels(doc).get(LABEL) == "1"}
 
 
 def _image_inspect(rt: str, image: str) -> tuple[str | None, list]:
@@ -236,9 +165,7 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
                            "files": found.get("files") or {}, "file_errors": found.get("file_errors") or {},
                            "pythonpath": pythonpath, "pulled": pulled}
     os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-    with open(cache + ".tmp", "w") as fh:
-        json.dump({k: v for k, v in out.items() if k != "pulled"}, fh)
-    os.replace(cache + ".tmp", cache)
+    atomic.write_json(cache, {k: v for k, v in out.items() if k != "pulled"}, durable=False)
     return out
 
 
@@ -262,165 +189,6 @@ def host_path(volumes: list[str], path: str) -> str | None:
     if best is None:
         return None
     return best[0].rstrip("/") + path[len(best[1]):] if best[1] != "/" else os.path.join(best[0], path.lstrip("/"))
-
-
-def run_argv(rt: str, conf: ContainerConfig, *, port: int, digest: str, python: str, module: str, flags: list[str],
-             env: dict, mounts: list[str], config_file: str | None) -> list[str]:
-    """`RUNTIME run -d ...` for the server (pure). No secret is in it: they are in mounted files."""
-    argv = [rt, "run", "-d", "--name", conf["name"], "--label", f"{LABEL}=1", "--label", f"provision.port={port}",
-            "--label", f"provision.profile={digest}"]
-    for opt, value in (("--gpus", conf.get("gpus")), ("--ipc", conf.get("ipc")), ("--shm-size", conf.get("shm_size")),
-                       ("--network", conf.get("network"))):
-        if value:
-            argv += [opt, str(value)]
-    for vol in list(conf.get("volumes") or []) + mounts:
-        argv += ["-v", vol]
-    for k, v in sorted(env.items()):
-        argv += ["-e", f"{k}={v}"]
-    argv += list(conf.get("run_args") or [])
-    argv += [conf["image"], python, "-m", module, *flags]
-    if config_file:
-        argv += ["--config", config_file]  # the separate-token form: `--config=FILE` is silently ignored
-    return argv
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(path + ".tmp", path)
-
-
-def secrets_dir(sroot: str, port: int) -> str:
-    return os.path.join(sroot, f"container-{port}")
-
-
-def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
-          extra_mounts: list[str] | None = None) -> dict:
-    """Run the server's container; returns {"ok", "record"} or {"ok": False, "error"}."""
-    prof = req["profile"]
-    conf: ContainerConfig = prof["container"]
-    rt = runtime_path(conf["runtime"])
-    if rt is None:
-        return {"ok": False, "error": missing_runtime(conf["runtime"])}
-    args = dict(prof["args"])
-    port = int(args.get("port", 30000))
-    old = summary(inspect(conf["runtime"], conf["name"]))
-    if old["exists"]:
-        if not old["ours"]:
-            return {"ok": False, "error": {"kind": "name-taken", "message": (
-                f"a container named {conf['name']} exists and provision did not start it: remove it, or set "
-                "launch.container.name")}}
-        p = _run([rt, "rm", "-f", conf["name"]], timeout=float(prof.get("grace", 30)) + 60)
-        if p.returncode != 0:
-            return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} rm {conf['name']}: "
-                                                                           f"{_why(p)}"}}
-    secrets = req.get("secrets") or {}
-    sdir = secrets_dir(sroot, port)
-    shutil.rmtree(sdir, ignore_errors=True)
-    os.makedirs(sdir, mode=0o700)
-    env = {str(k): str(v) for k, v in (prof.get("env") or {}).items()}
-    env.update(extra_env or {})
-    env["PYTHONUNBUFFERED"] = "1"
-    config_file = None
-    if secrets.get("args"):
-        _write_private(os.path.join(sdir, "config.yaml"), "# written by provision; holds secrets\n" + "".join(
-            f"{k}: {json.dumps(str(v))}\n" for k, v in secrets["args"].items()))
-        config_file = f"{SECRETS_DIR}/config.yaml"
-    token = next((v for k, v in (secrets.get("env") or {}).items() if k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")),
-                 None)
-    if token:
-        _write_private(os.path.join(sdir, "hf_token"), str(token))
-        env["HF_TOKEN_PATH"] = f"{SECRETS_DIR}/hf_token"
-    mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
-    python = "python3"  # the image's (the host's `python:` setting is a host path, not the image's)
-    argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
-                    module=prof.get("module") or "sglang.launch_server", flags=[str(f) for f in prof["flags"]],
-                    env=env, mounts=mounts, config_file=config_file)
-    t0 = time.time()
-    p = _run(argv, timeout=600)
-    if p.returncode != 0:
-        shutil.rmtree(sdir, ignore_errors=True)
-        return {"ok": False, "error": {"kind": "container", "message": f"{conf['runtime']} run failed: {_why(p)}"}}
-    cid = p.stdout.decode().strip().splitlines()[-1] if p.stdout.strip() else ""
-    now = summary(inspect(conf["runtime"], conf["name"]))
-    rec = {"container": {"runtime": conf["runtime"], "name": conf["name"], "id": cid[:12] or now.get("id"),
-                         "image": conf["image"], "image_id": image.get("image_id"), "sglang": image.get("version"),
-                         "sglang_path": image.get("sglang"), "secrets_dir": sdir},
-           "pid": now.get("pid"), "port": port, "host": str(args.get("host", "127.0.0.1")),
-           "log": f"{conf['runtime']} logs {conf['name']}", "log_offset": 0, "started_at": t0,
-           "run_seconds": round(time.time() - t0, 3),
-           "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
-           "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
-           "install": image.get("sglang"), "version": image.get("version"), "model": args.get("model-path"),
-           "tp": args.get("tp-size", 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
-           "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
-    return {"ok": True, "started": True, "record": rec}
-
-
-def state(rec: dict) -> dict:
-    """_server_state's answer for a container server."""
-    c = rec["container"]
-    s = summary(inspect(c["runtime"], c["name"]))
-    ours = s["exists"] and (not c.get("id") or str(s.get("id", "")).startswith(str(c["id"])[:12]))
-    running = bool(ours and s.get("running"))
-    out: dict = {"record": rec, "running": running, "survivors": [], "container": s if ours else {"exists": False}}
-    out["exit"] = s.get("exit") if ours and not running else None
-    if runtime_path(c["runtime"]) is None:
-        out["error"] = missing_runtime(c["runtime"])
-    return out
-
-
-def log_bytes(rec: dict) -> bytes:
-    """The container's whole log (`RUNTIME logs`, stdout and stderr in one pipe, in order)."""
-    c = rec["container"]
-    rt = runtime_path(c["runtime"])
-    if rt is None:
-        return b""
-    env = dict(installs.PROBE_ENV)
-    try:
-        p = subprocess.run([rt, "logs", c["name"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
-                           env=env, stdin=subprocess.DEVNULL, cwd="/")
-    except subprocess.TimeoutExpired:
-        return b""
-    return p.stdout if p.returncode == 0 else b""
-
-
-def stop(rec: dict, grace: float) -> dict:
-    """`RUNTIME stop -t GRACE`, then `rm`; the secrets directory goes too."""
-    c = rec["container"]
-    rt = runtime_path(c["runtime"])
-    if rt is None:
-        return {"ok": False, "error": missing_runtime(c["runtime"])}
-    s = summary(inspect(c["runtime"], c["name"]))
-    t0 = time.monotonic()
-    if not s["exists"]:
-        shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
-        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
-                "message": f"container {c['name']} is gone already"}
-    if not s["ours"]:
-        return {"ok": True, "stopped": False, "pids": [], "container": c["name"], "removed": False,
-                "message": f"container {c['name']} is not provision's (no {LABEL} label): left alone"}
-    was_running = bool(s.get("running"))
-    if was_running:
-        p = _run([rt, "stop", "-t", str(int(grace)), c["name"]], timeout=grace + 60)
-        if p.returncode != 0:
-            return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} stop {c['name']}: {_why(p)}"}}
-    after = summary(inspect(c["runtime"], c["name"]))
-    p = _run([rt, "rm", "-f", c["name"]], timeout=60)
-    if p.returncode != 0:
-        return {"ok": False, "error": {"kind": "stop", "message": f"{c['runtime']} rm {c['name']}: {_why(p)}"}}
-    shutil.rmtree(c.get("secrets_dir") or "/nonexistent", ignore_errors=True)
-    return {"ok": True, "stopped": was_running, "pids": [s["pid"]] if s.get("pid") else [],
-            "escalated": was_running and after.get("exit") == 137, "elapsed": round(time.monotonic() - t0, 2),
-            "container": c["name"], "removed": True, "exit": after.get("exit")}
-
-
-def logs_tail(rec: dict, lines: int) -> dict:
-    data = log_bytes(rec)
-    text = data[-256 * 1024:].decode("utf-8", "replace").replace("\r", "\n")
-    return {"ok": True, "log": rec["log"], "text": "\n".join(text.splitlines()[-lines:]) if lines else "",
-            "offset": len(data), "record": rec}
 
 
 def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
@@ -467,9 +235,7 @@ def mirror_install(state_dir: str, img: ContainerImage) -> dict:
                     continue
         except OSError:
             pass
-        with open(path + ".tmp", "wb") as fh:
-            fh.write(data)
-        os.replace(path + ".tmp", path)
+        atomic.write_bytes(path, data, mode=0o644, durable=False)
     return {"path": pkg, "version": img.get("version"), "interpreters": [], "pythonpath": os.path.dirname(pkg),
             "kind": "image", "git": None, "dist_info": None}
 
@@ -561,8 +327,6 @@ def overlay_preflight(req: dict, conf: ContainerConfig, img: ContainerImage, che
 def op_preflight(req: dict, bundle: bytes) -> dict:
     """Preflight of a container launch: runtime, image (and its SGLang, read from inside it), the
     spec's class in the image, the container name, port, model paths through the volumes."""
-    from provision.host.ops import server as _server
-
     prof = req["profile"]
     conf: ContainerConfig = prof["container"]
     args = prof["args"]
@@ -604,7 +368,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                 fix = "native" if need["kind"] == "native" else "edited file"
                 checks.append({"level": "ok", "check": "patch", "message": (
                     f"{spec['class']} in the image: delegation methods in place ({need['kind']}); no fix needed")})
-    st = _server._server_state(req, port)
+    st = select.server_state(req, port)
     ours_running = st["running"]
     doc = summary(inspect(conf["runtime"], conf["name"]))
     rec = st["record"] or {}
@@ -612,7 +376,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         checks.append({"level": "fail", "check": "name", "message": (
             f"a container named {conf['name']} exists and provision did not start it ({doc.get('status')}, image "
             f"{doc.get('image')}): remove it, or set launch.container.name")})
-    if not ours_running and _server.port_open(bind, port):
+    if not ours_running and port_open(bind, port):
         checks.append({"level": "fail", "check": "port", "message": f"something is already listening on {bind}:{port}"})
     elif not ours_running:
         checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
@@ -623,7 +387,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         if not path:
             continue
         if not path.startswith("/"):
-            checks += _server._check_model(path, what, offline)
+            checks += preflight_checks.check_model(path, what, offline)
             continue
         on_host = host_path(vols, path)
         if on_host is None:
@@ -631,7 +395,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                 f"{what} {path} is not on a volume: it must be in the image (not checked)")})
         else:
             checks += [dict(c, message=c["message"] + f" (in the container: {path})")
-                       for c in _server._check_model(on_host, what, offline)]
+                       for c in preflight_checks.check_model(on_host, what, offline)]
     checks.append({"level": "info", "check": "gpus", "message": (
         f"GPUs: {conf['gpus']} (the runtime's --gpus)" if conf.get("gpus") else "no --gpus in the profile")})
     checks += model_rows
@@ -639,25 +403,13 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
             "survivors": st.get("survivors") or [], "image": public(img), "fix": fix, "overlay": staged, "facts": {}}
 
 
-def op_start(req: dict, bundle: bytes) -> dict:
-    from provision.host.ops import server as _server
-
+def prepare_start(req: dict, sroot: str) -> dict:
+    """What the container backend's start needs for this request: the image (its SGLang), the
+    overlay's variables and mount. {"ok", "launch"} or {"ok": False, "error"}."""
     prof = req["profile"]
-    port = int(prof["args"].get("port", 30000))
     conf: ContainerConfig = prof["container"]
     if runtime_path(conf["runtime"]) is None:
         return {"ok": False, "error": missing_runtime(conf["runtime"])}
-    st = _server._server_state(req, port)
-    replaced = None
-    if st["running"]:
-        if not req.get("restart"):
-            return {"ok": True, "already": True, "record": st["record"],
-                    "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
-        stopped = _server._stop(req, st["record"], float(prof.get("grace", 30)))
-        if not stopped["ok"]:
-            return stopped
-        replaced = stopped["pids"]
-    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
     img = image_sglang(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"]}
@@ -672,37 +424,17 @@ def op_start(req: dict, bundle: bytes) -> dict:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
         extra_env = overlay_env(img, prof.get("env"))
         extra_mounts = [f"{staged['root']}:{OVERLAY_DIR}:ro"]
-    sroot = _server.state_root(req)
-    os.makedirs(sroot, mode=0o700, exist_ok=True)
-    out = start(req, sroot, dict(img), extra_env=extra_env, extra_mounts=extra_mounts)
-    if out["ok"]:
-        rec = out["record"]
-        needs = [dict(image_fix(image_patch_state(img, sp)), spec=sp.get("name")) for sp in specs]
-        rec["container"]["fix"] = needs[0] if needs else image_fix(None)
-        rec["container"]["fixes"] = needs
-        rec["fix"] = req.get("fix") or ("overlay" if staged else None)
-        rec["overlay"] = {k: staged.get(k) for k in ("root", "package", "modules", "digest", "container_root")} \
-            if staged else None
-        _server.write_record(req, port, rec)
-        out["replaced"] = replaced
-    return out
+    return {"ok": True, "launch": {"sroot": sroot, "image": dict(img), "extra_env": extra_env,
+                                   "extra_mounts": extra_mounts}, "image": img}
 
 
-def op_probe(req: dict, rec: dict, st: dict) -> dict:
-    """probe for a container server: the log through `RUNTIME logs`, the rest as on the host."""
-    from provision.host.ops import server as _server
-
-    port = int(req.get("port", 30000))
-    offset = int(req.get("offset", 0))
-    data = log_bytes(rec)[offset:offset + int(req.get("max_bytes", 1 << 20))]
-    host = rec.get("host", "127.0.0.1")
-    up = _server.port_open(host, port)
-    code = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url")) \
-        if up and st["running"] else None
-    confirm = None
-    if code == 200 and req.get("confirm"):
-        time.sleep(float(req["confirm"]))
-        confirm = _server.health(host, port, float(req.get("health_timeout", 30)), req.get("health_url"))
-    return {"ok": True, "running": st["running"], "exit": st.get("exit"), "chunk": data.decode("utf-8", "replace"),
-            "offset": offset + len(data), "port_open": up, "health": code, "confirm": confirm, "record": rec,
-            "now": time.time(), "survivors": [], "container": st.get("container")}
+def finish_record(req: dict, rec: dict, img: ContainerImage) -> dict:
+    """The container's fix (per spec) and the overlay, in its record."""
+    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    staged = req.get("overlay_stage")
+    needs = [dict(image_fix(image_patch_state(img, sp)), spec=sp.get("name")) for sp in specs]
+    rec["container"]["fix"] = needs[0] if needs else image_fix(None)
+    rec["container"]["fixes"] = needs
+    rec["overlay"] = {k: staged.get(k) for k in ("root", "package", "modules", "digest", "container_root")} \
+        if staged else None
+    return rec

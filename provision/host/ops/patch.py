@@ -192,7 +192,7 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
 
 
 def _fast(req: dict) -> PatchAnswer | None:
-    """The no-op patch without discovery (reconcile's fast path, ops/reconcile.py ``_fast``),
+    """The no-op patch without discovery (reconcile's fast path, ops/fastpath.py),
     or None. Taken only when nothing but the file's state can change the answer: not for
     --force, --diff, --verify-import or a named interpreter (discovery picks the install it
     imports), and only when every spec's file holds exactly the bytes our last patch of that
@@ -200,7 +200,7 @@ def _fast(req: dict) -> PatchAnswer | None:
     and no server runs or loads from another install or loads from this one."""
     if req.get("force") or req.get("diff") or req.get("verify_import") or req.get("python"):
         return None
-    from provision.host.ops import reconcile
+    from provision.host.ops.fastpath import fast
 
     state_dir = req.get("state_dir") or default_state_dir()
     results, pkg, servers = [], None, []
@@ -209,7 +209,7 @@ def _fast(req: dict) -> PatchAnswer | None:
                 or (spec.get("package") or PACKAGE) != PACKAGE:
             return None  # a file in another package (flashinfer): the full path reads its version
         shas = list(core.block_shas(spec))
-        one = reconcile._fast(dict(req, spec=spec, block_shas=shas), spec, state_dir)
+        one = fast(dict(req, spec=spec, block_shas=shas), spec, state_dir)
         if one is None or (pkg is not None and one["install"] != pkg):
             return None
         pkg, servers = one["install"], one["servers"]

@@ -1,159 +1,41 @@
-"""Server control on the host: preflight, start, probe, stop, status.  STDLIB ONLY.
+"""Server control on the host: preflight, start, probe, stop, status, logs, smoke.  STDLIB ONLY.
 
-The server is started detached (its own session, stdin from /dev/null, output to
-a new log per launch) under a small watcher that records its exit status, so a
-crash is reported with its real status even though nobody is attached.
-Secrets arrive in the request (stdin) and go into a 0600 ``--config`` file or
-the process environment: never the command line.
+How a server runs is its backend's (ops/backends/: detached under a watcher, a systemd unit, a
+container), picked once from the record or the request; this module gathers the preflight, prepares
+a start (argv, environment, the secrets' 0600 files: never the command line), holds the port's lock
+(ops/backends/lock.py) from the preflight of a restart through the start to the record, and writes
+the record a restart replays (ops/backends/record.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 from provision.host.facts import installs
 from provision.host.lib import procfs
-from provision.host.lib.procfs import starttime as proc_starttime
+from provision.host.ops import server_secrets
+from provision.host.ops.backends import identity, lock, select, tree
+from provision.host.ops.backends.base import health, port_open
+from provision.host.ops.backends.record import log_root, read_record, state_root, write_record
+from provision.host.ops.backends.systemd import (RESTART_SEC, render_server_unit, systemd_available,  # noqa: F401
+                                                 systemd_quote, unit_name)
+from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher, for its tests
+from provision.host.ops.checks import check_model as _check_model
 from provision.host.lib.paths import default_state_dir
 from provision.host.ops import preflight_model
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import (Check, ErrorInfo, LogsAnswer, PreflightAnswer, ProbeAnswer, ServerRequest, ServerStatusAnswer,
                                          SmokeAnswer, StartAnswer, StopAnswer)
 
-WATCHER = r"""
-import json, os, subprocess, sys, signal, time
-def end_rest_of_tree(pgid, grace, reapfile):
-    # The main server process is gone; ranks it did not take with it hold GPU memory. Give them
-    # `grace` seconds to follow, then SIGKILL what is left of the process group and the watcher's
-    # session, and record it (reapfile) so `status` can say so.
-    me, sid = os.getpid(), os.getsid(0)
-    def left():
-        out = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) == me:
-                continue
-            try:
-                f = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if f[0] != "Z" and (int(f[2]) == pgid or int(f[3]) == sid):
-                out.append(int(d))
-        return sorted(out)
-    seen = left()
-    if not seen:
-        return
-    end = time.monotonic() + grace
-    while time.monotonic() < end and left():
-        time.sleep(0.2)
-    killed = left()
-    for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    with open(reapfile + ".tmp", "w") as fh:
-        json.dump({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}, fh)
-    os.replace(reapfile + ".tmp", reapfile)
-spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
-log = open(spec["log"], "ab", buffering=0)
-p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                     env=spec["env"], cwd=spec["cwd"], preexec_fn=os.setpgrp)
-with open(spec["pidfile"], "w") as fh:
-    fh.write(str(p.pid))
-def fwd(sig, frame):
-    try:
-        os.killpg(p.pid, sig)
-    except OSError:
-        pass
-stopping = []  # signals we forwarded: a stop asked for, not a failure
-signal.signal(signal.SIGTERM, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
-signal.signal(signal.SIGINT, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
-rc = p.wait()
-with open(spec["exitfile"] + ".tmp", "w") as fh:
-    fh.write(str(rc))
-os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
-if spec.get("reapfile"):
-    end_rest_of_tree(p.pid, float(spec.get("tree_grace", 10)), spec["reapfile"])
-# The exit status carries the server's failure (a signal n as 128+n, like a shell), so that
-# systemd's Restart=on-failure restarts a server that died; one stopped on purpose (we
-# forwarded SIGTERM/SIGINT) ends in success.
-if rc != 0 and not stopping:
-    sys.exit(rc if rc > 0 else 128 - rc)
-"""
-
-
-def state_root(req: dict) -> str:
-
-    return os.path.join(req.get("state_dir") or default_state_dir(), "server")
-
-
-def log_root(req: dict) -> str:
-    if req.get("log_dir"):
-        return req["log_dir"]
-    if os.geteuid() == 0:
-        return "/var/log/provision"
-    return os.path.join(state_root(req), "logs")
-
-
-def _is_zombie(pid: int) -> bool:
-    """A zombie, or gone."""
-    st = procfs.state(pid)
-    return st is None or st == "Z"
-
-
-def alive(pid: int | None, starttime: str | None) -> bool:
-    if not pid:
-        return False
-    st = proc_starttime(pid)
-    return st is not None and (starttime is None or st == starttime) and not _is_zombie(pid)
-
-
-def tree_pids(rec: dict) -> list[int]:
-    """Every live process of the server: its process group and the watcher's session."""
-    out = []
-    pgid, sid = rec.get("pgid"), rec.get("sid")
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        pid = int(p)
-        if pid == os.getpid():
-            continue
-        if (pgid and procfs.pgid(pid) == pgid) or (sid and procfs.sid(pid) == sid):
-            if not _is_zombie(pid):
-                out.append(pid)
-    return sorted(out)
-
-
-def survivors(rec: dict | None) -> list[int]:
-    """Live processes of a server tree whose main process is dead (ranks it left behind), never the
-    watcher itself, never a process older than the server (a reused pid or process group)."""
-    if not rec:
-        return []
-    started = proc_starttime(rec["pid"]) if rec.get("pid") else None
-    if started is not None and (rec.get("starttime") is None or started == rec.get("starttime")) \
-            and not _is_zombie(rec["pid"]):
-        return []  # the main process lives: these are its tree, not survivors
-    floor = int(rec["starttime"]) if str(rec.get("starttime") or "").isdigit() else None
-    out = []
-    for pid in tree_pids(rec):
-        if pid == rec.get("watcher"):
-            continue
-        st = proc_starttime(pid)
-        if floor is not None and (st is None or int(st) < floor):
-            continue
-        out.append(pid)
-    return out
+_server_state = select.server_state
 
 
 def _describe_pids(pids: list[int]) -> str:
@@ -165,74 +47,6 @@ def _describe_pids(pids: list[int]) -> str:
         except OSError:
             names.append(str(pid))
     return ", ".join(names) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
-
-
-def _state_file(req: dict, port: int) -> str:
-    return os.path.join(state_root(req), f"server-{port}.json")
-
-
-def read_record(req: dict, port: int) -> dict | None:
-    try:
-        with open(_state_file(req, port)) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def write_record(req: dict, port: int, rec: dict) -> None:
-    os.makedirs(state_root(req), mode=0o700, exist_ok=True)
-    path = _state_file(req, port)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(rec, fh)
-    os.replace(tmp, path)
-
-
-def port_open(host: str, port: int) -> bool:
-    return installs.port_open(host, port, timeout=0.3)
-
-
-def health(host: str, port: int, timeout: float, url: str | None = None) -> int | None:
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    url = url or f"http://{host}:{port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, ValueError):
-        return None
-
-
-def _server_state(req: dict, port: int) -> dict:
-    rec = read_record(req, port)
-    out = {"record": rec, "running": False}
-    if not rec:
-        return out
-    if rec.get("container"):  # a server in a container: the runtime knows its state (ops/container.py)
-        from provision.host.ops import container
-
-        return container.state(rec)
-    if rec.get("unit") and not rec.get("stopped_at"):
-        rec = out["record"] = _refresh_persistent(req, port, rec)
-        out["unit"] = unit_state(rec["unit"])
-        # Between the server's death and systemd's restart (RestartSec) it is coming back.
-        out["restarting"] = (out["unit"] or {}).get("SubState") == "auto-restart"
-    out["running"] = alive(rec.get("pid"), rec.get("starttime"))
-    out["survivors"] = [] if out["running"] else survivors(rec)
-    out["exit"] = None
-    try:
-        with open(rec.get("reapfile") or "") as fh:
-            out["reaped"] = json.load(fh)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open(rec["exitfile"]) as fh:
-            out["exit"] = int(fh.read().strip())
-    except (OSError, ValueError, KeyError):
-        pass
-    return out
 
 
 # -- preflight ---------------------------------------------------------------
@@ -257,38 +71,6 @@ def _nvidia() -> dict:
     except (OSError, subprocess.SubprocessError) as exc:
         out["error"] = str(exc)
     return out
-
-
-def _check_model(path: str, what: str, offline: bool) -> list[dict]:
-    items = []
-    if not (path.startswith("/") or path.startswith(".") or path.startswith("~")):
-        level = "fail" if offline else "warn"
-        items.append({"level": level, "check": what,
-                      "message": f"{what} {path} is a hub id: the host downloads it at start"
-                                 + (" but is marked offline" if offline else "")})
-        return items
-    p = os.path.expanduser(path)
-    if not os.path.isdir(p):
-        items.append({"level": "fail", "check": what, "message": f"{what} {p} does not exist"})
-        return items
-    index = os.path.join(p, "model.safetensors.index.json")
-    if os.path.exists(index):
-        try:
-            with open(index) as fh:
-                shards = sorted(set(json.load(fh).get("weight_map", {}).values()))
-        except (OSError, ValueError) as exc:
-            items.append({"level": "fail", "check": what, "message": f"{index}: unreadable ({exc})"})
-            return items
-        missing = [s for s in shards if not os.path.exists(os.path.join(p, s))]
-        if missing:
-            items.append({"level": "fail", "check": what,
-                          "message": f"{what} {p}: {len(missing)} of {len(shards)} shards missing "
-                                     f"(first: {missing[0]})"})
-        else:
-            items.append({"level": "ok", "check": what, "message": f"{what} {p}: all {len(shards)} shards present"})
-    else:
-        items.append({"level": "ok", "check": what, "message": f"{what} {p} exists (no shard index to check)"})
-    return items
 
 
 def _patch_check(spec: dict, inst: dict) -> tuple:
@@ -334,7 +116,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     if (req.get("profile") or {}).get("container"):  # launch.container: the server runs in a container
         from provision.host.ops import container
 
-        return container.op_preflight(req, bundle)
+        return container.op_preflight(req, bundle)  # type: ignore[return-value]
     checks: list[Check] = []
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
@@ -372,7 +154,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
         checks += _check_model(str(args["speculative-draft-model-path"]), "drafter", offline)
     checks += model_rows  # type: ignore[arg-type]
     # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
-    mine = set(tree_pids(st["record"])) if ours_running and st["record"] else set()
+    mine = set(identity.owned(st["record"])) if st["record"] else set()
     left = st.get("survivors") or []
     if left:
         rec = st["record"] or {}
@@ -460,7 +242,7 @@ def _sglang_children_orphans(exclude: set) -> list[int]:
                 comm = fh.read().strip()
         except OSError:
             comm = ""
-        if comm.startswith("sglang::") or "sglang_standin" in joined and "--rank" in joined:
+        if comm.startswith("sglang::"):
             try:
                 with open(f"/proc/{p}/stat") as fh:
                     ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
@@ -472,18 +254,6 @@ def _sglang_children_orphans(exclude: set) -> list[int]:
 
 
 # -- start / stop ------------------------------------------------------------
-def _prune_logs(directory: str, port: int, keep: int) -> list[str]:
-    logs = sorted(glob.glob(os.path.join(directory, f"sglang-{port}-*.log")))
-    gone = []
-    for old in logs[:-keep] if keep > 0 else []:
-        try:
-            os.unlink(old)
-            gone.append(old)
-        except OSError:
-            pass
-    return gone
-
-
 def _server_env(req: ServerRequest, inst: dict) -> dict:
     """The server's environment, as op_start gives it (secrets aside): this session's, less SSH's,
     the install's own (a checkout's PYTHONPATH), then the profile's env."""
@@ -497,45 +267,52 @@ def _server_env(req: ServerRequest, inst: dict) -> dict:
     return env
 
 
-def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
-    if (req.get("profile") or {}).get("container"):  # launch.container: `RUNTIME run -d` (ops/container.py)
-        from provision.host.ops import container
+def _refused(kind: str, message: str, rec: dict | None) -> dict:
+    """A start that did nothing: the running server (if any) is left as it was."""
+    return {"ok": False, "refused": True, "error": {"kind": kind, "message": message}, "record": rec}
 
-        return container.op_start(req, bundle)
+
+def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
+    """Start (or, with `restart`, replace) the port's server, holding the port's lock from the
+    restart's preflight through the start to the record."""
+    port = int(req["profile"]["args"].get("port", 30000))
+    try:
+        with lock.port_lock(state_root(req), port, "start", float(req.get("lock_wait", lock.WAIT))):
+            return _start_locked(dict(req), bundle, port)  # type: ignore[return-value]
+    except lock.Busy as exc:
+        return {"ok": False, "refused": True, "error": {"kind": "locked", "message": str(exc)}}
+
+
+def _restart_preflight(req: dict, bundle: bytes, old: dict) -> dict | None:
+    """The new launch's preflight, run before the running server is touched: a refusal, or None.
+    The server being replaced does not count against it (its port, its processes, its GPUs)."""
+    specs = list(req.get("patch_specs") or [])
+    if req.get("overlay_stage"):  # staged and verified by this launch's preflight: its delegation specs are bound
+        specs = [s for s in specs if (s.get("kind") or "delegate") != "delegate"]
+    pre = op_preflight(dict(req, overlay=False, patch_specs=specs), bundle)  # type: ignore[arg-type]
+    pid = old.get("pid")
+    if not pre.get("ok"):
+        return _refused("preflight", f"the new launch's preflight failed: "
+                        f"{(pre.get('error') or {}).get('message', 'no answer')}; the running server (pid {pid}) "
+                        "was left running", old)
+    fails = [c for c in pre.get("checks") or [] if c["level"] == "fail" and c.get("check") != "survivors"]
+    if fails and not req.get("force"):
+        return _refused("preflight", "preflight of the new launch: " + "; ".join(c["message"] for c in fails)
+                        + f"; the running server (pid {pid}) was left running (--force to replace it anyway)", old)
+    return None
+
+
+def _host_launch(req: dict, port: int, secrets: dict) -> dict:
+    """What a host server's start needs (argv, environment, log, the watcher's files): {"ok", ...}."""
     prof = req["profile"]
     args = dict(prof["args"])
-    port = int(args.get("port", 30000))
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
         err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
         return {"ok": False, "error": err}
-    owner, env_extra = installs.owner_python(inst)
+    owner, _env_extra = installs.owner_python(inst)
     python = prof.get("python") or owner
-    st = _server_state(req, port)
-    replaced = None
-    if st["running"]:
-        if req.get("restart"):
-            stopped = _stop(req, st["record"], float(prof.get("grace", 30)))
-            if not stopped["ok"]:
-                return stopped
-            replaced = stopped["pids"]
-        else:
-            return {"ok": True, "already": True, "record": st["record"],
-                    "same_profile": st["record"].get("profile_digest") == req.get("profile_digest")}
-    if st.get("survivors"):
-        # Never write over the record of a tree that still has live processes: `stop` could no
-        # longer find them, and they hold the GPU memory the new server needs.
-        if not req.get("restart"):
-            left = st["survivors"]
-            return {"ok": False, "error": {"kind": "survivors", "message": (
-                f"the server on port {port} (pid {st['record'].get('pid')}) is dead but {len(left)} processes "
-                f"of its tree are still alive ({_describe_pids(left)}); nothing was started: `provision stop` "
-                "ends them, or launch --restart stops them first")}}
-        stopped = _stop(req, st["record"], float(prof.get("grace", 30)))
-        if not stopped["ok"]:
-            return stopped
-        replaced = stopped["pids"]
     logdir = log_root(req)
     os.makedirs(logdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -546,21 +323,16 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
         log = os.path.join(logdir, f"sglang-{port}-{stamp}-{n}.log")
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
-    secrets = req.get("secrets") or {}
     flags = [str(f) for f in prof["flags"]]  # rendered on the control side (profile.render_flags)
     argv = [python, "-m", prof.get("module") or "sglang.launch_server"] + flags
-    cfg = None
-    if secrets.get("args"):
-        cfg = os.path.join(sroot, f"server-{port}.secrets.yaml")
-        fd = os.open(cfg + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write("# written by provision; holds secrets; readable by its owner only\n")
-            for k, v in secrets["args"].items():
-                fh.write(f"{k}: {json.dumps(str(v))}\n")
-        os.replace(cfg + ".tmp", cfg)
+    cfg, token, files = server_secrets.write_host_files(req, port, secrets)
+    if cfg:
         argv += ["--config", cfg]  # the separate-token form: `--config=FILE` is silently ignored by SGLang
-    env = _server_env(req, inst)
-    env.update({str(k): str(v) for k, v in (secrets.get("env") or {}).items()})
+    env = _server_env(req, inst)  # type: ignore[arg-type]
+    for k in server_secrets.TOKEN_ENV:
+        env.pop(k, None)
+    if token:
+        env["HF_TOKEN_PATH"] = token  # the hub reads the token from the 0600 file: it is in no environment
     staged = req.get("overlay_stage")
     if staged:
         from provision.host.engine import overlay as render
@@ -570,285 +342,143 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
         if why:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
         env.update(render.server_env(staged["root"], env.get("PYTHONPATH")))
-    pidfile = os.path.join(sroot, f"server-{port}.pid")
-    exitfile = os.path.join(sroot, f"server-{port}.exit")
-    reapfile = os.path.join(sroot, f"server-{port}.reaped.json")
-    for f in (pidfile, exitfile, reapfile):
-        try:
-            os.unlink(f)
-        except OSError:
-            pass
-    spec = {"argv": argv, "env": env, "cwd": "/", "log": log, "pidfile": pidfile, "exitfile": exitfile,
-            "reapfile": reapfile, "tree_grace": float(req.get("tree_grace", 10))}
+    spec = {"argv": argv, "env": env, "cwd": "/", "log": log,
+            "pidfile": os.path.join(sroot, f"server-{port}.pid"),
+            "exitfile": os.path.join(sroot, f"server-{port}.exit"),
+            "reapfile": os.path.join(sroot, f"server-{port}.reaped.json"),
+            "tree_grace": float(req.get("tree_grace", 10))}
     # SGLang logs server_args (api_key included) at start-up: the log is for its owner only.
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as fh:
         fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
-    unit = None
-    if req.get("persistent"):
-        started = _start_systemd(req, sroot, port, spec, float(prof.get("grace", 30)))
-        if not started["ok"]:
-            return started
-        unit, watcher_pid = started["unit"], started["pid"]
-        poll = lambda: not alive(watcher_pid, None)  # noqa: E731
+    return {"ok": True, "spec": spec, "port": port, "grace": float(prof.get("grace", 30)), "inst": inst,
+            "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
+
+
+def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
+    prof = req["profile"]
+    args = dict(prof["args"])
+    grace = float(prof.get("grace", 30))
+    st = select.server_state(req, port)
+    old = st["record"]
+    same = bool(old) and old.get("profile_digest") == req.get("profile_digest")
+    if not req.get("restart"):
+        if st["running"]:
+            return {"ok": True, "already": True, "record": old, "same_profile": same}
+        if st.get("restarting"):  # a persistent unit in systemd's restart window: it is coming back
+            try:  # followed from here on: the start-up systemd is about to make
+                size = os.path.getsize(old.get("log") or "")
+            except OSError:
+                size = int(old.get("log_offset") or 0)
+            return {"ok": True, "already": True, "adopted": old.get("unit"), "record": dict(old, log_offset=size),
+                    "same_profile": same}
+        if st.get("survivors"):
+            # Never write over the record of a tree that still has live processes: `stop` could no
+            # longer find them, and they hold the GPU memory the new server needs.
+            left = st["survivors"]
+            return {"ok": False, "error": {"kind": "survivors", "message": (
+                f"the server on port {port} (pid {old.get('pid')}) is dead but {len(left)} processes "
+                f"of its tree are still alive ({_describe_pids(left)}); nothing was started: `provision stop` "
+                "ends them, or launch --restart stops them first")}}
+    replacing = bool(old) and (st["running"] or bool(st.get("survivors")) or bool(st.get("restarting")))
+    if replacing:
+        refusal = _restart_preflight(req, bundle, old)
+        if refusal:
+            return refusal
+    secrets, why = server_secrets.keep_for_restart(req, old)
+    if why:
+        return _refused("secret", why, old)
+    req = dict(req, secrets=secrets)
+    backend = select.for_launch(req, old)
+    sroot = state_root(req)
+    os.makedirs(sroot, mode=0o700, exist_ok=True)
+    img = None
+    if backend.name == "container":
+        from provision.host.ops import container
+
+        prep = container.prepare_start(req, sroot)
+        if not prep["ok"]:
+            return prep
+        launch, img = prep["launch"], prep["image"]
     else:
-        watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                   cwd="/")
-        watcher.stdin.write(json.dumps(spec).encode())
-        watcher.stdin.close()
-        watcher_pid = watcher.pid
-        poll = lambda: watcher.poll() is not None  # noqa: E731
-    pid = None
-    for _ in range(500):
-        try:
-            with open(pidfile) as fh:
-                pid = int(fh.read().strip())
-            break
-        except (OSError, ValueError):
-            if poll():
-                break
-            time.sleep(0.02)
-    if pid is None:
-        return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {log}"}}
-    rec = {"pid": pid, "starttime": proc_starttime(pid), "pgid": pid, "sid": watcher_pid, "unit": unit,
-           "watcher": watcher_pid, "watcher_starttime": proc_starttime(watcher_pid), "port": port,
-           "host": str(args.get("host", "127.0.0.1")), "log": log, "log_offset": 0, "started_at": time.time(),
-           "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
-           "exitfile": exitfile, "reapfile": reapfile, "config": cfg, "python": python, "install": inst["path"],
-           "version": inst.get("version"), "model": args.get("model-path"), "tp": args.get("tp-size", 1),
-           "mechanism": "systemd unit " + unit if unit else "detached", "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")},
-           "fix": req.get("fix") or ("overlay" if staged else None),
-           "overlay": {k: staged.get(k) for k in ("root", "package", "modules", "digest")} if staged else None}
+        launch = _host_launch(req, port, secrets)
+        if not launch["ok"]:
+            return launch
+    replaced = None
+    if replacing:
+        old_backend = select.for_record(old)
+        if old_backend is backend:
+            out = backend.restart(req, old, launch, grace)
+        else:
+            stopped = old_backend.stop(req, old, grace)
+            if not stopped["ok"]:
+                return stopped
+            out = backend.start(req, launch)
+            out["replaced"] = stopped.get("pids") or []
+        replaced = out.get("replaced")
+    else:
+        out = backend.start(req, launch)
+    if not out.get("ok"):
+        return out
+    common = {"backend": backend.name, "boot_id": identity.boot_id(), "overrides": dict(req.get("overrides") or {}),
+              "persistent": backend.name == "systemd", "fix": req.get("fix") or ("overlay" if req.get("overlay_stage")
+                                                                                 else None)}
+    names = server_secrets.names(secrets)
+    if backend.name == "container":
+        from provision.host.ops import container
+
+        rec = container.finish_record(req, dict(out["record"], **common), img)  # type: ignore[arg-type]
+        sdir = rec["container"].get("secrets_dir") or ""
+        files = {k: os.path.join(sdir, "config.yaml") for k in names["args"]}
+        files.update({k: os.path.join(sdir, "hf_token") for k in names["env"] if k in server_secrets.TOKEN_ENV})
+        rec["secrets"] = server_secrets.described(names, files)
+        write_record(req, port, rec)
+        return {"ok": True, "started": True, "record": rec, "replaced": replaced}
+    spec, inst = launch["spec"], launch["inst"]
+    pid = out["pid"]
+    staged = req.get("overlay_stage")
+    rec = dict(common, **{
+        "pid": pid, "starttime": (identity.ident(pid) or {}).get("starttime"), "pgid": pid, "sid": out["watcher"],
+        "unit": out.get("unit"), "cgroup_unit": out.get("cgroup_unit"), "watcher": out["watcher"],
+        "watcher_starttime": out.get("watcher_starttime"),
+        "port": port, "host": str(args.get("host", "127.0.0.1")), "log": spec["log"],
+        "log_offset": int(out.get("log_offset") or 0), "started_at": time.time(),
+        "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
+        "exitfile": spec["exitfile"], "reapfile": spec["reapfile"], "config": launch["config"],
+        "python": launch["python"], "install": inst["path"], "version": inst.get("version"),
+        "model": args.get("model-path"), "tp": args.get("tp-size", 1), "mechanism": out["mechanism"],
+        "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")},
+        "overlay": {k: staged.get(k) for k in ("root", "package", "modules", "digest")} if staged else None,
+        "argv": launch["argv"], "secrets": server_secrets.described(names, launch["files"])})
     write_record(req, port, rec)
-    pruned = _prune_logs(logdir, port, int(prof.get("keep_logs", 5)))
+    pruned = tree.prune_logs(launch["logdir"], port, int(prof.get("keep_logs", 5)), spec["log"])
     return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned, "replaced": replaced}
 
 
-def systemd_available() -> bool:
-    from provision.host.lib.trust import trusted_binary
-
-    return os.path.isdir("/run/systemd/system") and trusted_binary("systemctl")[1] is None
-
-
-# -- persistent servers: a systemd service -------------------------------------
-UNIT_DIR = "/etc/systemd/system"
-RESTART_SEC = 10  # systemd restarts a server that died after this many seconds
-START_MARK = "[provision] started by systemd"  # ExecStartPre appends it: where each start-up begins
-
-
-def unit_name(port: int) -> str:
-    return f"provision-sglang-{port}.service"
-
-
-def systemd_quote(arg: str) -> str:
-    """One argument of ExecStart=: plain when it can be, else double-quoted, with systemd's
-    specifier (%) and variable ($) characters escaped."""
-    arg = str(arg)
-    if arg and not any(c in arg for c in " \t\n\"'\\;$%"):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("$", "$$") \
-        .replace("%", "%%") + '"'
-
-
-def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float) -> str:
-    """The service unit of a persistent server (pure). The watcher is a file, the spec (argv,
-    environment, secrets) a 0600 file it reads: nothing secret is in the unit, whose
-    Environment= and ExecStart= anyone can read with `systemctl show`."""
-    mark = (f"import sys; open(sys.argv[1], 'ab').write(b'{START_MARK}\\n')")
-    q = systemd_quote
-    return (f"# written by provision launch --persistent; `provision stop` removes it\n"
-            f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\n"
-            f"Wants=network-online.target\nAfter=network-online.target\n"
-            f"StartLimitIntervalSec=600\nStartLimitBurst=5\n\n"
-            f"[Service]\nType=simple\n"
-            f"ExecStartPre={q(python)} -c {q(mark)} {q(log)}\n"
-            f"ExecStart={q(python)} {q(watcher)} {q(spec_path)}\n"
-            f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n"
-            f"Restart=on-failure\nRestartSec={RESTART_SEC}\n\n"
-            f"[Install]\nWantedBy=multi-user.target\n")
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(path + ".tmp", path)
-
-
-def _systemctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    from provision.host.lib.trust import trusted_binary
-
-    exe, why = trusted_binary("systemctl")
-    if why:
-        return subprocess.CompletedProcess(["systemctl", *args], 1, "", why)
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def unit_state(unit: str) -> dict | None:
-    """ActiveState, SubState, UnitFileState (enabled?), NRestarts, MainPID, Result of a unit."""
-    if not systemd_available():
-        return None
-    keys = ("ActiveState", "SubState", "UnitFileState", "NRestarts", "MainPID", "Result", "LoadState")
-    p = _systemctl("show", "-p", ",".join(keys), unit, timeout=30)
-    if p.returncode != 0:
-        return None
-    out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-    for k in ("NRestarts", "MainPID"):
-        try:
-            out[k] = int(out.get(k) or 0)
-        except ValueError:
-            out[k] = 0
-    return out
-
-
-def _start_systemd(req: dict, sroot: str, port: int, spec: dict, grace: float) -> dict:
-    """A real service unit that comes back after a reboot and after the server dies."""
-    if not systemd_available():
-        return {"ok": False, "error": {"kind": "no-systemd",
-                                       "message": "--persistent needs systemd as init (/run/systemd/system is "
-                                                  "missing here); start without it"}}
-    unit = unit_name(port)
-    spec_path = os.path.join(sroot, f"server-{port}.spec.json")
-    watcher = os.path.join(sroot, f"server-{port}.watcher.py")
-    _write_private(spec_path, json.dumps(spec))
-    _write_private(watcher, WATCHER)
-    path = os.path.join(UNIT_DIR, unit)
-    with open(path + ".tmp", "w") as fh:
-        fh.write(render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace))
-    os.replace(path + ".tmp", path)
-    for cmd in (["daemon-reload"], ["reset-failed", unit], ["enable", unit], ["restart", unit]):
-        p = _systemctl(*cmd)
-        if p.returncode != 0 and cmd[0] != "reset-failed":
-            return {"ok": False, "error": {"kind": "systemd",
-                                           "message": f"systemctl {' '.join(cmd)}: {p.stderr.strip()}"}}
-    pid = 0
-    for _ in range(250):  # MainPID is the watcher once ExecStartPre is done
-        st = unit_state(unit) or {}
-        pid = st.get("MainPID") or 0
-        if pid or st.get("ActiveState") in ("failed", "inactive"):
-            break
-        time.sleep(0.02)
-    return {"ok": True, "unit": unit, "pid": pid}
-
-
-def _last_start_offset(log: str) -> int:
-    """Where the last start-up by systemd begins in the log (the offset of its mark line)."""
-    mark = START_MARK.encode()
-    try:
-        with open(log, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            pos = size
-            while pos > 0:
-                start = max(0, pos - (1 << 20))
-                fh.seek(start)
-                data = fh.read(pos - start + len(mark))
-                i = data.rfind(mark)
-                if i >= 0:
-                    return start + i
-                pos = start
-    except OSError:
-        pass
-    return 0
-
-
-def _refresh_persistent(req: dict, port: int, rec: dict) -> dict:
-    """systemd may have restarted a persistent server since we last looked: follow it to the
-    new process (pid file), the new start-up in the log, and count the restart."""
-    if not rec.get("unit") or rec.get("stopped_at"):
-        return rec
-    pidfile = os.path.join(state_root(req), f"server-{port}.pid")
-    try:
-        with open(pidfile) as fh:
-            pid = int(fh.read().strip())
-        mtime = os.stat(pidfile).st_mtime
-    except (OSError, ValueError):
-        return rec
-    if not alive(pid, None) or (pid == rec.get("pid") and proc_starttime(pid) == rec.get("starttime")):
-        return rec  # the same process (a pid number can come back after a reboot: compare start times)
-    watcher = (unit_state(rec["unit"]) or {}).get("MainPID") or rec.get("watcher")
-    rec = dict(rec, pid=pid, starttime=proc_starttime(pid), pgid=pid, sid=watcher, watcher=watcher,
-               watcher_starttime=proc_starttime(watcher) if watcher else None, started_at=mtime,
-               log_offset=_last_start_offset(rec["log"]), restarts=int(rec.get("restarts") or 0) + 1)
-    write_record(req, port, rec)
-    return rec
-
-
-def _remove_unit(req: dict, rec: dict, grace: float) -> dict | None:
-    """Stop and disable a persistent server's unit and remove what --persistent wrote, so
-    nothing brings it back (no restart, no boot). An error dict, or None."""
-    unit = rec["unit"]
-    p = _systemctl("disable", "--now", unit, timeout=grace + 60)
-    if p.returncode != 0 and (unit_state(unit) or {}).get("LoadState") not in ("not-found", None):
-        return {"kind": "systemd", "message": f"systemctl disable --now {unit}: {p.stderr.strip()}"}
-    port = rec.get("port")
-    for path in (os.path.join(UNIT_DIR, unit), os.path.join(state_root(req), f"server-{port}.spec.json"),
-                 os.path.join(state_root(req), f"server-{port}.watcher.py")):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    _systemctl("daemon-reload")
-    _systemctl("reset-failed", unit)
-    return None
-
-
-def _stop(req: dict, rec: dict, grace: float) -> dict:
-    if rec.get("container"):  # `RUNTIME stop -t GRACE`, then rm (ops/container.py)
-        from provision.host.ops import container
-
-        return container.stop(rec, grace)
-    if rec.get("unit") and systemd_available():
-        rec = _refresh_persistent(req, int(rec.get("port") or 30000), rec)
-        before, t0 = tree_pids(rec), time.monotonic()
-        err = _remove_unit(req, rec, grace)
-        if err:
-            return {"ok": False, "error": err}
-        left = tree_pids(rec)
-        if not left:
-            # Stopped even with no process left (between a death and systemd's restart): the unit is gone.
-            return {"ok": True, "stopped": True, "pids": before, "escalated": False,
-                    "elapsed": round(time.monotonic() - t0, 2),
-                    "unit": rec["unit"], "unit_removed": True}
-    pids = tree_pids(rec)
-    if rec.get("pid") and alive(rec["pid"], rec.get("starttime")) and rec["pid"] not in pids:
-        pids.append(rec["pid"])
-    t0 = time.monotonic()
-    sent_kill = False
-    if pids:
-        for target in (rec.get("pgid"),):
-            try:
-                os.killpg(target, signal.SIGTERM)
-            except (OSError, TypeError):
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and tree_pids(rec):
-            time.sleep(0.1)
-        left = tree_pids(rec)
-        if left:
-            sent_kill = True
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            end = time.monotonic() + 10
-            while time.monotonic() < end and tree_pids(rec):
-                time.sleep(0.05)
-    left = tree_pids(rec)
-    if left:
-        return {"ok": False, "error": {"kind": "stop", "message": f"processes still alive after SIGKILL: {left}"}}
-    return {"ok": True, "stopped": bool(pids), "pids": pids, "escalated": sent_kill,
-            "elapsed": round(time.monotonic() - t0, 2)}
-
-
 def op_stop(req: ServerRequest, bundle: bytes) -> StopAnswer:
+    """Stop the port's server: only processes provably its own (ops/backends/identity.py)."""
     port = int(req.get("port", 30000))
+    try:
+        with lock.port_lock(state_root(req), port, "stop", float(req.get("lock_wait", lock.WAIT))):
+            return _stop_locked(req, port)  # type: ignore[return-value]
+    except lock.Busy as exc:
+        return {"ok": False, "error": {"kind": "locked", "message": str(exc)}}
+
+
+def _stop_locked(req: ServerRequest, port: int) -> dict:
     rec = read_record(req, port)
     if not rec:
         return {"ok": True, "stopped": False, "message": f"no server recorded on port {port}"}
-    res = _stop(req, rec, float(req.get("grace", 30)))
+    if rec.get("stopped_at"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rec["stopped_at"])))
+        return {"ok": True, "stopped": False, "message": f"the server on port {port} was stopped at {when}; "
+                                                         "nothing of it is left to stop"}
+    backend = select.for_record(rec)
+    if backend.name == "detached" and not identity.same_boot(rec):
+        res: dict = {"ok": True, "stopped": False, "message": f"the server on port {port} was started before the host "
+                                                              "last booted: none of its processes is left"}
+    else:
+        res = backend.stop(req, rec, float(req.get("grace", 30)))
     if res["ok"]:
         rec = read_record(req, port) or rec  # a persistent server's record may have followed a restart
         rec["stopped_at"] = time.time()
@@ -857,48 +487,29 @@ def op_stop(req: ServerRequest, bundle: bytes) -> StopAnswer:
 
 
 def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
-    """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
+    """Where a start-up stands: alive?, new log bytes since offset, port, /health. A client
+    following another log (`log`) than the record's (a new launch) is given the new one from its start."""
     port = int(req.get("port", 30000))
-    st = _server_state(req, port)
+    st = select.server_state(req, port)
     rec = st["record"]
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
-    if rec.get("container"):  # the log is `RUNTIME logs` (ops/container.py)
-        from provision.host.ops import container
-
-        return container.op_probe(req, rec, st)
-    offset = int(req.get("offset", 0))
-    chunk = ""
-    try:
-        with open(rec["log"], "rb") as fh:
-            fh.seek(offset)
-            data = fh.read(int(req.get("max_bytes", 1 << 20)))
-            offset += len(data)
-            chunk = data.decode("utf-8", "replace")
-    except OSError:
-        pass
-    up = port_open(rec.get("host", "127.0.0.1"), port)
-    code = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
-                  req.get("health_url")) if up and st["running"] else None
-    confirm = None
-    if code == 200 and req.get("confirm"):
-        # A second look on the host, not a second round trip: one 200 can be a flap.
-        time.sleep(float(req["confirm"]))
-        confirm = health(rec.get("host", "127.0.0.1"), port, float(req.get("health_timeout", 30)),
-                         req.get("health_url"))
-    # A persistent server that systemd is about to restart counts as starting, not as gone.
-    running = st["running"] or bool(st.get("restarting"))
-    return {"ok": True, "running": running, "exit": st.get("exit"), "chunk": chunk, "offset": offset,
-            "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time(),
-            "survivors": st.get("survivors") or []}
+    q = dict(req)
+    changed = bool(req.get("log")) and req.get("log") != rec.get("log")
+    if changed:
+        q["offset"] = int(rec.get("log_offset") or 0)
+    out = select.for_record(rec).probe(q, rec, st)
+    out["log_changed"] = changed
+    return out  # type: ignore[return-value]
 
 
 def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
     port = int(req.get("port", 30000))
-    st = _server_state(req, port)
+    st = select.server_state(req, port)
     rec = st["record"]
     out = {"ok": True, "running": st["running"], "record": rec, "exit": st.get("exit"),
-           "survivors": st.get("survivors") or [], "reaped": st.get("reaped")}
+           "survivors": st.get("survivors") or [], "reaped": st.get("reaped"),
+           "stopped": bool((rec or {}).get("stopped_at"))}
     if out["survivors"]:
         out["survivors_described"] = _describe_pids(out["survivors"])
     if st.get("container") is not None:
@@ -913,7 +524,7 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
         out["port_open"] = port_open(host, port)
         out["health"] = health(host, port, float(req.get("health_timeout", 30))) if out["port_open"] else None
         out["uptime"] = round(time.time() - rec["started_at"], 1)
-    return out
+    return out  # type: ignore[return-value]
 
 
 def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
@@ -921,22 +532,7 @@ def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
     rec = read_record(req, port)
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
-    lines = int(req.get("lines", 100))
-    if rec.get("container"):  # `RUNTIME logs` (ops/container.py)
-        from provision.host.ops import container
-
-        return container.logs_tail(rec, lines)
-    try:
-        with open(rec["log"], "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            data = fh.read().decode("utf-8", "replace")
-    except OSError as exc:
-        return {"ok": False, "error": {"kind": "io", "message": f"{rec['log']}: {exc.strerror}"}}
-    text = data.replace("\r", "\n")
-    tail = "\n".join(text.splitlines()[-lines:])
-    return {"ok": True, "log": rec["log"], "text": tail, "offset": size, "record": rec}
+    return select.for_record(rec).logs(req, rec, int(req.get("lines", 100)))  # type: ignore[return-value]
 
 
 OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": op_probe,

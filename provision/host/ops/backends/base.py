@@ -1,0 +1,87 @@
+"""The one interface of a server backend, and what every backend shares (port, /health).  STDLIB ONLY.
+
+A backend is picked once, from the record (a running server) or the request (a new one), by
+select.py; every verb goes through it: start, stop, state (status), probe (a start-up's progress),
+logs, restart. Implementations: detached.py, systemd.py, container.py.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+from provision.host.facts import installs
+
+
+def port_open(host: str, port: int) -> bool:
+    return installs.port_open(host, port, timeout=0.3)
+
+
+def health(host: str, port: int, timeout: float, url: str | None = None) -> int | None:
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    url = url or f"http://{host}:{port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, ValueError):
+        return None
+
+
+class ServerBackend:
+    """How one kind of server is started, stopped, looked at. `launch` (start, restart) is what
+    ops/server.py prepared: argv, env, the secret files, the log, the watcher's files."""
+
+    name = "base"
+
+    def start(self, req: dict, launch: dict) -> dict:
+        raise NotImplementedError
+
+    def stop(self, req: dict, rec: dict, grace: float) -> dict:
+        raise NotImplementedError
+
+    def state(self, req: dict, rec: dict) -> dict:
+        """{"record", "running", "exit", "survivors", ...}."""
+        raise NotImplementedError
+
+    def read_log(self, rec: dict, offset: int, max_bytes: int) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def logs(self, req: dict, rec: dict, lines: int) -> dict:
+        raise NotImplementedError
+
+    def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
+        """Replace the running server `rec` with `launch`: stop, then start (a backend that can do
+        better, a unit's `systemctl restart`, overrides it). {"ok", "replaced": pids, ...}."""
+        stopped = self.stop(req, rec, grace)
+        if not stopped["ok"]:
+            return stopped
+        out = self.start(req, launch)
+        if out.get("ok"):
+            out["replaced"] = stopped.get("pids") or []
+        return out
+
+    def probe(self, req: dict, rec: dict, st: dict) -> dict:
+        """Where a start-up stands: alive?, new log bytes since offset, port, /health."""
+        port = int(req.get("port", 30000))
+        chunk, offset = self.read_log(rec, int(req.get("offset", 0)), int(req.get("max_bytes", 1 << 20)))
+        host = rec.get("host", "127.0.0.1")
+        up = port_open(host, port)
+        timeout = float(req.get("health_timeout", 30))
+        code = health(host, port, timeout, req.get("health_url")) if up and st["running"] else None
+        confirm = None
+        if code == 200 and req.get("confirm"):
+            # A second look on the host, not a second round trip: one 200 can be a flap.
+            time.sleep(float(req["confirm"]))
+            confirm = health(host, port, timeout, req.get("health_url"))
+        # A persistent server that systemd is about to restart counts as starting, not as gone.
+        running = st["running"] or bool(st.get("restarting"))
+        out = {"ok": True, "running": running, "exit": st.get("exit"), "chunk": chunk, "offset": offset,
+               "port_open": up, "health": code, "confirm": confirm, "record": rec, "now": time.time(),
+               "survivors": st.get("survivors") or [], "stopped": bool(rec.get("stopped_at"))}
+        if st.get("container") is not None:
+            out["container"] = st["container"]
+        return out

@@ -1,0 +1,58 @@
+"""A server's record on the host (``server-PORT.json`` in the state dir): the truth a restart
+replays and a stop trusts.  STDLIB ONLY.
+
+Besides what status shows (pid, log, model...) it holds what replaying the launch needs: the argv
+(secret values are never in it: they are in 0600 files), the launch's ``--arg`` overrides, the
+backend, the fix, and which secrets were set and the file the server reads each from. Every
+whole-file write goes through lib/atomic.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from provision.host.lib import atomic
+from provision.host.lib.paths import default_state_dir
+
+
+def state_root(req: dict) -> str:
+    return os.path.join(req.get("state_dir") or default_state_dir(), "server")
+
+
+def log_root(req: dict) -> str:
+    if req.get("log_dir"):
+        return req["log_dir"]
+    if os.geteuid() == 0:
+        return "/var/log/provision"
+    return os.path.join(state_root(req), "logs")
+
+
+def state_file(req: dict, port: int) -> str:
+    return os.path.join(state_root(req), f"server-{port}.json")
+
+
+def side_file(req: dict, port: int, suffix: str) -> str:
+    """One of the server's other files in the state dir: server-PORT.<suffix>."""
+    return os.path.join(state_root(req), f"server-{port}.{suffix}")
+
+
+def read_record(req: dict, port: int) -> dict | None:
+    try:
+        with open(state_file(req, port)) as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def write_record(req: dict, port: int, rec: dict) -> None:
+    os.makedirs(state_root(req), mode=0o700, exist_ok=True)
+    atomic.write_json(state_file(req, port), rec)
+
+
+def mark_stopped(req: dict, port: int, rec: dict, when: float) -> dict:
+    """The record of a server provision stopped: `stopped_at` set, nothing of it is ours to kill any more."""
+    rec = dict(rec, stopped_at=when)
+    write_record(req, port, rec)
+    return rec

@@ -1,0 +1,242 @@
+"""The systemd backend: a persistent server as a real service unit (``--persistent``), which comes
+back after a reboot and after the server dies.  STDLIB ONLY.
+
+The unit runs the watcher (tree.py) from a file, reading the server's spec from a 0600 file: nothing
+secret is in the unit (``systemctl show`` prints Environment= and ExecStart= to anyone) nor in the
+spec (secrets are 0600 files the spec names). A restart rewrites the spec and the unit and runs
+``systemctl restart``: the unit stays enabled. Only `stop` disables and removes it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from provision.host.lib import atomic
+from provision.host.ops.backends import identity, record, tree
+from provision.host.ops.backends.base import ServerBackend
+from provision.host.ops.backends.systemctl import systemctl as _systemctl
+from provision.host.ops.backends.systemctl import systemd_available, unit_state  # noqa: F401 - re-exported
+
+UNIT_DIR = "/etc/systemd/system"
+RESTART_SEC = 10  # systemd restarts a server that died after this many seconds
+START_MARK = "[provision] started by systemd"  # ExecStartPre appends it: where each start-up begins
+LOG_CAP = 64 << 20  # a persistent server's log is rotated at a start-up once bigger than this
+LOG_KEEP = 3        # rotated logs kept (LOG.1 .. LOG.3)
+
+
+def unit_name(port: int) -> str:
+    return f"provision-sglang-{port}.service"
+
+
+def systemd_quote(arg: str) -> str:
+    """One argument of ExecStart=: plain when it can be, else double-quoted, with systemd's
+    specifier (%) and variable ($) characters escaped."""
+    arg = str(arg)
+    if arg and not any(c in arg for c in " \t\n\"'\\;$%"):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("$", "$$") \
+        .replace("%", "%%") + '"'
+
+
+# ExecStartPre: rotate the log when it outgrew LOG_CAP (LOG -> LOG.1 -> ... LOG.KEEP), then mark the start-up.
+MARK = ("import os, sys; p = sys.argv[1]; cap, keep = int(sys.argv[2]), int(sys.argv[3])\n"
+        "if os.path.exists(p) and os.path.getsize(p) > cap:\n"
+        "    [os.replace(p + '.%d' % i, p + '.%d' % (i + 1)) for i in range(keep - 1, 0, -1) "
+        "if os.path.exists(p + '.%d' % i)]\n"
+        "    os.replace(p, p + '.1')\n"
+        "fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600); os.write(fd, b'" + START_MARK
+        + "\\n'); os.close(fd)\n")
+
+
+def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float) -> str:
+    """The service unit of a persistent server (pure)."""
+    q = systemd_quote
+    return (f"# written by provision launch --persistent; `provision stop` removes it\n"
+            f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\n"
+            f"Wants=network-online.target\nAfter=network-online.target\n"
+            f"StartLimitIntervalSec=600\nStartLimitBurst=5\n\n"
+            f"[Service]\nType=simple\n"
+            f"ExecStartPre={q(python)} -c {q(MARK)} {q(log)} {LOG_CAP} {LOG_KEEP}\n"
+            f"ExecStart={q(python)} {q(watcher)} {q(spec_path)}\n"
+            f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n"
+            f"Restart=on-failure\nRestartSec={RESTART_SEC}\n\n"
+            f"[Install]\nWantedBy=multi-user.target\n")
+
+
+def last_start_offset(log: str) -> int:
+    """Where the last start-up by systemd begins in the log (the offset of its mark line)."""
+    mark = START_MARK.encode()
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            pos = fh.tell()
+            while pos > 0:
+                start = max(0, pos - (1 << 20))
+                fh.seek(start)
+                data = fh.read(pos - start + len(mark))
+                i = data.rfind(mark)
+                if i >= 0:
+                    return start + i
+                pos = start
+    except OSError:
+        pass
+    return 0
+
+
+class SystemdBackend(ServerBackend):
+    name = "systemd"
+
+    def _install(self, req: dict, launch: dict) -> dict:
+        """Write the spec, the watcher and the unit, then (re)start the unit, enabled."""
+        if not systemd_available():
+            return {"ok": False, "error": {"kind": "no-systemd",
+                                           "message": "--persistent needs systemd as init (/run/systemd/system is "
+                                                      "missing here); start without it"}}
+        spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
+        sroot = record.state_root(req)
+        unit = unit_name(port)
+        spec_path = record.side_file(req, port, "spec.json")
+        watcher = record.side_file(req, port, "watcher.py")
+        atomic.write_json(spec_path, spec)
+        atomic.write_text(watcher, tree.WATCHER)
+        atomic.write_text(os.path.join(UNIT_DIR, unit),
+                          render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace), mode=0o644)
+        os.makedirs(sroot, mode=0o700, exist_ok=True)
+        tree.clear_files(spec, ("pidfile",))
+        for cmd in (["daemon-reload"], ["reset-failed", unit], ["enable", unit], ["restart", unit]):
+            p = _systemctl(*cmd, timeout=grace + 60)
+            if p.returncode != 0 and cmd[0] != "reset-failed":
+                return {"ok": False, "error": {"kind": "systemd",
+                                               "message": f"systemctl {' '.join(cmd)}: {p.stderr.strip()}"}}
+            if cmd[0] == "reset-failed":
+                tree.clear_files(spec, ("exitfile", "reapfile"))
+        watcher_pid = 0
+        for _ in range(250):  # MainPID is the watcher once ExecStartPre is done
+            st = unit_state(unit) or {}
+            watcher_pid = st.get("MainPID") or 0
+            if watcher_pid or st.get("ActiveState") in ("failed", "inactive"):
+                break
+            time.sleep(0.02)
+        pid = None
+        for _ in range(500):
+            try:
+                with open(spec["pidfile"]) as fh:
+                    pid = int(fh.read().strip())
+                break
+            except (OSError, ValueError):
+                if not tree.alive(watcher_pid, None):
+                    break
+                time.sleep(0.02)
+        if pid is None:
+            return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
+        return {"ok": True, "pid": pid, "watcher": watcher_pid,
+                "watcher_starttime": (identity.ident(watcher_pid) or {}).get("starttime"), "unit": unit,
+                "mechanism": "systemd unit " + unit, "log_offset": last_start_offset(spec["log"])}
+
+    def start(self, req: dict, launch: dict) -> dict:
+        return self._install(req, launch)
+
+    def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
+        """`systemctl restart` of the unit with the new spec: it stays enabled."""
+        if not rec.get("unit"):  # a detached server becoming persistent: stop it, then install the unit
+            stopped = tree.stop_tree(rec, grace)
+            if not stopped["ok"]:
+                return stopped
+            out = self._install(req, launch)
+            if out.get("ok"):
+                out["replaced"] = stopped.get("pids") or []
+            return out
+        rec = self.refresh(req, rec)
+        before = identity.owned(rec)
+        known = identity.snapshot(before)
+        out = self._install(req, launch)
+        if out.get("ok"):
+            left = [p for p in identity.still_alive(known) if p != out.get("pid") and p != out.get("watcher")]
+            if left:
+                return {"ok": False, "error": {"kind": "stop", "message": (
+                    f"after systemctl restart {rec['unit']}, processes of the old server are still alive: {left}")}}
+            out["replaced"] = before
+        return out
+
+    def refresh(self, req: dict, rec: dict) -> dict:
+        """systemd may have restarted a persistent server since we last looked: follow it to the
+        new process (pid file), the new start-up in the log, and count the restart."""
+        if not rec.get("unit") or rec.get("stopped_at"):
+            return rec
+        port = int(rec.get("port") or 30000)
+        pidfile = record.side_file(req, port, "pid")
+        try:
+            with open(pidfile) as fh:
+                pid = int(fh.read().strip())
+            mtime = os.stat(pidfile).st_mtime
+        except (OSError, ValueError):
+            return rec
+        same = pid == rec.get("pid") and (identity.ident(pid) or {}).get("starttime") == str(rec.get("starttime"))
+        if not tree.alive(pid, None) or same:
+            return rec  # the same process (a pid number can come back after a reboot: compare start times)
+        watcher = (unit_state(rec["unit"]) or {}).get("MainPID") or rec.get("watcher")
+        rec = dict(rec, pid=pid, starttime=(identity.ident(pid) or {}).get("starttime"), pgid=pid, sid=watcher,
+                   watcher=watcher, watcher_starttime=(identity.ident(watcher) or {}).get("starttime"),
+                   started_at=mtime, boot_id=identity.boot_id(), log_offset=last_start_offset(rec["log"]),
+                   restarts=int(rec.get("restarts") or 0) + 1)
+        record.write_record(req, port, rec)
+        return rec
+
+    def _remove_unit(self, req: dict, rec: dict, grace: float) -> dict | None:
+        """Stop and disable the unit and remove what --persistent wrote, so nothing brings it back
+        (no restart, no boot). An error dict, or None."""
+        unit = rec["unit"]
+        p = _systemctl("disable", "--now", unit, timeout=grace + 60)
+        if p.returncode != 0 and (unit_state(unit) or {}).get("LoadState") not in ("not-found", None):
+            return {"kind": "systemd", "message": f"systemctl disable --now {unit}: {p.stderr.strip()}"}
+        port = int(rec.get("port") or 30000)
+        for path in (os.path.join(UNIT_DIR, unit), record.side_file(req, port, "spec.json"),
+                     record.side_file(req, port, "watcher.py")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        _systemctl("daemon-reload")
+        _systemctl("reset-failed", unit)
+        return None
+
+    def stop(self, req: dict, rec: dict, grace: float) -> dict:
+        if not systemd_available():
+            return tree.stop_tree(rec, grace)
+        rec = self.refresh(req, rec)
+        before, t0 = identity.owned(rec), time.monotonic()
+        known = identity.snapshot(before)
+        err = self._remove_unit(req, rec, grace)
+        if err:
+            return {"ok": False, "error": err}
+        if not identity.still_alive(known):
+            # Stopped even with no process left (between a death and systemd's restart): the unit is gone.
+            return {"ok": True, "stopped": True, "pids": before, "escalated": False,
+                    "elapsed": round(time.monotonic() - t0, 2), "unit": rec["unit"], "unit_removed": True}
+        out = tree.stop_tree(rec, grace)
+        if out.get("ok"):
+            out.update(stopped=True, pids=sorted(set(before) | set(out.get("pids") or [])), unit=rec["unit"],
+                       unit_removed=True)
+        return out
+
+    def state(self, req: dict, rec: dict) -> dict:
+        if rec.get("stopped_at"):
+            return tree.state(rec)
+        rec = self.refresh(req, rec)
+        out = tree.state(rec)
+        out["unit"] = unit_state(rec["unit"])
+        # Between the server's death and systemd's restart (RestartSec), and while the unit starts
+        # it again (ExecStartPre, the watcher not yet past its pid file), it is coming back.
+        u = out["unit"] or {}
+        out["restarting"] = not out["running"] and (
+            u.get("SubState") in ("auto-restart", "start-pre", "start", "start-post")
+            or (u.get("ActiveState") == "active" and bool(u.get("MainPID"))))
+        return out
+
+    def read_log(self, rec: dict, offset: int, max_bytes: int) -> tuple[str, int]:
+        return tree.read_chunk(rec["log"], offset, max_bytes)
+
+    def logs(self, req: dict, rec: dict, lines: int) -> dict:
+        return tree.tail(rec, lines)

@@ -1,0 +1,94 @@
+"""The transient-unit backend: where systemd is init, a server that is not --persistent runs in a
+transient unit of its own (``systemd-run --unit=... --collect -p KillMode=control-group``), under
+the same watcher (tree.py).  STDLIB ONLY.
+
+The unit's cgroup is the server's identity: every process in it is the server's (its name is new
+for each launch), whatever its pid number or parent; `stop` is ``systemctl stop`` of the unit, which
+ends the whole cgroup (SIGTERM, SIGKILL after the grace period). Nothing brings it back: it is
+not enabled, and --collect removes it once it ended.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from provision.host.lib import atomic
+from provision.host.lib.trust import trusted_binary  # the one policy for binaries run as root
+from provision.host.ops.backends import identity, record, tree
+from provision.host.ops.backends.base import ServerBackend
+from provision.host.ops.backends.systemctl import systemctl, unit_state
+
+
+def unit_name(port: int, stamp: int) -> str:
+    return f"provision-sglang-{port}-run{stamp}.service"
+
+
+class TransientBackend(ServerBackend):
+    name = "transient"
+
+    def start(self, req: dict, launch: dict) -> dict:
+        spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
+        tree.clear_files(spec)
+        spec_path = record.side_file(req, port, "run.json")
+        watcher = record.side_file(req, port, "watcher.py")
+        atomic.write_json(spec_path, spec)
+        atomic.write_text(watcher, tree.WATCHER)
+        unit = unit_name(port, time.time_ns() // 1000)
+        run, why = trusted_binary("systemd-run")
+        if why or not run:
+            return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {why or 'not found'}"}}
+        try:
+            p = subprocess.run([run, f"--unit={unit}", "--collect", "--quiet",
+                                "-p", "KillMode=control-group", "-p", f"TimeoutStopSec={int(grace)}",
+                                "-p", f"Description=SGLang on port {port} (started by provision)",
+                                sys.executable, watcher, spec_path], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {exc}"}}
+        if p.returncode != 0:
+            return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run --unit={unit}: "
+                                                                         f"{p.stderr.strip()}"}}
+        watcher_pid, pid = 0, None
+        for _ in range(500):
+            if not watcher_pid:
+                watcher_pid = (unit_state(unit) or {}).get("MainPID") or 0
+            try:
+                with open(spec["pidfile"]) as fh:
+                    pid = int(fh.read().strip())
+                break
+            except (OSError, ValueError):
+                if (unit_state(unit) or {}).get("ActiveState") in ("failed", "inactive"):
+                    break
+                time.sleep(0.02)
+        if pid is None:
+            return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
+        if not watcher_pid:
+            watcher_pid = (unit_state(unit) or {}).get("MainPID") or 0
+        return {"ok": True, "pid": pid, "watcher": watcher_pid,
+                "watcher_starttime": (identity.ident(watcher_pid) or {}).get("starttime"), "unit": None,
+                "cgroup_unit": unit, "mechanism": f"transient unit {unit}"}
+
+    def stop(self, req: dict, rec: dict, grace: float) -> dict:
+        unit = rec.get("cgroup_unit")
+        t0 = time.monotonic()
+        before = identity.owned(rec)
+        if unit and before:
+            p = systemctl("stop", unit, timeout=grace + 60)
+            if p.returncode != 0 and (unit_state(unit) or {}).get("LoadState") not in ("not-found", None):
+                return {"ok": False, "error": {"kind": "systemd", "message": f"systemctl stop {unit}: "
+                                                                             f"{p.stderr.strip()}"}}
+        out = tree.stop_tree(rec, grace)  # anything the unit's stop left (none, with control-group)
+        if out.get("ok") and before:
+            out.update(stopped=True, pids=sorted(set(before) | set(out.get("pids") or [])),
+                       elapsed=round(time.monotonic() - t0, 2), transient_unit=unit)
+        return out
+
+    def state(self, req: dict, rec: dict) -> dict:
+        return tree.state(rec)
+
+    def read_log(self, rec: dict, offset: int, max_bytes: int) -> tuple[str, int]:
+        return tree.read_chunk(rec["log"], offset, max_bytes)
+
+    def logs(self, req: dict, rec: dict, lines: int) -> dict:
+        return tree.tail(rec, lines)

@@ -1,0 +1,245 @@
+"""What a watcher-run server is, shared by the detached and the systemd backends: the watcher
+script, the server's state from its files, its log, and the stop of its process tree.  STDLIB ONLY.
+
+The server runs under a small watcher (WATCHER) that records its exit status, so a crash is
+reported with its real status even though nobody is attached. The watcher makes itself a child
+subreaper: ranks that outlive the server are re-parented to it, so they stay provably the
+server's (identity.py) and the watcher ends them after a grace period.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+
+from provision.host.lib import procfs
+from provision.host.ops.backends import identity
+
+WATCHER = r"""
+import ctypes, json, os, subprocess, sys, signal, time
+try:  # PR_SET_CHILD_SUBREAPER: the server's orphaned ranks become ours, not init's
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+except Exception:
+    pass
+def reap():  # orphans re-parented to us that died: wait for them (no zombies left behind)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+def descendants(me):
+    reap()
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            f = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if f[0] != "Z":
+            kids.setdefault(int(f[1]), []).append(int(d))
+    out, todo = [], [me]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return sorted(out)
+def end_rest_of_tree(grace, reapfile):
+    # The main server process is gone; ranks it did not take with it hold GPU memory. Give them
+    # `grace` seconds to follow, then SIGKILL what is left of our tree (our descendants: never a
+    # process that merely has the same numbers), and record it (reapfile) so `status` can say so.
+    me = os.getpid()
+    seen = descendants(me)
+    if not seen:
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end and descendants(me):
+        time.sleep(0.2)
+    killed = descendants(me)
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    tmp = reapfile + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}, fh)
+    os.replace(tmp, reapfile)
+spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
+env = dict(spec["env"])
+log = open(spec["log"], "ab", buffering=0)
+p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                     env=env, cwd=spec["cwd"], preexec_fn=os.setpgrp)
+with open(spec["pidfile"], "w") as fh:
+    fh.write(str(p.pid))
+done = []
+def fwd(sig, frame):
+    if done:  # reaped: its number is no longer its own
+        return
+    try:
+        os.killpg(p.pid, sig)
+    except OSError:
+        pass
+stopping = []  # signals we forwarded: a stop asked for, not a failure
+signal.signal(signal.SIGTERM, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
+signal.signal(signal.SIGINT, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
+rc = p.wait()
+done.append(rc)
+with open(spec["exitfile"] + ".tmp", "w") as fh:
+    fh.write(str(rc))
+os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+if spec.get("reapfile"):
+    end_rest_of_tree(float(spec.get("tree_grace", 10)), spec["reapfile"])
+# The exit status carries the server's failure (a signal n as 128+n, like a shell), so that
+# systemd's Restart=on-failure restarts a server that died; one stopped on purpose (we
+# forwarded SIGTERM/SIGINT) ends in success.
+if rc != 0 and not stopping:
+    sys.exit(rc if rc > 0 else 128 - rc)
+"""
+
+
+def clear_files(spec: dict, keys: tuple = ("pidfile", "exitfile", "reapfile")) -> None:
+    """Remove the last server's pid, exit and reap files before a start: they are the new one's."""
+    for key in keys:
+        try:
+            os.unlink(spec[key])
+        except (OSError, KeyError):
+            pass
+
+
+def alive(pid: int | None, starttime: str | None) -> bool:
+    """`pid` lives (and, given a start time, is that process)."""
+    if not pid:
+        return False
+    st = procfs.starttime(pid)
+    s = procfs.state(pid)
+    return st is not None and (starttime is None or st == str(starttime)) and s not in (None, "Z")
+
+
+def survivors(rec: dict | None) -> list[int]:
+    """Live processes of a server tree whose main process is dead (ranks it left behind): provably
+    the tree's (identity.owned), never the watcher itself."""
+    if not rec or alive(rec.get("pid"), rec.get("starttime")):
+        return []
+    return [p for p in identity.owned(rec) if p != rec.get("watcher")]
+
+
+def state(rec: dict) -> dict:
+    """running, exit status, survivors, what the watcher reaped: from the process table and the
+    watcher's files."""
+    out: dict = {"record": rec, "running": alive(rec.get("pid"), rec.get("starttime"))
+                 and not rec.get("stopped_at") and identity.same_boot(rec)}
+    out["survivors"] = [] if out["running"] else survivors(rec)
+    out["exit"] = None
+    try:
+        with open(rec.get("reapfile") or "") as fh:
+            out["reaped"] = json.load(fh)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(rec["exitfile"]) as fh:
+            out["exit"] = int(fh.read().strip())
+    except (OSError, ValueError, KeyError):
+        pass
+    return out
+
+
+def read_chunk(path: str, offset: int, max_bytes: int) -> tuple[str, int]:
+    """(new log text from `offset`, the new offset)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(max_bytes)
+        return data.decode("utf-8", "replace"), offset + len(data)
+    except OSError:
+        return "", offset
+
+
+def tail(rec: dict, lines: int) -> dict:
+    try:
+        with open(rec["log"], "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return {"ok": False, "error": {"kind": "io", "message": f"{rec['log']}: {exc.strerror}"}}
+    text = data.replace("\r", "\n")
+    shown = "\n".join(text.splitlines()[-lines:]) if lines else ""
+    return {"ok": True, "log": rec["log"], "text": shown, "offset": size,
+            "record": rec}
+
+
+def prune_logs(directory: str, port: int, keep: int, current: str | None) -> list[str]:
+    """Remove all but the `keep` newest logs of the port, newest by modification time (names made
+    in the same second do not sort by age), never the current one."""
+    logs = []
+    for path in glob.glob(os.path.join(directory, f"sglang-{port}-*.log")):
+        try:
+            logs.append((os.stat(path).st_mtime_ns, path))
+        except OSError:
+            continue
+    logs.sort()
+    gone = []
+    for _, old in logs[:-keep] if keep > 0 else []:
+        if current and os.path.abspath(old) == os.path.abspath(current):
+            continue
+        try:
+            os.unlink(old)
+            gone.append(old)
+        except OSError:
+            pass
+    return gone
+
+
+def stop_tree(rec: dict, grace: float) -> dict:
+    """SIGTERM the server's tree, SIGKILL what is left after `grace` seconds: only processes that are
+    provably the record's (identity.owned, then the identities taken at the start, so ranks
+    re-parented away mid-stop are still followed and a reused number never is)."""
+    t0 = time.monotonic()
+    pids = identity.owned(rec)
+    if not pids:
+        return {"ok": True, "stopped": False, "pids": [], "escalated": False, "elapsed": 0.0}
+    known = identity.snapshot(pids)
+
+    def left() -> list[int]:
+        return sorted(set(identity.still_alive(known)) | set(identity.owned(rec)))
+
+    main = rec.get("pid")
+    group = None
+    if main in pids and alive(main, rec.get("starttime")):
+        group = int(main)
+        try:
+            os.killpg(group, signal.SIGTERM)  # its own group, and it leads it: the number is its
+        except OSError:
+            pass
+    for pid in pids:  # the rest of the tree (ranks the server left, or in groups of their own)
+        if pid != rec.get("watcher") and (group is None or procfs.pgid(pid) != group):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and left():
+        time.sleep(0.1)
+    sent_kill = False
+    rest = left()
+    if rest:
+        sent_kill = True
+        for pid in rest:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        end = time.monotonic() + 10
+        while time.monotonic() < end and left():
+            time.sleep(0.05)
+    rest = left()
+    if rest:
+        return {"ok": False, "error": {"kind": "stop", "message": f"processes still alive after SIGKILL: {rest}"}}
+    return {"ok": True, "stopped": True, "pids": pids, "escalated": sent_kill,
+            "elapsed": round(time.monotonic() - t0, 2)}

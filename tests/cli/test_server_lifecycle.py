@@ -1,0 +1,265 @@
+"""One owner for a server's lifecycle, over a real sshd host in its own pid namespace: a restart
+replays the record (it keeps the API key), a stop ends only processes provision provably started
+(pid reuse through ns_last_pid), the port's lock (two restarts at once leave one server), and
+`wait` after a deliberate stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.cli.helpers import PROVISION, run, run_json
+from tests.cli.test_fleet_cli import install_release
+
+KEY = "sk-lifecycle-canary-41d2"
+
+
+@pytest.fixture(scope="module")
+def lhost_module(sandbox_factory):
+    host = sandbox_factory.host("life1", sglang="0.5.9", layout="venv")
+    yield host
+    sandbox_factory.remove(host)
+
+
+@pytest.fixture
+def host(lhost_module):
+    lhost_module.reset()
+    yield lhost_module
+    lhost_module.run("pkill -9 -f sglang; pkill -9 -f 'sleep 4242'", check=False)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"PROVISION_JOURNAL": str(tmp_path / "journal.jsonl"), "PROVISION_LOCK": str(tmp_path / "lock")}
+
+
+def inventory(tmp_path, ssh_env, host, load="1"):
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
+                        "args": {"model-path": "/data/models/Kimi-K2.5",
+                                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": load, "PROVISION_STANDIN_WARMUP_SECONDS": "0.2"}},
+           "hosts": {host.name: {"address": host.address, "port": host.port}}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+def record(host) -> dict:
+    return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+
+
+def http(host, path: str, token: str | None = None) -> int:
+    """The HTTP status the host's server answers `path` with (asked inside the host's network)."""
+    code = ("import sys, urllib.request, urllib.error\n"
+            "r = urllib.request.Request('http://127.0.0.1:30000' + sys.argv[1])\n"
+            "if len(sys.argv) > 2: r.add_header('Authorization', 'Bearer ' + sys.argv[2])\n"
+            "try:\n    print(urllib.request.urlopen(r, timeout=10).status)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+            "except OSError:\n    print(0)\n")
+    out = host.run([host.python, "-c", code, path] + ([token] if token else []), check=False).stdout.strip()
+    return int(out.splitlines()[-1]) if out else 0
+
+
+def sglang_pids(host) -> list[int]:
+    out = host.run("ps -eo pid=,args=", check=False).stdout
+    return sorted(int(l.split()[0]) for l in out.splitlines() if "sglang" in l and "ps -eo" not in l)
+
+
+def alive_in_host(host, pid: int) -> bool:
+    return host.run(f"kill -0 {pid}", check=False).returncode == 0
+
+
+# --------------------------------------------------------------------------- the record is the truth
+
+def test_reconcile_restart_keeps_the_api_key_with_none_in_its_environment(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--arg", "mem-fraction-static=0.85",
+                         env=dict(env, PROVISION_API_KEY=KEY), timeout=240)
+    assert proc.returncode == 0, doc
+    pid = record(host)["pid"]
+    assert http(host, "/v1/models") == 401 and http(host, "/v1/models", KEY) == 200
+
+    install_release(host, "0.5.9")  # SGLang re-written under the running server
+    proc, doc = run_json("reconcile", "-i", inv, "--restart", "--restart-deadline", "120", env=env, timeout=300)
+    assert proc.returncode == 0, doc
+    assert doc["hosts"][0]["data"]["restart"]["verdict"] == "restarted", doc["hosts"][0]
+    rec = record(host)
+    assert rec["pid"] != pid
+    assert http(host, "/v1/models") == 401, "the restarted server must still require the API key"
+    assert http(host, "/v1/models", KEY) == 200
+    argv = host.run(f"tr '\\0' ' ' < /proc/{rec['pid']}/cmdline", check=False).stdout
+    assert "--mem-fraction-static 0.85" in argv, "the launch's --arg override was replayed"
+    # the record names the secret and its 0600 file, never its value
+    assert rec["secrets"]["args"] == ["api-key"] and KEY not in json.dumps(rec)
+    assert oct(host.hostpath(rec["secrets"]["files"]["api-key"]).stat().st_mode & 0o777) == "0o600"
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_a_restart_that_would_lose_the_key_is_refused_and_the_old_server_keeps_running(tmp_path, ssh_env, host,
+                                                                                       env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=dict(env, PROVISION_API_KEY=KEY), timeout=240)
+    assert proc.returncode == 0, doc
+    rec = record(host)
+    host.hostpath(rec["config"]).unlink()  # the 0600 file the key was in is gone
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--restart", env=env, timeout=240)
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "refused", r
+    assert "PROVISION_API_KEY" in r["detail"] and rec["config"] in r["detail"] and "keeps running" in r["detail"]
+    assert record(host)["pid"] == rec["pid"] and alive_in_host(host, rec["pid"])
+    assert http(host, "/health") == 200
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+# --------------------------------------------------------------------------- provably provision's processes
+
+def _reuse_pid(host, pid: int) -> int:
+    """An unrelated `setsid sleep` given `pid` (and so the same pgid and sid) through the host's own
+    pid namespace's ns_last_pid. Returns its pid (== pid)."""
+    for _ in range(20):
+        out = host.run(["/bin/bash", "-c", f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid; "
+                        "setsid sleep 4242 </dev/null >/dev/null 2>&1 & echo $!"], check=False).stdout.strip()
+        if out == str(pid):
+            return pid
+        host.run("pkill -9 -f 'sleep 4242'", check=False)
+    raise AssertionError(f"could not get pid {pid} for the sleep")
+
+
+def _stat(host, pid: int) -> tuple[int, int]:
+    f = host.run(f"cat /proc/{pid}/stat", check=False).stdout.rsplit(")", 1)[1].split()
+    return int(f[2]), int(f[3])  # pgid, sid
+
+
+def test_pid_reuse_after_a_hard_death_is_never_killed(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    rec = record(host)
+    # the server and its watcher die hard (the OOM killer, a container host restarted)
+    host.run(f"kill -KILL {rec['watcher']} {rec['pid']}; pkill -KILL -f sglang", check=False)
+    for _ in range(100):
+        if not alive_in_host(host, rec["pid"]) and not sglang_pids(host):
+            break
+        time.sleep(0.1)
+    sleeper = _reuse_pid(host, rec["pid"])
+    assert _stat(host, sleeper) == (rec["pid"], rec["pid"]), "the sleep has the dead server's pid, pgid and sid"
+
+    proc, doc = run_json("stop", "-i", inv, env=env)
+    assert proc.returncode == 0, doc
+    assert alive_in_host(host, sleeper), "stop killed a process provision never started"
+
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--restart", env=env, timeout=240)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    assert alive_in_host(host, sleeper), "launch --restart killed a process provision never started"
+    run("stop", "-i", inv, env=env, check_rc=0)
+    assert alive_in_host(host, sleeper) and sglang_pids(host) == []
+
+
+def test_a_record_of_an_earlier_boot_kills_nothing(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    path = host.hostpath("/var/lib/provision/server/server-30000.json")
+    rec = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(rec, boot_id="00000000-0000-0000-0000-000000000000")))
+    proc, doc = run_json("stop", "-i", inv, env=env)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "not-running", doc
+    assert "before the host last booted" in doc["hosts"][0]["detail"]
+    assert alive_in_host(host, rec["pid"]), "a record of an earlier boot owns no live process"
+    host.run(f"kill -KILL {rec['watcher']} {rec['pid']}; pkill -KILL -f sglang", check=False)
+
+
+# --------------------------------------------------------------------------- the port's lock
+
+def test_two_restarts_at_once_leave_one_recorded_server_and_stop_ends_it(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    procs = [subprocess.Popen([PROVISION, "launch", "-i", inv, "--poll", "0.5", "--restart", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PROVISION_JOURNAL=str(tmp_path / f"j{i}.jsonl")),
+                              stdin=subprocess.DEVNULL) for i in range(2)]
+    for p in procs:
+        p.communicate(timeout=300)
+    rec = record(host)
+    assert alive_in_host(host, rec["pid"])
+    left = sglang_pids(host)
+    # every SGLang process on the host is the recorded server's tree: its main process and its ranks
+    tree = host.run(f"ps -o pid= --ppid {rec['pid']}", check=False).stdout.split()
+    assert set(left) <= {rec["pid"], *map(int, tree)}, (left, rec["pid"], tree)
+    proc, doc = run_json("stop", "-i", inv, env=env)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", doc
+    assert sglang_pids(host) == []
+
+
+def test_wait_after_a_deliberate_stop_says_stopped(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    run("stop", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("wait", "-i", inv, "--poll", "0.5", env=env, timeout=120)
+    r = doc["hosts"][0]
+    assert proc.returncode == 0 and r["verdict"] == "stopped", r
+    assert "stopped by `provision stop`" in r["detail"]
+
+
+HOLD = ("import fcntl, json, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.ftruncate(fd, 0)\n"
+        "os.write(fd, json.dumps({'pid': os.getpid(), 'doing': 'start', 'at': time.time()}).encode())\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "print(repr(time.time()), flush=True)\n")
+
+
+def test_a_start_waits_for_the_ports_lock_another_run_holds(tmp_path, ssh_env, host, env):
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    host.run("mkdir -p -m 700 /var/lib/provision/server")
+    holder = subprocess.Popen(host.nsenter_argv() + [host.python, "-c", HOLD,
+                                                     "/var/lib/provision/server/server-30000.lock", "8"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    released = float(holder.stdout.readline())
+    holder.wait(timeout=30)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    assert record(host)["started_at"] >= released, "the server was started while another run held the port's lock"
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_logs_follow_continues_with_a_new_launchs_log_from_its_start(tmp_path, ssh_env, host, env):
+    import signal
+
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    follower = subprocess.Popen([PROVISION, "logs", "-i", inv, "-F", "-n", "0"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env),
+                                stdin=subprocess.DEVNULL)
+    time.sleep(3)
+    # another argv (an --arg override), so the new log's first line is its own
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--restart", "--arg", "mem-fraction-static=0.85",
+                         env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    new_log = record(host)["log"]
+    first = host.hostpath(new_log).read_text().splitlines()[0]
+    time.sleep(3)
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    assert first.startswith("[provision] starting:") and "0.85" in first
+    assert first in out.splitlines(), (first, out[-2000:])
+    assert f"a new launch: {new_log}" in err
+    run("stop", "-i", inv, env=env, check_rc=0)

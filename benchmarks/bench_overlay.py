@@ -84,11 +84,11 @@ def main() -> int:
         from provision.config.inventory import load_inventory
         from provision.config.profile import host_profile
         from provision.control.transport.bundle import payload
-        from provision.tasks.launch import LaunchOptions, _req
+        from provision.tasks.options import LaunchOptions, server_request
 
         h = load_inventory(str(inv)).hosts[0]
         prof, spec = host_profile(h)
-        base = _req("preflight", h, prof, LaunchOptions(), spec=spec.to_engine())
+        base = server_request("preflight", h, prof, LaunchOptions(), spec=spec.to_engine())
         for mode, extra in (("edit", {}), ("overlay", {"overlay": True, "import_timeout": 180.0})):
             wall, cpu, ans = replay(host, payload(dict(base, **extra)), args.runs)
             checks = {c["check"]: c["message"] for c in ans.get("checks") or []}

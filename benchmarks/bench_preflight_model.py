@@ -94,11 +94,12 @@ def main() -> int:
 
         from provision.config.inventory import load_inventory
         from provision.config.profile import host_profile
-        from provision.tasks.launch import LaunchOptions, _req, candidate_specs
+        from provision.tasks.launch import candidate_specs
+        from provision.tasks.options import LaunchOptions, server_request
 
         h = load_inventory(str(inv)).hosts[0]
         prof, spec = host_profile(h)
-        base = _req("preflight", h, prof, LaunchOptions(), spec=spec.to_engine(), patch_specs=[spec.to_engine()])
+        base = server_request("preflight", h, prof, LaunchOptions(), spec=spec.to_engine(), patch_specs=[spec.to_engine()])
         before = payload_from(args.main, base)
         after = payload_from(str(REPO), dict(base, candidate_specs=candidate_specs(spec)))
         cache_glob = "/var/lib/provision/cache/preflight-*.json"

@@ -90,7 +90,7 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
     check_specs(ctx, pspec)
     if restart:
         from provision.cli.launch import check_profiles
-        from provision.tasks.launch import LaunchOptions
+        from provision.tasks.options import LaunchOptions
 
         check_profiles(ctx, LaunchOptions(profile=profile))
     lock = None if check else ControlLock().acquire()

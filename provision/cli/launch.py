@@ -31,7 +31,7 @@ def _server_options(fn):
 
 
 def _server_opts(profile, server_port, **kw):
-    from provision.tasks.launch import LaunchOptions
+    from provision.tasks.options import LaunchOptions
 
     return LaunchOptions(profile=profile, overrides={"port": server_port} if server_port else {}, **kw)
 
@@ -39,7 +39,7 @@ def _server_opts(profile, server_port, **kw):
 def check_profiles(ctx, opts, multinode=None) -> list:
     """Load every selected host's profile before any host is touched: a bad one is exit 2, once."""
     from provision.cli.main import selected_hosts
-    from provision.tasks.launch import resolve
+    from provision.tasks.options import resolve
 
     hosts = selected_hosts(ctx)
     for h in hosts:
@@ -60,7 +60,7 @@ def _parse_overrides(args) -> dict:
 
 
 def _options(profile, args, api_key_file, admin_api_key_file, **kw):
-    from provision.tasks.launch import LaunchOptions
+    from provision.tasks.options import LaunchOptions
     from provision.config.profile import secrets_from_env
 
     files = {"api-key": api_key_file, "admin-api-key": admin_api_key_file}
@@ -148,9 +148,13 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
     HF_TOKEN. They reach the host on stdin and go into a 0600 --config file.
     """
     from provision.cli.main import selected_hosts
-    from provision.tasks.launch import MultiNode, launch_fn, stop_fn
+    from provision.tasks.interrupt import RunState
+    from provision.tasks.launch import launch_fn
+    from provision.tasks.multinode import MultiNode
+    from provision.tasks.server_verbs import stop_fn
 
     multinode = MultiNode(selected_hosts(ctx))
+    run = RunState()  # what each host got to: the Ctrl-C report's input
     opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
@@ -164,30 +168,30 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
         if serial:
             from provision.control.rolling import run_rolling
 
-            code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode), serial,
-                               max_fail, _plain(ctx))
+            code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode, run),
+                               serial, max_fail, _plain(ctx))
         else:
-            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode),
+            code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode, run),
                                      ["host", "verdict", "detail", "elapsed"])
     except KeyboardInterrupt:
-        _interrupted(ctx, opts, stop_fn)
+        _interrupted(ctx, opts, run, stop_fn)
     sys.exit(code)
 
 
-def _interrupted(ctx, opts, stop_fn) -> None:
+def _interrupted(ctx, opts, run, stop_fn) -> None:
     """Ctrl-C during launch: say, per host, whether a server was started and what became of it;
     --stop-on-interrupt stops the started ones; journal the changes; --json still prints its document."""
     from provision.output import report
     from provision.cli.main import _journal, selected_hosts
     from provision.errors import EXIT_INTERRUPTED
-    from provision.tasks.launch import interrupt_report
+    from provision.tasks.interrupt import interrupt_report
     from provision.control.runner import Fleet, run_hosts
 
     hosts = selected_hosts(ctx)
-    finished = set(opts.results)
-    results = interrupt_report(hosts, opts)
+    finished = set(run.results)
+    results = interrupt_report(hosts, run, opts)
     # a server was started there, or the start request was in flight
-    started = [h for h, r in zip(hosts, results) if opts.stages.get(h.name) in ("starting", "started")
+    started = [h for h, r in zip(hosts, results) if run.stages.get(h.name) in ("starting", "started")
                and r.verdict in ("interrupted", "unknown")]
     stopped = []
     if opts.stop_on_interrupt and started:
@@ -232,7 +236,7 @@ def _interrupted(ctx, opts, stop_fn) -> None:
 @_outage_option
 def wait(ctx, profile, server_port, deadline, poll, max_outage):
     """Re-attach to a start-up in progress and follow it until healthy."""
-    from provision.tasks.launch import wait_fn
+    from provision.tasks.server_verbs import wait_fn
 
     opts = _server_opts(profile, server_port, deadline=deadline, poll=poll, max_outage=max_outage)
     check_profiles(ctx, opts)
@@ -246,7 +250,7 @@ def wait(ctx, profile, server_port, deadline, poll, max_outage):
               help="Seconds between SIGTERM (SGLang drains requests) and SIGKILL. Default: the profile's, 30.")
 def stop(ctx, profile, server_port, grace):
     """Stop the server provision started: the whole tree, ranks included."""
-    from provision.tasks.launch import stop_fn
+    from provision.tasks.server_verbs import stop_fn
 
     opts = _server_opts(profile, server_port)
     check_profiles(ctx, opts)
@@ -261,7 +265,7 @@ def stop(ctx, profile, server_port, grace):
 @click.option("--follow", "-F", "follow_", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 def logs(ctx, profile, server_port, lines, follow_):
     """Show the current launch's server log (secrets redacted)."""
-    from provision.tasks.launch import logs_fn
+    from provision.tasks.server_verbs import logs_fn
     from provision.config.profile import secrets_from_env
 
     # secrets in the environment (PROVISION_API_KEY, HF_TOKEN...) are still redacted from what is shown

@@ -22,7 +22,8 @@ def follow_logs(host, conn, opts, lines: int) -> int:
     """Print `host`'s current server log, then its new lines until Ctrl-C (exit code 0, or 3)."""
     from provision.control.runner import Fleet
     from provision.logs.redact import redact
-    from provision.tasks.launch import resolve, secret_values, steady_call
+    from provision.tasks.follow import steady_call
+    from provision.tasks.options import resolve, secret_values
 
     prof, _ = resolve(host, opts)
     fleet = Fleet(conn)

@@ -329,7 +329,9 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     Ctrl-C or SIGTERM ends the batch: the hosts mid-restart arrive as "unknown"); an interrupt then
     goes on up, so no later batch starts."""
     from provision.errors import ConfigError
-    from provision.tasks.launch import LaunchOptions, MultiNode, launch_fn
+    from provision.tasks.launch import launch_fn
+    from provision.tasks.multinode import MultiNode
+    from provision.tasks.options import LaunchOptions
     from provision.output.progress import Display
     from provision.control.runner import run_hosts
 

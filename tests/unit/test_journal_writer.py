@@ -45,7 +45,7 @@ def test_a_restart_added_later_is_journaled_as_its_own_line(tmp_path):
 
 
 def test_launch_patch_edits_are_patch_lines_of_the_launch_row():
-    from provision.tasks.launch import patch_journal
+    from provision.tasks.interrupt import patch_journal
 
     pres = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi", "sha_before": "1", "sha_after": "2"}),
             HostResult("a", "unchanged", "already", file="/q.py", data={"spec": "req"})]
@@ -57,10 +57,11 @@ def test_launch_patch_edits_are_patch_lines_of_the_launch_row():
 
 def test_an_interrupted_launch_still_carries_its_patch_edits():
     from provision.config.inventory import Host
-    from provision.tasks.launch import LaunchOptions, interrupt_report
+    from provision.tasks.interrupt import RunState, interrupt_report
+    from provision.tasks.options import LaunchOptions
 
-    opts = LaunchOptions()
-    opts.stages["a"] = "started"
-    opts.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
-    rows = interrupt_report([Host("a")], opts)
+    run = RunState()
+    run.stages["a"] = "started"
+    run.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
+    rows = interrupt_report([Host("a")], run, LaunchOptions())
     assert [(r["command"], r["verdict"]) for r in journal.entries("launch", rows)] == [("patch", "patched")]

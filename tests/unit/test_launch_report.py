@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from provision.control import journal
 from provision.config.inventory import Host
-from provision.tasks.launch import LaunchOptions, interrupt_report, interrupted_result
+from provision.tasks.interrupt import RunState, interrupt_report, interrupted_result
+from provision.tasks.options import LaunchOptions
 from provision.output.results import HostResult
 
 
 def test_interrupt_report_says_per_host_how_far_the_launch_got():
     hosts = [Host("a"), Host("b"), Host("c"), Host("d"), Host("e")]
-    opts = LaunchOptions()
-    opts.stages.update({"a": "started", "b": "starting", "c": "preflight", "e": "patching"})
-    opts.results["a"] = interrupted_result(hosts[0], {"pid": 42, "log": "/var/log/x.log"}, opts)
-    by = {r.host: r for r in interrupt_report(hosts, opts)}
+    opts, run = LaunchOptions(), RunState()
+    run.stages.update({"a": "started", "b": "starting", "c": "preflight", "e": "patching"})
+    run.results["a"] = interrupted_result(hosts[0], {"pid": 42, "log": "/var/log/x.log"}, opts)
+    by = {r.host: r for r in interrupt_report(hosts, run, opts)}
     assert by["a"].verdict == "interrupted" and "the server was started (pid 42, log /var/log/x.log)" in by["a"].detail
     assert "left running" in by["a"].detail and "provision wait --host a" in by["a"].detail
     assert by["b"].verdict == "unknown" and "provision status --host b" in by["b"].detail

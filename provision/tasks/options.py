@@ -1,0 +1,94 @@
+"""The options of `launch`, `wait`, `stop`, `logs` and server `status`, and what they resolve to for
+one host: its profile and spec (`resolve`), and the request the host's ops read (`server_request`).
+
+Configuration only: what one launch run got to, per host, is `tasks.interrupt.RunState`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from provision.config.inventory import Host
+from provision.config.profile import Profile, host_profile
+from provision.errors import ConfigError
+
+if TYPE_CHECKING:
+    from provision.tasks.multinode import MultiNode
+
+
+@dataclass
+class LaunchOptions:
+    profile: str | None = None
+    overrides: dict = field(default_factory=dict)
+    patch: bool = False
+    force: bool = False
+    restart: bool = False
+    deadline: float = 3600.0
+    poll: float = 2.0
+    smoke: bool = False
+    persistent: bool = False
+    health_url: str | None = None
+    secrets: dict = field(default_factory=lambda: {"args": {}, "env": {}})
+    error_cap: int = 5
+    ready_checks: int = 2
+    sglang_path: str | None = None
+    python: str | None = None
+    max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
+    tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
+    stop_on_interrupt: bool = False
+    overlay: bool = False       # launch --overlay (or the profile's `fix: overlay`): no file is edited
+    overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
+    overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
+    gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
+    replay: bool = False        # a restart replays the running server's record: its --arg overrides, its
+                                # backend (persistent), its fix (reconcile --restart)
+
+
+def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
+    overrides = dict(opts.overrides)
+    if multinode is not None:
+        overrides.update(multinode.args_for(host))
+    prof, spec = host_profile(host, opts.profile, overrides, opts.python)
+    if (opts.overlay or host.name in opts.overlay_hosts) and prof.fix != "overlay":
+        from dataclasses import replace
+
+        prof = replace(prof, fix="overlay")
+    if host.name in opts.overlay_hosts:
+        from provision.config.playbook import load_patch_spec
+
+        spec = opts.overlay_spec or load_patch_spec(host.get("spec"))
+    if prof.fix == "overlay" and opts.patch:
+        raise ConfigError(f"{prof.name}: --patch edits SGLang's file, overlay mode (--overlay or the profile's "
+                          "`fix: overlay`) leaves it untouched: choose one")
+    return prof, spec
+
+
+def uses_overlay(prof: Profile, opts: LaunchOptions) -> bool:
+    """launch --overlay, or the profile's `fix: overlay` (resolve() folds the flag into the profile)."""
+    return prof.fix == "overlay"
+
+
+def overlay_package(rec: dict | None) -> str | None:
+    """The overlay package a started server runs with (its record says), or None."""
+    return ((rec or {}).get("overlay") or {}).get("package")
+
+
+def secret_values(secrets: dict) -> list[str]:
+    return [str(v) for part in ("args", "env") for v in (secrets.get(part) or {}).values() if v]
+
+
+def server_request(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw) -> dict:
+    from provision.config.profile import render_flags
+
+    req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
+                                                      "env": prof.env, "module": prof.module,
+                                                      "python": prof.python, "keep_logs": prof.keep_logs,
+                                                      "grace": prof.grace,
+                                                      "container": prof.container.to_request() if prof.container
+                                                      else None},
+           "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),
+           "sglang_path": opts.sglang_path or host.get("sglang_path"), "python": opts.python or host.get("python"),
+           "log_dir": prof.log_dir, "health_timeout": prof.health_timeout, "grace": prof.grace}
+    req.update(kw)
+    return req

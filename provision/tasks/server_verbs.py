@@ -1,0 +1,102 @@
+"""`wait`, `stop`, `logs` and server `status` for one host: the verbs on a server already started."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from provision.config.inventory import Host
+from provision.output.results import HostResult
+from provision.tasks.follow import follow
+from provision.tasks.options import LaunchOptions, overlay_package, resolve, secret_values
+
+if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
+    from provision.host.protocol import LogsAnswer, ServerStatusAnswer, StopAnswer
+
+
+def wait_fn(opts: LaunchOptions, display):
+    def fn(host: Host, session, fleet) -> HostResult:
+        sudo = fleet.uses_sudo(host, session)
+        prof, _ = resolve(host, opts)
+        st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
+        if not st.get("record"):
+            return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
+        t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
+        # From the current start-up on: a persistent server systemd restarted has the earlier
+        # ones (and their crash) above it in the same log.
+        return follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
+                      sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
+
+    return fn
+
+
+def stop_fn(opts: LaunchOptions, grace: float | None = None):
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        g = prof.grace if grace is None else grace
+        ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
+                           sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+        if ans.get("container") and ans.get("removed") and not ans.get("stopped"):
+            return HostResult(host.name, "stopped", f"container {ans['container']} was not running (exit status "
+                              f"{ans.get('exit')}); removed it")
+        if not ans.get("stopped"):
+            return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+        if ans.get("container"):
+            how = "it did not stop in the grace period: killed" if ans.get("escalated") else "SIGTERM"
+            return HostResult(host.name, "stopped", f"stopped and removed container {ans['container']} ({how}) in "
+                              f"{ans['elapsed']} s", data={"pids": ans["pids"], "container": ans["container"]})
+        how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
+        if ans.get("unit_removed"):
+            how = f"systemd unit {ans['unit']} stopped, disabled and removed"
+        elif ans.get("transient_unit"):
+            how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
+                                                                           else "")
+        return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
+                          f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
+
+    return fn
+
+
+def logs_fn(opts: LaunchOptions, lines: int):
+    from provision.logs.redact import redact
+
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
+                           sudo=fleet.uses_sudo(host, session))
+        if not ans.get("ok"):
+            return HostResult(host.name, "failed", ans["error"]["message"])
+        text = redact(ans["text"], secret_values(opts.secrets))
+        return HostResult(host.name, "ok", ans["log"], data={"text": text, "offset": ans["offset"]})
+
+    return fn
+
+
+def server_status_fn(opts: LaunchOptions):
+    def fn(host: Host, session, fleet) -> HostResult:
+        prof, _ = resolve(host, opts)
+        ans: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
+                           sudo=fleet.uses_sudo(host, session))
+        rec = ans.get("record") or {}
+        if not ans.get("running") and ans.get("survivors"):
+            from provision.tasks.patch import server_survivors_text
+
+            return HostResult(host.name, "failed", server_survivors_text(ans), data={"survivors": ans["survivors"]})
+        if not ans.get("running"):
+            extra = f" (last exit status {ans['exit']})" if ans.get("exit") is not None else ""
+            return HostResult(host.name, "not-running", f"no server running on port {prof.port}{extra}")
+        h = ans.get("health")
+        detail = (f"pid {rec.get('pid')} port {prof.port} health {h if h is not None else 'no answer'} "
+                  f"model {rec.get('model')} uptime {ans.get('uptime')} s")
+        if rec.get("container"):
+            from provision.tasks.container import container_text
+
+            detail = container_text(rec, ans) + f", health {h if h is not None else 'no answer'} uptime " \
+                f"{ans.get('uptime')} s model {rec.get('model')}"
+        return HostResult(host.name, "running", detail, data={"pid": rec.get("pid"), "health": h,
+                                                              "uptime": ans.get("uptime"), "model": rec.get("model")})
+
+    return fn
+

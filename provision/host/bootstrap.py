@@ -99,6 +99,9 @@ def _keep(d: str, digest: str, bundle: bytes) -> None:
     compiled modules)."""
     import os
 
+    # The state dir first: the user's alone, as every op makes it (makedirs' mode covers only the leaf,
+    # and this may be the first call that ever runs on the host).
+    os.makedirs(os.path.dirname(d), 0o700, exist_ok=True)
     os.makedirs(d, 0o700, exist_ok=True)
     if not _private_dir(d):
         return

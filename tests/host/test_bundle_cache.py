@@ -49,6 +49,7 @@ def test_the_second_call_sends_the_request_alone_and_answers_the_same(tmp_path):
     assert hashlib.sha256(zlib.decompress(copy.read_bytes())).hexdigest() == bundle_digest()
     assert copy.read_bytes() == bundle_bytes()
     assert stat.S_IMODE(os.stat(state / "bundles").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700  # the state dir too, when this call made it
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600 and os.stat(copy).st_uid == os.geteuid()
     second = _call(t, tmp_path)
     assert t.last_said == "hit" and second == first

@@ -113,19 +113,10 @@ def key(src: str, exe: str, env: dict | None = None, cwd: str | None = None) -> 
 
 
 def _write(path: str, data: bytes) -> None:
+    from provision.host.lib import atomic  # the one atomic writer (stdlib, both sides)
+
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write_bytes(path, data, 0o600, durable=False)  # a cache: rebuilt when lost
 
 
 def listing(src: str, exe: str, ask: Callable[[], dict]) -> dict:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from typing import Iterable
 
 from provision.output.results import HostResult
@@ -141,29 +140,9 @@ def bench_metrics(results: list[HostResult]) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write text to path so a reader sees the old file or the new one, never a part: a temp file
-    in the same directory (node_exporter ignores names not ending in .prom), fsync, rename. Mode
+    """Write text to path so a reader sees the old file or the new one, never a part (a hidden
+    same-directory temp file ending in .tmp, which node_exporter ignores; fsync; rename). Mode
     0644: metrics hold no secret, and the collector may run as another user. Raises OSError."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    from provision.host.lib import atomic  # the one atomic writer (stdlib, both sides)
+
+    atomic.write_text(os.path.abspath(path), text, 0o644)

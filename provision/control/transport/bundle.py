@@ -22,7 +22,6 @@ import json
 import os
 import re
 import stat
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -124,18 +123,12 @@ def _read_kept(path: str) -> str | None:
 def _keep(path: str, digest: str) -> None:
     """Write atomically (a reader sees the whole digest or none); a cache that cannot be
     written is simply not used."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"   # the first calls of a fleet race
+    from provision.host.lib import atomic  # the one atomic writer (stdlib, both sides)
+
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(digest)
-        os.replace(tmp, path)
+        atomic.write_text(path, digest, 0o600, durable=False)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return
     _prune(os.path.dirname(path))
 

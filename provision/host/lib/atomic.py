@@ -2,7 +2,8 @@
 rename it over the target, fsync the directory. A reader sees the old bytes or the new ones,
 never half a file, and a power cut after the call returns keeps the new ones.
 
-Used for records, unit files, secret files, caches: everything the host side writes whole.
+Used for records, unit files, secret files, caches: everything the host side writes whole, and the
+control side's caches and metrics files too (a stdlib leaf, like the redactor: one writer for both).
 (The patch transaction in ops/fileops.py has more to do: a hash re-check, the owner and mode of
 the file it replaces, a temp name that never ends in `.py`.)
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 
 def _tmp(path: str) -> str:
+    """A hidden same-directory temp name, one per process and thread (a fleet's threads may write
+    one cache at once), ending in .tmp (never .py, never .prom: readers of those folders skip it)."""
     d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.{os.getpid()}.tmp")
+    return os.path.join(d, f".{base}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
 def write_bytes(path: str, data: bytes, mode: int = 0o600, durable: bool = True) -> None:

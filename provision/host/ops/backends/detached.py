@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from provision.host.ops.backends import identity, tree
 from provision.host.ops.backends.base import ServerBackend
@@ -24,16 +23,7 @@ class DetachedBackend(ServerBackend):
         watcher.stdin.write(json.dumps(spec).encode())
         watcher.stdin.close()
         watcher_ident = identity.ident(watcher.pid)
-        pid = None
-        for _ in range(500):
-            try:
-                with open(spec["pidfile"]) as fh:
-                    pid = int(fh.read().strip())
-                break
-            except (OSError, ValueError):
-                if watcher.poll() is not None:
-                    break
-                time.sleep(0.02)
+        pid = tree.wait_pid(spec["pidfile"], lambda: watcher.poll() is not None)
         if pid is None:
             return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
         return {"ok": True, "pid": pid, "watcher": watcher.pid,

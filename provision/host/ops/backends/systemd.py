@@ -119,16 +119,7 @@ class SystemdBackend(ServerBackend):
             if watcher_pid or st.get("ActiveState") in ("failed", "inactive"):
                 break
             time.sleep(0.02)
-        pid = None
-        for _ in range(500):
-            try:
-                with open(spec["pidfile"]) as fh:
-                    pid = int(fh.read().strip())
-                break
-            except (OSError, ValueError):
-                if not tree.alive(watcher_pid, None):
-                    break
-                time.sleep(0.02)
+        pid = tree.wait_pid(spec["pidfile"], lambda: not tree.alive(watcher_pid, None))
         if pid is None:
             return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
         return {"ok": True, "pid": pid, "watcher": watcher_pid,

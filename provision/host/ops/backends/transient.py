@@ -49,18 +49,15 @@ class TransientBackend(ServerBackend):
         if p.returncode != 0:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run --unit={unit}: "
                                                                          f"{p.stderr.strip()}"}}
-        watcher_pid, pid = 0, None
-        for _ in range(500):
-            if not watcher_pid:
-                watcher_pid = (unit_state(unit) or {}).get("MainPID") or 0
-            try:
-                with open(spec["pidfile"]) as fh:
-                    pid = int(fh.read().strip())
-                break
-            except (OSError, ValueError):
-                if (unit_state(unit) or {}).get("ActiveState") in ("failed", "inactive"):
-                    break
-                time.sleep(0.02)
+        watcher = {"pid": 0}
+
+        def gone() -> bool:  # the unit's MainPID is the watcher; a failed or inactive unit ended first
+            st = unit_state(unit) or {}
+            watcher["pid"] = watcher["pid"] or st.get("MainPID") or 0
+            return st.get("ActiveState") in ("failed", "inactive")
+
+        pid = tree.wait_pid(spec["pidfile"], gone)
+        watcher_pid = watcher["pid"]
         if pid is None:
             return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
         if not watcher_pid:

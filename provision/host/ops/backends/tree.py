@@ -111,6 +111,21 @@ def clear_files(spec: dict, keys: tuple = ("pidfile", "exitfile", "reapfile")) -
             pass
 
 
+def wait_pid(pidfile: str, gone, tries: int = 500) -> int | None:
+    """The server's pid, once the watcher has written it to ``pidfile``; None when ``gone()`` says the
+    watcher (or its unit) ended first, or after ``tries`` looks 20 ms apart. Shared by every backend
+    that runs the watcher."""
+    for _ in range(tries):
+        try:
+            with open(pidfile) as fh:
+                return int(fh.read().strip())
+        except (OSError, ValueError):
+            if gone():
+                return None
+            time.sleep(0.02)
+    return None
+
+
 def alive(pid: int | None, starttime: str | None) -> bool:
     """`pid` lives (and, given a start time, is that process)."""
     if not pid:

@@ -124,7 +124,7 @@ STAND_INS = [
     "patches)",
     "stand-ins:  the SGLang server (sglang.launch_server takes SGLang's flags and prints its log lines, but "
     "loads no model),",
-    "            the GPUs (there are none: no nvidia-smi), the weights (empty shard files), and the smoke "
+    "            the GPUs (there are none: no nvidia-smi), the weights (safetensors shards with real headers and tiny tensors), and the smoke "
     "test's tok/s",
     "            and accept length (made up by the stand-in server)",
     "host view:  paths and pids that provision prints are as seen on the host (its own mount and PID "

@@ -1212,7 +1212,7 @@ class Sandbox:
                  else sorted(self.hosts.values(), key=lambda h: h.name))
         lines = ["# written by `provision sandbox up`", "defaults:", "  user: root",
                  f"  identity: {self.key_path}", f"  known_hosts: {self.known_hosts_path}",
-                 "  args:  # the sandbox's stand-in weights (empty shard files) instead of hub ids",
+                 "  args:  # the sandbox's stand-in weights (safetensors shards: real headers, tiny tensors) instead of hub ids",
                  f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}",
                  "hosts:"]
         for h in hosts:

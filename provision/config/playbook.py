@@ -246,13 +246,16 @@ def resolve_path(spec: str | None) -> Path:
                       f"{', '.join(sorted(x.name for x in PACKAGE_PLAYBOOKS.glob('*.yaml')))})")
 
 
-def load_playbook(spec: str | None) -> Playbook:
-    path = resolve_path(spec)
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})") from None
-    return parse_playbook(text, str(path))
+
+
+def load_playbook(spec: str | None) -> Playbook:
+    path = resolve_path(spec)
+    return parse_playbook(_read_text(path), str(path))
 
 
 def load_patch_spec(spec: str | None) -> PatchSpec:
@@ -260,11 +263,7 @@ def load_patch_spec(spec: str | None) -> PatchSpec:
     checked before any host, each host's `specs:`, under one name or another): the file is read
     every time and parsed once per content (PatchSpec is frozen)."""
     path = resolve_path(spec)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
-    return _patch_of(text, str(path))
+    return _patch_of(_read_text(path), str(path))
 
 
 @functools.lru_cache(maxsize=64)
@@ -291,12 +290,4 @@ def shipped_patch_specs() -> list[PatchSpec]:
 
 def shipped_patch_classes() -> set[str]:
     """The classes the shipped playbooks' patch specs cover (unreadable ones are skipped)."""
-    out = set()
-    for path in sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")):
-        try:
-            pb = load_playbook(str(path))
-        except ConfigError:
-            continue
-        if pb.patch is not None and pb.patch.kind == "delegate":
-            out.add(pb.patch.cls)
-    return out
+    return {spec.cls for spec in shipped_patch_specs()}

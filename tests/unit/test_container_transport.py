@@ -4,6 +4,7 @@ started (from the runtimes' own words), and the SGLang-server containers in `RUN
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -12,6 +13,7 @@ from provision.control.transport.container import (MISSING, ContainerTransport, 
                                                    not_started_reason)
 from provision.control.transport.local import LocalTransport
 from provision.errors import UsageError
+from provision.host.lib.trust import SAFE_PATH
 from provision.host.facts.containers import parse_ps
 from provision.host.lib.procfs import is_sglang_server
 
@@ -23,11 +25,11 @@ def test_the_wrapped_command_runs_the_step_verbatim_in_the_container(runtime):
     wrapped = exec_command(runtime, "sglang-30000", HOSTILE)
     argv = shlex.split(wrapped)
     assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3
-    lexer = shlex.shlex(argv[2][argv[2].rindex('exec "$r" exec -i '):], posix=True, punctuation_chars=True)
+    lexer = shlex.shlex(argv[2][argv[2].rindex('exec "$p" exec -i '):], posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     tail = list(lexer)
     # -w /: the step runs in /, not in the image's WORKDIR (`python -c` puts the cwd on sys.path)
-    assert tail[:10] == ["exec", "$r", "exec", "-i", "-w", "/", "sglang-30000", "sh", "-c", HOSTILE]
+    assert tail[:10] == ["exec", "$p", "exec", "-i", "-w", "/", "sglang-30000", "sh", "-c", HOSTILE]
     assert tail[10:12] in ([], [";", "fi"]), tail  # auto: the exec is inside the runtime loop
 
 
@@ -53,23 +55,41 @@ def test_the_step_in_a_container_runs_isolated_from_the_images_python_settings()
 
 @pytest.mark.parametrize("runtime", ["auto", "podman"])
 def test_a_missing_runtime_stops_before_anything_runs(runtime, tmp_path):
-    # real /bin/sh with a PATH that holds no runtime: the marker, exit 127, nothing executed
-    proc = subprocess.run(["/bin/sh", "-c", exec_command(runtime, "c1", f"touch {tmp_path}/ran")],
+    # real /bin/sh; runtimes no directory of the fixed PATH holds: the marker, exit 127, nothing executed
+    absent = ("provision-test-no-docker", "provision-test-no-podman")
+    asked = "provision-test-no-podman" if runtime == "podman" else "auto"
+    proc = subprocess.run(["/bin/sh", "-c", exec_command(asked, "c1", f"touch {tmp_path}/ran", runtimes=absent)],
                           capture_output=True, text=True, env={"PATH": str(tmp_path)})
     assert proc.returncode == 127 and MISSING in proc.stderr
     assert not (tmp_path / "ran").exists()
     err = not_started_reason("gpu01/c1", "c1", runtime, proc.returncode, proc.stderr, "python3")
     assert err is not None and err.kind == "container"
     want = "neither docker nor podman is installed" if runtime == "auto" else "podman is not installed on this host"
-    assert want in err.message and "\n" not in err.message
+    assert want in err.message and SAFE_PATH in err.message and "\n" not in err.message
 
 
-def test_a_missing_runtime_through_the_local_transport_is_one_sentence(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path) + ":/usr/bin:/bin")
+FAKE = "#!/bin/sh\necho \"$0 $*\" >> {marker}\nexit 0\n"
+
+
+def test_the_login_path_never_chooses_the_runtime(monkeypatch, tmp_path):
+    # a `docker` first on the caller's PATH (a directory a user can write) is never run: the one on
+    # the fixed PATH is (this machine's docker CLI, with no daemon: its own words come back)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = tmp_path / "MARKER"
+    for rt in ("docker", "podman"):
+        (fake / rt).write_text(FAKE.format(marker=marker))
+        (fake / rt).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    if not shutil.which("docker", path=SAFE_PATH):
+        pytest.skip(f"no docker CLI on {SAFE_PATH} here")
     t = ContainerTransport(LocalTransport("here"), "c1", "docker").open()
     with pytest.raises(Exception) as info:
         t.call({"op": "status"}, timeout=30)
-    assert "here/c1: cannot reach container c1: docker is not installed on this host" in str(info.value)
+    assert not marker.exists(), marker.read_text()
+    # the real CLI answered (no daemon here), in one sentence
+    assert getattr(info.value, "kind", None) == "container", info.value
+    assert str(info.value).startswith("here/c1: cannot reach container c1: ")
 
 
 # The runtimes' own words (podman 4.3 as run here; docker's from its daemon's error responses).
@@ -145,3 +165,36 @@ def test_auto_names_the_runtime_that_took_the_step():
     err = "provision-no-runtime-knows-the-container: docker podman\n"
     got = not_started_reason("h/c1", "c1", "auto", 125, err, "python3")
     assert got is not None and "no container named c1 on this host (asked docker and podman" in got.message
+
+
+REFUSED_LINE = ("provision-untrusted-container-runtime: podman mode\t775\t/usr/local/sbin/podman\t"
+                "/usr/local/sbin/podman\t/usr/local/sbin\n")
+
+
+@pytest.mark.parametrize("runtime", ["podman", "auto"])
+def test_a_runtime_that_fails_the_rule_is_one_sentence_naming_it_and_why(runtime):
+    err = REFUSED_LINE + ("provision-no-runtime-knows-the-container: docker\n" if runtime == "auto" else "")
+    got = not_started_reason("gpu01/c1", "c1", runtime, 126, err, "python3")
+    assert got is not None and got.kind == "container" and "\n" not in got.message
+    assert got.message.startswith("gpu01/c1: cannot reach container c1: /usr/local/sbin/podman not run: "
+                                  "/usr/local/sbin is writable by group (mode 0775) (provision runs a container "
+                                  "runtime as root only when"), got.message
+    assert got.message.endswith("; docker, asked too, does not know it") == (runtime == "auto")
+
+
+def test_auto_names_every_runtime_it_refused():
+    err = REFUSED_LINE.replace(": podman ", ": docker ").replace("podman", "docker") + REFUSED_LINE \
+        + "provision-no-runtime-knows-the-container:\n"
+    got = not_started_reason("h/c1", "c1", "auto", 126, err, "python3")
+    assert got is not None and ("/usr/local/sbin/docker not run: /usr/local/sbin is writable by group (mode 0775); "
+                                "/usr/local/sbin/podman not run: /usr/local/sbin is writable by group (mode 0775) "
+                                "(provision runs") in got.message, got.message
+    assert "asked too" not in got.message
+
+
+def test_a_refused_runtime_is_not_the_reason_when_another_took_the_step():
+    # auto skipped a refused docker and podman took the step: podman's own words decide
+    err = REFUSED_LINE.replace(": podman ", ": docker ") + "provision-container-runtime: podman\n" \
+        "Error: can only create exec sessions on running containers: container state improper\n"
+    got = not_started_reason("h/c1", "c1", "auto", 125, err, "python3")
+    assert got is not None and "container c1 is not running" in got.message

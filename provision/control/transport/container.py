@@ -13,10 +13,14 @@ container). sudo, when the outer host needs it, goes around the runtime (``sudo 
 An edit made this way lives in the container's writable layer: it survives ``RUNTIME
 restart`` and is gone when the container is recreated (a new deploy, a new tag).
 
-Runtime: ``docker`` or ``podman`` (the same verbs), or ``auto``: the first of them on the
-outer host's PATH that knows the container. A missing runtime, an unknown or stopped
-container, a docker daemon that is not running, and a container without python3 are each
-one sentence.
+Runtime: ``docker`` or ``podman`` (the same verbs), or ``auto``: the first of them that knows
+the container. It runs as root on the outer host, so it is chosen by the one rule for binaries
+run as root (provision/host/lib/trust.py): looked up on SAFE_PATH, never the login PATH, and
+run only when it and every directory above it are root's and not writable by group or others.
+The outer host may have no python of ours, so its /bin/sh applies the rule, in trust.py's sh
+rendition (SH_RULE), before the runtime runs. A missing runtime, one that fails the rule, an
+unknown or stopped container, a docker daemon that is not running, and a container without
+python3 are each one sentence.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import shlex
 
 from provision.control.transport.base import Transport
 from provision.errors import RemoteError, UsageError
+from provision.host.lib.trust import SAFE_PATH, SH_RULE, sh_reason  # the one trust rule, stdlib, both sides
 
 RUNTIMES = ("docker", "podman")
 # docker's and podman's own rule for names (ids are hex, which it admits too)
@@ -33,6 +38,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 MISSING = "provision-no-container-runtime"
 UNKNOWN = "provision-no-runtime-knows-the-container"
 PICKED = "provision-container-runtime"  # auto: which runtime took the step (on stderr, before it runs)
+REFUSED = "provision-untrusted-container-runtime"  # a runtime that fails the trust rule: never run
+RULE = ("provision runs a container runtime as root only when it and every directory above it are root's "
+        "and not writable by group or others")
 
 
 class ContainerError(RemoteError):
@@ -55,24 +63,32 @@ def check_runtime(runtime: str | None) -> str:
     return runtime
 
 
-def exec_command(runtime: str, name: str, command: str) -> str:
+def exec_command(runtime: str, name: str, command: str, runtimes: tuple = RUNTIMES) -> str:
     """The outer host's command that runs ``command`` (a shell command line) inside ``name``,
-    with stdin passed through. A missing runtime prints MISSING and exits 127 before anything
-    runs. ``auto``: the first of docker, podman that is on PATH and knows the container
-    (``container inspect``: a docker CLI without its daemon, or a host with both, picks the
-    right one); none that knows it prints UNKNOWN. Pure."""
+    with stdin passed through. The runtime is chosen as the host side chooses every binary it
+    runs as root (provision/host/lib/trust.py, said in sh there as SH_RULE): the first one on
+    SAFE_PATH, never the login PATH, and run only if it passes the trust rule; PATH is SAFE_PATH
+    for the runtime too. A missing runtime prints MISSING and exits 127, one that fails the rule
+    prints REFUSED and its line and exits 126, before anything runs. ``auto``: the first of
+    ``runtimes`` that is there, passes the rule and knows the container (``container inspect``:
+    a docker CLI without its daemon, or a host with both, picks the right one); one that fails
+    the rule is never run, not even to ask; none that knows it prints UNKNOWN. Pure."""
     q = shlex.quote(name)
     # -w /: the step runs in /, not the image's WORKDIR (which `python -c` would put first on sys.path)
-    run = f"exec \"$r\" exec -i -w / {q} sh -c {shlex.quote(command)}"
+    run = f"exec \"$p\" exec -i -w / {q} sh -c {shlex.quote(command)}"
+    head = f"PATH={SAFE_PATH}; export PATH\n{SH_RULE}"
     if runtime == "auto":
-        script = ("found=; for r in " + " ".join(RUNTIMES) + "; do command -v \"$r\" >/dev/null 2>&1 || continue; "
-                  f"found=\"$found $r\"; if \"$r\" container inspect {q} >/dev/null 2>&1; then "
+        script = (head + "found=; asked=; refused=; for r in " + " ".join(runtimes) + "; do "
+                  "p=$(provision_which \"$r\") || continue; found=\"$found $r\"; "
+                  f"if ! why=$(provision_untrusted \"$p\"); then printf '%s: %s %s\\n' {REFUSED} \"$r\" \"$why\" >&2; refused=1; continue; fi; "
+                  f"asked=\"$asked $r\"; if \"$p\" container inspect {q} >/dev/null 2>&1; then "
                   f"echo \"{PICKED}: $r\" >&2; {run}; fi; done; "
-                  f"if [ -z \"$found\" ]; then echo '{MISSING}: " + " ".join(RUNTIMES) + "' >&2; exit 127; fi; "
-                  f"echo \"{UNKNOWN}:$found\" >&2; exit 125")
+                  f"if [ -z \"$found\" ]; then echo '{MISSING}: " + " ".join(runtimes) + "' >&2; exit 127; fi; "
+                  f"echo \"{UNKNOWN}:$asked\" >&2; if [ -n \"$refused\" ]; then exit 126; fi; exit 125")
     else:
-        script = (f"r={shlex.quote(runtime)}; if ! command -v \"$r\" >/dev/null 2>&1; then "
-                  f"echo '{MISSING}: {runtime}' >&2; exit 127; fi; {run}")
+        script = (head + f"r={shlex.quote(runtime)}; if ! p=$(provision_which \"$r\"); then "
+                  f"echo '{MISSING}: {runtime}' >&2; exit 127; fi; "
+                  f"if ! why=$(provision_untrusted \"$p\"); then printf '%s: %s %s\\n' {REFUSED} \"$r\" \"$why\" >&2; exit 126; fi; {run}")
     return "/bin/sh -c " + shlex.quote(script)
 
 
@@ -83,15 +99,21 @@ def not_started_reason(label: str, name: str, runtime: str, rc: int, err: str, p
     picked = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(PICKED + ":")]
     if runtime == "auto" and picked:
         runtime = picked[-1]
-    said = [ln for ln in lines if not ln.startswith((MISSING, UNKNOWN, PICKED))]  # the runtime's own words
+    said = [ln for ln in lines if not ln.startswith((MISSING, UNKNOWN, PICKED, REFUSED))]  # the runtime's own words
     low = "\n".join(said).lower()
     first = (said[0] if said else f"exit {rc}")[:200]
     if MISSING in err:
         if runtime == "auto":
             return ContainerError(f"{label}: cannot reach container {name}: neither docker nor podman is installed "
-                                  "on this host (neither is on PATH)")
+                                  f"on this host (neither is on {SAFE_PATH})")
         return ContainerError(f"{label}: cannot reach container {name}: {runtime} is not installed on this host "
-                              "(not on PATH); pick the runtime that runs it with --runtime")
+                              f"(not on {SAFE_PATH}); pick the runtime that runs it with --runtime")
+    refused = [ln[len(REFUSED) + 2:].split(" ", 1) for ln in err.splitlines() if ln.startswith(REFUSED + ": ")]
+    if refused and not picked:  # each runtime's line: "RUNTIME <provision_untrusted's line>"
+        said_no = "; ".join("{} not run: {}".format(*sh_reason(r[-1])) for r in refused)
+        asked = err.split(UNKNOWN + ":", 1)[1].split() if UNKNOWN in err else []
+        also = f"; {' and '.join(asked)}, asked too, does not know it" if asked else ""
+        return ContainerError(f"{label}: cannot reach container {name}: {said_no} ({RULE}){also}")
     if UNKNOWN in err:
         asked = err.split(UNKNOWN + ":", 1)[1].split()
         return ContainerError(f"{label}: no container named {name} on this host (asked {' and '.join(asked)}; "

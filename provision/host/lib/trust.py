@@ -15,7 +15,9 @@ It is applied to
     chosen, written or imported, unless named with --sglang-path/--python);
   * binaries (``trusted_binary``): nvidia-smi, docker, podman, systemctl, git: looked up
     on SAFE_PATH only (never the caller's PATH) and run only when they pass the rule,
-    with SAFE_ENV, cwd / and no stdin.
+    with SAFE_ENV, cwd / and no stdin;
+  * the container transport's runtime (``SH_RULE``, below): the same lookup and rule said in
+    POSIX sh, run by the outer host's /bin/sh before `RUNTIME exec` (no python of ours there).
 
 Each check answers one phrase the user can act on ("/home/alice is owned by alice"), or None.
 """
@@ -48,14 +50,25 @@ def owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def _writable_words(mode: int) -> str:
+    mode = stat.S_IMODE(mode)
+    who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+    return f"writable by {who} (mode {mode:04o})"
+
+
 def _bad_inode(st: os.stat_result, uids: set) -> str | None:
     if st.st_uid not in uids:
         return f"owned by {owner_name(st.st_uid)}"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
-        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
-        return f"writable by {who} (mode {mode:04o})"
+    if st.st_mode & 0o022:
+        return _writable_words(st.st_mode)
     return None
+
+
+def _where(named: str, real: str, bad: str, why: str) -> str:
+    """`why` said of the inode `bad`, seen from the path `named` (resolving to `real`)."""
+    if bad != real:
+        return f"{bad} is {why}"
+    return why if real == named else f"its target {real} is {why}"
 
 
 def _chain(path: str) -> list:
@@ -93,7 +106,7 @@ def untrusted_path_reason(path: str, uids: set | None = None) -> str | None:
     except OSError as exc:
         return f"cannot be checked ({exc.strerror})"
     if why:
-        return why if real == named else f"its target {real} is {why}"
+        return _where(named, real, real, why)
     parts = named.split("/")
     dirs: list = []
     for head in ("/".join(parts[:i]) or "/" for i in range(1, len(parts) + 1)):
@@ -181,3 +194,78 @@ def trusted_binary(name: str, uids: set | None = None) -> tuple:
         return None, f"no {name} on {SAFE_PATH}"
     why = untrusted_path_reason(path, uids)
     return (path, None) if why is None else (path, f"{path} not run: {why}")
+
+
+# ---- The rule in POSIX sh, for a host where none of our Python runs.
+#
+# The container transport's step is `RUNTIME exec` run by /bin/sh on the outer host (the
+# container holds the python3; the host may have none), so the runtime must be chosen, and
+# judged, by that same shell before it runs. SH_RULE says trusted_binary and
+# untrusted_path_reason there, function for function:
+#   provision_which NAME      the first executable NAME in a SAFE_PATH directory (shutil.which
+#                             on SAFE_PATH), never the caller's PATH;
+#   provision_untrusted PATH  the inodes untrusted_path_reason stats, in its order: the resolved
+#                             path, then for each leading part of PATH as named, every directory
+#                             from its resolution down from /. Each must be owned by root or by
+#                             the user the shell runs as (`[ -O ]`: trusted_uids()) with no 022
+#                             bit; the first that is not is printed as one line (sh_reason turns
+#                             it into this module's words) and the function fails.
+# Only /usr/bin/realpath and /usr/bin/stat (coreutils; fixed paths, never looked up) run besides
+# the shell, as /bin/sh and sudo do. tests/unit/test_trust_sh.py holds the two renditions to the
+# same answers on real files.
+SH_RULE = r"""provision_which() {
+  for _pd in @SAFE_DIRS@; do
+    if [ -f "$_pd/$1" ] && [ -x "$_pd/$1" ]; then printf '%s\n' "$_pd/$1"; return 0; fi
+  done
+  return 1
+}
+provision_heads() {
+  printf '/\n'; _ph=; _pr=${1#/}
+  while [ -n "$_pr" ]; do
+    _ph=$_ph/${_pr%%/*}; printf '%s\n' "$_ph"
+    case $_pr in */*) _pr=${_pr#*/} ;; *) _pr= ;; esac
+  done
+}
+provision_untrusted() {
+  _pn=$1
+  _pt=$(/usr/bin/realpath -- "$_pn" 2>/dev/null) || { printf 'gone\t-\t%s\t%s\t%s\n' "$_pn" "$_pn" "$_pn"; return 1; }
+  _pall=$(printf '%s\n' "$_pt"; provision_heads "$_pn" | while IFS= read -r _px; do
+    if _py=$(/usr/bin/realpath -- "$_px" 2>/dev/null); then provision_heads "$_py"; else printf '%s\n' "$_px"; fi
+  done)
+  _pseen=
+  while IFS= read -r _px; do
+    case "$_pseen" in *"
+$_px
+"*) continue ;; esac
+    _pseen="$_pseen
+$_px
+"
+    _ps=$(/usr/bin/stat -L -c '%u %a %U' -- "$_px" 2>/dev/null) || { printf 'gone\t-\t%s\t%s\t%s\n' "$_pn" "$_pt" "$_px"; return 1; }
+    set -- $_ps
+    if [ "$1" != 0 ] && ! [ -O "$_px" ]; then printf 'owner\t%s %s\t%s\t%s\t%s\n' "$1" "$3" "$_pn" "$_pt" "$_px"; return 1; fi
+    # 18 = 0o022: writable by group or others
+    if [ $(( 0$2 & 18 )) -ne 0 ]; then printf 'mode\t%s\t%s\t%s\t%s\n' "$2" "$_pn" "$_pt" "$_px"; return 1; fi
+  done <<PROVISION_EOF
+$_pall
+PROVISION_EOF
+  return 0
+}
+""".replace("@SAFE_DIRS@", " ".join(SAFE_PATH.split(":")))
+
+
+def sh_reason(line: str) -> tuple:
+    """(path, why) from the line provision_untrusted printed: the path it judged and why it fails,
+    in untrusted_path_reason's words (`trusted_binary`'s sentence is f"{path} not run: {why}")."""
+    kind, value, named, real, bad = (line.rstrip("\n").split("\t", 4) + ["", "", "", ""])[:5]
+    if kind == "gone":
+        why = "cannot be checked"
+        return named, (why if bad == real else f"{bad} {why}")
+    if kind == "owner":
+        uid, _, name = value.partition(" ")
+        why = f"owned by {name if name and name != 'UNKNOWN' else f'uid {uid}'}"
+    else:
+        try:
+            why = _writable_words(int(value, 8))
+        except ValueError:
+            why = f"writable by group or others (mode {value})"
+    return named, _where(named, real, bad, why)

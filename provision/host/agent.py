@@ -2,7 +2,7 @@
 
 Nothing else lives here. Each op is in provision/host/ops/; only the module an op needs is
 imported (the server ops pull in urllib/http, which a patch has no use for, and the
-reconcile op on an unchanged host compiles neither the engine core nor discovery).
+reconcile or patch op on an unchanged host imports neither the engine's parser nor discovery).
 Nothing imports this module: the bootstrap runs it.
 """
 
@@ -15,7 +15,7 @@ from provision.host.lib import failpoints
 
 # op -> the ops module (provision.host.ops.<name>) whose OPS table has it
 OP_MODULES = {
-    "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch", "unpatch": "patch",
+    "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch_fast", "unpatch": "patch",
     "preflight": "server", "start": "server", "stop": "server", "probe": "server",
     "server_status": "server", "logs": "server", "smoke": "server",
     "audit": "audit",

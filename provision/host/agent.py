@@ -8,10 +8,12 @@ Nothing imports this module: the bootstrap runs it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from provision.host.bootstrap import serve
 from provision.host.lib import failpoints
+
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # op -> the ops module (provision.host.ops.<name>) whose OPS table has it
 OP_MODULES = {

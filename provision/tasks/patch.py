@@ -327,6 +327,8 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
             req = request_for(op, host, None, check=check, diff=diff, force=force, sglang_path=sglang_path,
                               python=python, verify_import=verify_import)
             req["specs"] = [s.to_engine() for s in todo]
+            if op == "patch":  # the host's fast path compares a file's marker with these
+                req["spec_block_shas"] = {s.name: list(multi.block_shas(s)) for s in todo}
             answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
             rows += _spec_rows(host.name, answer, todo,
                                lambda h, part: result_from_answer(h, part, check=check))

@@ -23,6 +23,7 @@ from datetime import datetime, time as dtime
 
 from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
 from provision.output.results import HostResult
+from provision.tasks.specs import block_shas
 
 _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
@@ -98,17 +99,6 @@ def _spec(name: str | None):
     from provision.config.playbook import load_patch_spec
 
     return load_patch_spec(name)
-
-
-@functools.lru_cache(maxsize=None)
-def block_shas(spec) -> tuple:
-    """The block sha this spec renders (a delegate spec's full set of methods; another kind's
-    spec sha), computed once per spec: the host's fast path accepts a file whose marker carries
-    it. A file whose block holds fewer methods (the rest native) takes the full path, which
-    judges it the same way."""
-    from provision.host.engine import core as engine
-
-    return engine.block_shas(spec.to_engine())
 
 
 def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,

@@ -32,6 +32,18 @@ NOT_APPLICABLE = "not-applicable"
 
 
 @functools.lru_cache(maxsize=None)
+def block_shas(spec: PatchSpec) -> tuple:
+    """The block sha this spec renders (a delegate spec's full set of methods; another kind's
+    spec sha), computed once per spec and sent with a patch or reconcile: the host's fast path
+    accepts a file whose marker carries it without validating or rendering the spec itself.
+    A file whose block holds fewer methods (the rest native) takes the full path, which judges
+    it the same way."""
+    from provision.host.engine.render import block_shas as render_shas
+
+    return render_shas(spec.to_engine())
+
+
+@functools.lru_cache(maxsize=None)
 def _load(name: str | None) -> PatchSpec:
     return load_patch_spec(name)
 

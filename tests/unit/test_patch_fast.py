@@ -98,7 +98,7 @@ from provision.host.facts import servers
 servers._server_candidates = lambda: []  # this machine's other servers are not this test's subject
 ans = agent.dispatch(json.loads(sys.argv[1]), b"")
 heavy = [m for m in ("provision.host.facts.installs", "provision.host.engine.core", "provision.host.engine.pysource",
-                     "provision.host.ops.patch", "provision.host.ops.fileops", "subprocess") if m in sys.modules]
+                     "provision.host.ops.patch", "provision.host.ops.fileops", "subprocess", "typing", "ast") if m in sys.modules]
 print(json.dumps({"path": (ans.get("results") or [{}])[0].get("result", {}).get("path"), "heavy": heavy}))
 """
 
@@ -111,7 +111,10 @@ def test_a_no_op_patch_imports_neither_discovery_nor_the_engine_parser(site):
     import sys
     from pathlib import Path
 
+    from provision.host.engine.render import block_shas
+
     req, target, _ = site
+    req = dict(req, spec_block_shas={s["name"]: list(block_shas(s)) for s in req["specs"]})  # as tasks/patch.py sends
     _patch(req, b"")
     root = str(Path(__file__).resolve().parents[2])
 

@@ -84,8 +84,9 @@ from provision.host.engine.pysource import (  # noqa: F401 (the engine's names, 
     target_names as _target_names,
     try_parse as _try_parse,
 )
-from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, Resolver, module_name  # noqa: F401
+from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, module_name  # noqa: F401
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.lib.modules import Resolver  # noqa: F401
     from provision.host.protocol import Core, ErrorInfo, Inspection
 
 def _assigns_attr(cls, attr: str) -> bool:

@@ -9,9 +9,8 @@ ops/patch.py, imported only then, whose answer is the full look's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
-from provision.host.engine.render import block_shas
 from provision.host.lib.modules import PACKAGE
 from provision.host.lib.paths import default_state_dir
 from provision.host.ops.fastpath import fast, specs_of
@@ -40,11 +39,16 @@ def answer(req: dict) -> PatchAnswer | None:
         return None
     state_dir = req.get("state_dir") or default_state_dir()
     results, pkg, servers = [], None, []
+    given = req.get("spec_block_shas") or {}
     for spec in specs_of(req):
         if not isinstance(spec, dict) or not spec.get("name") or not spec.get("file") \
                 or (spec.get("package") or PACKAGE) != PACKAGE:
             return None  # a file in another package (flashinfer): the full path reads its version
-        shas = list(block_shas(spec))
+        shas = given.get(str(spec["name"]))
+        if shas is None:  # not sent (an in-process caller): render it here
+            from provision.host.engine.render import block_shas
+
+            shas = list(block_shas(spec))
         one = fast(dict(req, spec=spec, block_shas=shas), spec, state_dir)
         if one is None or (pkg is not None and one["install"] != pkg):
             return None

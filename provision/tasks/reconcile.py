@@ -23,6 +23,7 @@ from datetime import datetime, time as dtime
 
 from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
 from provision.output.results import HostResult
+from provision.tasks.bundles import call_light
 from provision.tasks.specs import block_shas
 
 _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
@@ -71,27 +72,6 @@ def in_window(now, window) -> bool:
 def format_window(window) -> str:
     start, end = parse_window(window) if isinstance(window, str) else window
     return f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d}"
-
-
-# --------------------------------------------------------------------------- the remote call
-
-def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
-    """Transport.call with reconcile's lighter bundle: only the reconcile op's modules are
-    compiled on the host, and the audit and server modules are not even sent, so an unchanged
-    host answers in a few ms of CPU instead of ~100."""
-    return session.call(request, timeout=timeout, sudo=sudo, entry="provision.host.agent",
-                        exclude=LIGHT_EXCLUDE)
-
-
-# Remote modules reconcile never needs (the audit and the server control): left out of
-# its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server",
-                           "ops.restore", "ops.container", "ops.checks", "ops.server_secrets", "ops.backends",
-                           "ops.backends.base", "ops.backends.container", "ops.backends.detached",
-                           "ops.backends.identity", "ops.backends.lock", "ops.backends.record", "ops.backends.select",
-                           "ops.backends.systemd", "ops.backends.tree", "ops.backends.systemctl",
-                           "ops.backends.transient", "ops.preflight_model", "engine.modelcheck", "engine.serverargs",
-                           "engine.safetensors", "facts.model", "ops.bench", "ops.bench_prompts", "facts.gpu_name"})
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,20 +2,22 @@
 
 Nothing else lives here. Each op is in provision/host/ops/; only the module an op needs is
 imported (the server ops pull in urllib/http, which a patch has no use for, and the
-reconcile op on an unchanged host compiles neither the engine core nor discovery).
+reconcile or patch op on an unchanged host imports neither the engine's parser nor discovery).
 Nothing imports this module: the bootstrap runs it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from provision.host.bootstrap import serve
 from provision.host.lib import failpoints
 
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 # op -> the ops module (provision.host.ops.<name>) whose OPS table has it
 OP_MODULES = {
-    "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch", "unpatch": "patch",
+    "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch_fast", "unpatch": "patch",
     "preflight": "server", "start": "server", "stop": "server", "probe": "server",
     "server_status": "server", "logs": "server", "smoke": "server",
     "audit": "audit",

@@ -23,7 +23,7 @@ def bootstrap_code(entry: str = "provision.host.agent") -> str:
 
 # Reads the bundle and the request from stdin, then runs the entry module from the bundle.
 READ = "r=sys.stdin.buffer;h=json.loads(r.readline());B=r.read(h[\"b\"]);Q=r.read(h[\"q\"])\n"
-RUN = "M=json.loads(zlib.decompress(B))\n"
+RUN = "M=json.loads(B if B[:1]==b\"{\" else zlib.decompress(B))\n"  # a host's own re-run sends its kept copy as is
 LOAD = (
     "P={n[:i] for n in M for i in range(len(n)) if n[i]==\".\"}\n"
     "class F:\n"
@@ -37,31 +37,31 @@ LOAD = (
 )
 BOOTSTRAP = "import sys,json,zlib,importlib.util as u\n" + READ + RUN + LOAD
 
-# The host's copy of bundles: <state dir>/bundles/<sha256 of the bundle's sources>. The directory
-# is the user's own (root's: /var/lib/provision/bundles) and 0700, or it is not used. A copy is
-# used only when its bytes, decompressed, hash to the name the control side sent; they are read
-# once into memory and run from there (no file is read twice). The command line holds only this
-# first stage; the rest (keeping a copy, the compiled modules, the import hook) is ``run`` below,
-# taken from the verified bundle.
+# The host's copy of bundles: <state dir>/bundles/<sha256 of the bundle's sources>, kept as those
+# sources (JSON, not compressed: a call that finds it pays a sha256, never a decompression). The
+# directory is the user's own (root's: /var/lib/provision/bundles) and 0700, or it is not used. A
+# copy is used only when its bytes hash to the name the control side sent; they are read once
+# into memory and run from there (no file is read twice). The command line holds only this first
+# stage; the rest (keeping a copy, the compiled modules, the import hook) is ``run`` below, taken
+# from the verified bundle.
 BUNDLES_DIR = "bundles"
 KEEP = 12
 CACHED = (
     "import sys,os,json,zlib,hashlib\n"
     "H=%(digest)s;D=os.path.join(%(state_dir)s or(\"/var/lib/provision\"if os.geteuid()==0 else os.path.join("
     "os.environ.get(\"XDG_STATE_HOME\")or os.path.expanduser(\"~/.local/state\"),\"provision\")),%(bundles)s)\n"
-    "C=None\n"
+    "J=None\n"
     "try:\n"
     " t=os.lstat(D)\n"
     " if t.st_uid==os.geteuid()and t.st_mode&0o170077==0o40000:\n"
-    "  C=open(os.path.join(D,H),\"rb\").read();J=zlib.decompress(C);C=C if hashlib.sha256(J).hexdigest()==H else None\n"
-    "except(OSError,zlib.error):C=None\n"
-    "sys.stdout.write(%(ready)s+(\" hit\\n\"if C else\" miss\\n\"));sys.stdout.flush()\n"
-    "r=sys.stdin.buffer;Q=r.read(json.loads(r.readline())[\"q\"])\n"
-    "if not C:B=r.read(int(r.readline()));J=zlib.decompress(B)\n"
-    "else:B=C\n"
+    "  J=open(os.path.join(D,H),\"rb\").read();J=J if hashlib.sha256(J).hexdigest()==H else None\n"
+    "except OSError:J=None\n"
+    "sys.stdout.write(%(ready)s+(\" hit\\n\"if J else\" miss\\n\"));sys.stdout.flush()\n"
+    "r=sys.stdin.buffer;Q=r.read(json.loads(r.readline())[\"q\"]);K=not J\n"
+    "if K:J=zlib.decompress(r.read(int(r.readline())))\n"
     "M=json.loads(J);G={\"__name__\":\"provision.host.bootstrap\"}\n"
     "exec(compile(M[\"provision.host.bootstrap\"],\"<provision:provision.host.bootstrap>\",\"exec\"),G)\n"
-    "sys.exit(G[\"run\"](M,B,Q,D,H,not C and hashlib.sha256(J).hexdigest()==H,%(entry)s))\n"
+    "sys.exit(G[\"run\"](M,J,Q,D,H,K and hashlib.sha256(J).hexdigest()==H,%(entry)s))\n"
 )
 
 

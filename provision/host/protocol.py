@@ -220,6 +220,7 @@ class PatchRequest(Request, total=False):
     specs: List[Spec]          # several specs: the answer's `results` holds one answer each
     verify_import: bool
     actor: Optional[str]       # unpatch: who (user@control-host), recorded on the host
+    spec_block_shas: Dict[str, List[str]]  # each spec's block_shas by name (patch's fast path checks them)
 
 
 class PatchAnswer(Answer, total=False):

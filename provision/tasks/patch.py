@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from provision.config.inventory import Host
 from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.output.results import HostResult
+from provision.tasks.bundles import call_light
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, SpecStatus,
@@ -327,7 +328,8 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
             req = request_for(op, host, None, check=check, diff=diff, force=force, sglang_path=sglang_path,
                               python=python, verify_import=verify_import)
             req["specs"] = [s.to_engine() for s in todo]
-            answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+            req["spec_block_shas"] = {s.name: list(multi.block_shas(s)) for s in todo}  # the fast path's check
+            answer = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
             rows += _spec_rows(host.name, answer, todo,
                                lambda h, part: result_from_answer(h, part, check=check))
         return multi.in_order(hspecs, rows)

@@ -23,6 +23,8 @@ from datetime import datetime, time as dtime
 
 from provision.errors import (EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError)
 from provision.output.results import HostResult
+from provision.tasks.bundles import call_light
+from provision.tasks.specs import block_shas
 
 _T0 = time.monotonic()  # PROVISION_NOW's clock starts here
 
@@ -72,43 +74,11 @@ def format_window(window) -> str:
     return f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d}"
 
 
-# --------------------------------------------------------------------------- the remote call
-
-def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
-    """Transport.call with reconcile's lighter bundle: only the reconcile op's modules are
-    compiled on the host, and the audit and server modules are not even sent, so an unchanged
-    host answers in a few ms of CPU instead of ~100."""
-    return session.call(request, timeout=timeout, sudo=sudo, entry="provision.host.agent",
-                        exclude=LIGHT_EXCLUDE)
-
-
-# Remote modules reconcile never needs (the audit and the server control): left out of
-# its bundle, so each host receives and parses ~40% less.
-LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server",
-                           "ops.restore", "ops.container", "ops.checks", "ops.server_secrets", "ops.backends",
-                           "ops.backends.base", "ops.backends.container", "ops.backends.detached",
-                           "ops.backends.identity", "ops.backends.lock", "ops.backends.record", "ops.backends.select",
-                           "ops.backends.systemd", "ops.backends.tree", "ops.backends.systemctl",
-                           "ops.backends.transient", "ops.preflight_model", "engine.modelcheck", "engine.serverargs",
-                           "engine.safetensors", "facts.model", "ops.bench", "ops.bench_prompts", "facts.gpu_name"})
-
-
 @functools.lru_cache(maxsize=None)
 def _spec(name: str | None):
     from provision.config.playbook import load_patch_spec
 
     return load_patch_spec(name)
-
-
-@functools.lru_cache(maxsize=None)
-def block_shas(spec) -> tuple:
-    """The block sha this spec renders (a delegate spec's full set of methods; another kind's
-    spec sha), computed once per spec: the host's fast path accepts a file whose marker carries
-    it. A file whose block holds fewer methods (the rest native) takes the full path, which
-    judges it the same way."""
-    from provision.host.engine import core as engine
-
-    return engine.block_shas(spec.to_engine())
 
 
 def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,

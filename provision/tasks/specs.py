@@ -24,11 +24,24 @@ from provision.config.inventory import Host, host_spec_names
 from provision.config.playbook import PatchSpec, load_patch_spec
 from provision.errors import UsageError
 from provision.output.results import HostResult
+from provision.tasks.bundles import facts_exclude
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import FactsAnswer, FactsRequest
 
 NOT_APPLICABLE = "not-applicable"
+
+
+@functools.lru_cache(maxsize=None)
+def block_shas(spec: PatchSpec) -> tuple:
+    """The block sha this spec renders (a delegate spec's full set of methods; another kind's
+    spec sha), computed once per spec and sent with a patch or reconcile: the host's fast path
+    accepts a file whose marker carries it without validating or rendering the spec itself.
+    A file whose block holds fewer methods (the rest native) takes the full path, which judges
+    it the same way."""
+    from provision.host.engine.render import block_shas as render_shas
+
+    return render_shas(spec.to_engine())
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,15 +108,6 @@ def facts_request(host: Host, specs: list[PatchSpec], override: str | None, *, s
                   python=None) -> FactsRequest:
     return {"op": "facts", "gpu": wants_gpu(specs, host, override), "packages": packages_wanted(specs),
             "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python")}
-
-
-# Host modules the facts call never needs: the engine and every op but its own.
-@functools.lru_cache(maxsize=None)
-def facts_exclude() -> frozenset:
-    from provision.control.transport.bundle import host_modules
-
-    return frozenset(m for m in host_modules()
-                     if (m.startswith("engine") or m.startswith("ops.")) and m != "ops.hostfacts")
 
 
 def chosen_install(facts: dict | None) -> dict:

@@ -8,9 +8,8 @@ import hashlib
 import json
 import os
 import stat
-import zlib
 
-from provision.control.transport.bundle import bundle_bytes, bundle_digest
+from provision.control.transport.bundle import bundle_bytes, bundle_digest, bundle_source
 from provision.control.transport.local import LocalTransport
 
 
@@ -46,8 +45,9 @@ def test_the_second_call_sends_the_request_alone_and_answers_the_same(tmp_path):
     first = _call(t, tmp_path)
     assert t.last_said == "miss" and first["ok"] is True
     copy = state / "bundles" / bundle_digest()
-    assert hashlib.sha256(zlib.decompress(copy.read_bytes())).hexdigest() == bundle_digest()
-    assert copy.read_bytes() == bundle_bytes()
+    # kept as the sources themselves: a hit pays a sha256, never a decompression
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == bundle_digest()
+    assert copy.read_bytes() == bundle_source()
     assert stat.S_IMODE(os.stat(state / "bundles").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700  # the state dir too, when this call made it
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600 and os.stat(copy).st_uid == os.geteuid()
@@ -63,12 +63,12 @@ def test_a_tampered_copy_is_never_run_and_is_replaced(tmp_path):
     _call(t, tmp_path)
     copy = state / "bundles" / bundle_digest()
     # a copy that would answer differently if it were run
-    mods = json.loads(zlib.decompress(copy.read_bytes()))
+    mods = json.loads(copy.read_bytes())
     mods["provision.host.agent"] = "def main(q, b):\n    print('PROVISION-RESULT {\"ok\": \"tampered\"}')\n"
-    copy.write_bytes(zlib.compress(json.dumps(mods).encode()))
+    copy.write_bytes(json.dumps(mods).encode())
     ans = _call(t, tmp_path)
     assert t.last_said == "miss" and ans["ok"] is True
-    assert copy.read_bytes() == bundle_bytes()
+    assert copy.read_bytes() == bundle_source()
     _call(t, tmp_path)
     assert t.last_said == "hit"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
-import zlib
 
 import pytest
 
@@ -39,7 +38,7 @@ def test_the_bundle_is_kept_reused_and_verified(host, ssh_env):
     assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o700
     assert copies, "the bundle was kept on the host"
     for name, p in copies.items():
-        assert hashlib.sha256(zlib.decompress(p.read_bytes())).hexdigest() == name
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == name
         assert p.stat().st_uid == 0 and stat.S_IMODE(p.stat().st_mode) == 0o600
     inodes = {n: p.stat().st_ino for n, p in copies.items()}
 
@@ -50,13 +49,13 @@ def test_the_bundle_is_kept_reused_and_verified(host, ssh_env):
 
     # a copy that would lie if it were run: its bytes no longer hash to its name
     for p in copies.values():
-        mods = json.loads(zlib.decompress(p.read_bytes()))
+        mods = json.loads(p.read_bytes())
         mods["provision.host.agent"] = ("import sys\ndef main(q, b):\n    sys.stdout.write('PROVISION-RESULT "
                                         "{\"ok\": false, \"error\": {\"kind\": \"x\", \"message\": \"tampered\"}}\\n')\n"
                                         "    return 0\n")
-        p.write_bytes(zlib.compress(json.dumps(mods).encode()))
+        p.write_bytes(json.dumps(mods).encode())
     proc, doc = run_json("patch", *args)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", (proc.stdout, proc.stderr)
     _, fixed = _copies(host)
     for name, p in fixed.items():
-        assert hashlib.sha256(zlib.decompress(p.read_bytes())).hexdigest() == name
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == name

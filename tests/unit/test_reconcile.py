@@ -15,6 +15,7 @@ import pytest
 
 from provision.control import journal
 from provision.tasks import reconcile as rc
+from provision.tasks.bundles import LIGHT_EXCLUDE
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHING, EXIT_OK, LockedError, UsageError
 from provision.config.inventory import Host
 from provision.host.facts import servers as server_facts
@@ -499,7 +500,7 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     from provision.control.transport.bundle import payload
 
     proc = subprocess.run([sys.executable, "-S", "-c", bootstrap_code("provision.host.agent")],
-                          input=payload(req, rc.LIGHT_EXCLUDE), capture_output=True)
+                          input=payload(req, LIGHT_EXCLUDE), capture_output=True)
     line = [x for x in proc.stdout.decode().splitlines() if x.startswith(RESULT_PREFIX)][-1]
     out = json.loads(line[len(RESULT_PREFIX):])
     assert out["state"] == "unchanged", out
@@ -546,7 +547,7 @@ def test_light_bundle_has_what_reconcile_imports():
 
     from provision.control.transport.bundle import bundle_bytes
 
-    mods = json.loads(zlib.decompress(bundle_bytes(rc.LIGHT_EXCLUDE)))
+    mods = json.loads(zlib.decompress(bundle_bytes(LIGHT_EXCLUDE)))
     names = {m[len("provision.host."):] for m in mods if m.startswith("provision.host.")}
     assert {"ops.reconcile", "agent", "bootstrap", "facts.installs", "engine.core", "ops.fileops"} <= names
     assert not names & {"engine.audit", "ops.audit", "ops.server"} and all(m.startswith("provision.host") for m in mods)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
 import textwrap
 from typing import Any, Mapping, TYPE_CHECKING, cast
 
@@ -55,6 +54,13 @@ from provision.host.engine.spec import (  # noqa: F401 (the engine's names, in o
     validate_spec,
 )
 from provision.host.engine import edits
+from provision.host.engine.render import (  # noqa: F401 (the engine's names, in one namespace)
+    block_sha as _block_sha,
+    block_shas,
+    is_normalised as _is_normalised,
+    render_block,
+    render_methods,
+)
 from provision.host.engine.markers import (  # noqa: F401
     begin_line,
     end_line,
@@ -78,66 +84,10 @@ from provision.host.engine.pysource import (  # noqa: F401 (the engine's names, 
     target_names as _target_names,
     try_parse as _try_parse,
 )
-from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, Resolver, module_name  # noqa: F401
+from provision.host.lib.modules import MAX_SOURCE_BYTES, PACKAGE, module_name  # noqa: F401
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
+    from provision.host.lib.modules import Resolver  # noqa: F401
     from provision.host.protocol import Core, ErrorInfo, Inspection
-
-# --------------------------------------------------------------------------- rendering
-
-def _block_sha(s: dict, names) -> str:
-    text = render_methods(s, "    ", "\n", names=names)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-
-def render_methods(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
-    """The delegation methods (no markers), each line ending with `newline`.
-
-    `indent` is the indentation of the `def` lines (the class body's), `unit`
-    one more level inside a method (defaults to `indent`, right for a module-level
-    class). `names` limits and orders nothing: methods keep the spec's order.
-    """
-    s = spec if _is_normalised(spec) else validate_spec(spec)
-    unit = indent if unit is None else unit
-    d = s["delegate"]
-    chunks = []
-    for m in s["methods"]:
-        if names is not None and m["name"] not in names:
-            continue
-        name, inner = m["name"], m["inner"]
-        i1, i2, i3 = indent + unit, indent + unit * 2, indent + unit * 3
-        chunks.append([
-            f"{indent}def {name}({m['params']}):",
-            f'{i1}"""EAGLE-3: delegate to self.{d} (added by provision)."""',
-            f"{i1}{inner} = self.{d}",
-            f'{i1}if not hasattr({inner}, "{name}"):',
-            f"{i2}raise AttributeError(",
-            f'{i3}f"{{type(self).__name__}}.{d} ({{type({inner}).__name__}}) has no {name}(); cannot delegate"',
-            f"{i2})",
-            f"{i1}return {inner}.{name}({m['call']})",
-        ])
-    lines = []
-    for c in chunks:
-        if lines:
-            lines.append("")
-        lines.extend(c)
-    return "".join(line + newline for line in lines)
-
-
-def _is_normalised(spec) -> bool:
-    return (isinstance(spec, dict) and isinstance(spec.get("methods"), list)
-            and all(isinstance(m, dict) and "call" in m and "inner" in m for m in spec["methods"]))
-
-
-def render_block(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
-    """Markers plus methods, as they appear in the file (no leading blank line)."""
-    s = spec if _is_normalised(spec) else validate_spec(spec)
-    if names is None:
-        names = [m["name"] for m in s["methods"]]
-    sha = _block_sha(s, names)
-    return (indent + begin_line(s["name"], sha) + newline
-            + render_methods(s, indent, newline, names, unit)
-            + indent + end_line(s["name"]) + newline)
-
 
 def _assigns_attr(cls, attr: str) -> bool:
     """Does any method of `cls` assign self.<attr> (=, annotated, augmented, setattr)?"""
@@ -552,15 +502,6 @@ def _edit_kind(spec):
         from provision.host.engine import replace
         return replace
     return None
-
-
-def block_shas(spec: dict) -> tuple:
-    """The block sha(s) a spec's begin marker carries when its edit is current: the
-    delegation block of all its methods, or another kind's spec sha (engine/edits.py)."""
-    s = validate_spec(spec)
-    if _edit_kind(s) is not None:
-        return (edits.spec_sha(s),)
-    return (_block_sha(s, [m["name"] for m in s["methods"]]),)
 
 
 def plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:

@@ -18,21 +18,10 @@ safe write, verify, rollback, backup and journal (ops/fileops.py) are the same f
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from provision.host.engine.markers import find_block
 from provision.host.engine.pysource import decode, split_lines
-from provision.host.engine.spec import KIND_KEYS, EngineError, validate_spec
-
-
-def spec_sha(s: dict) -> str:
-    """The sha a kind's begin marker carries: of the spec's own fields (not of the file), so
-    the control side can compute it (reconcile's cheap check) without the file."""
-    fields = {k: s.get(k) for k in KIND_KEYS[s["kind"]]}
-    fields["kind"] = s["kind"]
-    text = json.dumps(fields, sort_keys=True, default=repr).encode("utf-8")
-    return hashlib.sha256(text).hexdigest()[:12]
+from provision.host.engine.render import spec_sha
+from provision.host.engine.spec import EngineError, validate_spec
 
 
 def _result(**kw) -> dict:

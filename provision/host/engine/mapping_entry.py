@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ast
 
-from provision.host.engine.edits import spec_sha
+from provision.host.engine.render import spec_sha
 from provision.host.engine.markers import begin_line, end_line, find_block, has_word
 from provision.host.engine.pysource import (
     body, body_statements, ending, find_scope, line_offsets, literal_key, parse, split_lines,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 import re
 
-from provision.host.engine.edits import spec_sha
+from provision.host.engine.render import spec_sha
 from provision.host.engine.markers import begin_line, end_line, find_block
 from provision.host.engine.pysource import (
     body, ending, find_scope, line_offsets, parse, scope_lines, split_lines, try_parse,

@@ -7,7 +7,6 @@ imports this module too, so a spec is refused on the control machine by the same
 
 from __future__ import annotations
 
-import ast
 import keyword
 import re
 
@@ -159,6 +158,8 @@ def _validate_mapping_entry(spec: dict) -> dict:
         value = spec["value"]
         if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n\x00"):
             raise EngineError("spec", f"spec `value`: expected a one-line Python expression, found {value!r}")
+        import ast  # here, not at the top: the fast path reads markers and never parses a spec
+
         try:
             ast.parse(value.strip(), mode="eval")
         except (SyntaxError, ValueError) as e:
@@ -239,6 +240,8 @@ def _mangled(name: str) -> bool:
 def _parse_params(mname: str, params: str, where: str) -> dict:
     if any(ord(c) < 0x20 or c == "\x7f" for c in params):
         raise EngineError("spec", f"{where}.params: expected one line without control characters, found {params!r}")
+    import ast  # here, not at the top: the fast path reads markers and never parses a spec
+
     try:
         fn = ast.parse(f"def _({params}): pass").body[0]
         compile(f"def _({params}): pass", "<spec>", "exec", dont_inherit=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 from provision.host.lib.trust import SAFE_ENV, trusted_binary
 

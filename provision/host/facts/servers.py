@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from provision.host.facts import installs
 from provision.host.lib import procfs
 
 
@@ -37,7 +36,11 @@ def _server_candidates() -> list:
 
 
 def _servers() -> list:
-    """Running SGLang servers with the install each imports (an interpreter probe each)."""
+    """Running SGLang servers with the install each imports (an interpreter probe each).
+    Discovery (facts/installs.py, the heaviest import a host step has) is imported only here:
+    a fast path on a host with no server never loads it."""
+    from provision.host.facts import installs
+
     out = []
     for s in installs.running_servers():
         s["install"] = installs._server_install(s)

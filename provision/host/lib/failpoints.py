@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-from typing import Any, Callable, Iterator
+
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
 
 POINTS = ("before_read", "after_temp_write", "before_replace", "after_replace", "before_verify")
 ACTIONS = ("kill",)
@@ -37,6 +39,8 @@ _active: dict[str, Callable[..., None]] = {}
 
 
 def _kill(*_args: Any) -> None:
+    import signal
+
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
 
 PACKAGE = "sglang"
 # SGLang model files are at most a few hundred KB. Parsing is ~2 s per MB on a
 # slow host, so anything far beyond that is refused instead of parsed.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
-Resolver = Callable[[str], Optional[bytes]]
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+    Resolver = Callable[[str], Optional[bytes]]
 
 
 def module_name(spec_file: str, package: str = PACKAGE) -> str:

@@ -19,6 +19,13 @@ from provision.host.lib.state import read_state
 from provision.host.lib.state import sha256 as _sha
 
 
+def specs_of(req: dict) -> list:
+    """The specs a request names: ``specs`` (a list: one answer per spec), else ``spec``."""
+    if "specs" in req:
+        return list(req.get("specs") or [])
+    return [req["spec"]] if req.get("spec") else []
+
+
 def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
     """Does the file's begin marker carry a block sha the current spec renders? The
     control side sends every sha the spec can render (engine._block_sha of each subset

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import glob
-import hashlib
 import json
 import os
 import re

@@ -8,7 +8,7 @@ whose specs say `applies:`, on the same connection (one extra remote call).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 from provision.host.facts import installs
 

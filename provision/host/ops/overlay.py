@@ -13,7 +13,7 @@ Used by the ``overlay`` op (`provision patch --overlay`), by the server's prefli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 import glob
 import hashlib

@@ -8,7 +8,7 @@ round trip.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 import json
 import os
@@ -26,6 +26,7 @@ from provision.host.lib.modules import PACKAGE, make_resolver, module_name
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.state import read_state
 from provision.host.ops import fileops
+from provision.host.ops.fastpath import specs_of
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import DiscoverAnswer, DiscoverRequest, FileResult, PatchAnswer, PatchRequest, StatusAnswer, StatusRequest
 
@@ -41,13 +42,6 @@ def _spec_file(install: dict, spec: dict) -> tuple:
 
 def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:
     return {"ok": True, "facts": installs.for_request(req)}
-
-
-def specs_of(req: dict) -> list:
-    """The specs a request names: ``specs`` (a list: one answer per spec), else ``spec``."""
-    if "specs" in req:
-        return list(req.get("specs") or [])
-    return [req["spec"]] if req.get("spec") else []
 
 
 def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
@@ -158,11 +152,8 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
 def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAnswer:
     """patch / unpatch: one discovery, then each spec of the request in turn (``specs``: the
     answer's ``results`` holds one answer per spec, in order; ``spec``: the one answer).
-    A patch whose every file is exactly as our last patch of the same spec left it takes
-    reconcile's fast path instead: ``unchanged``, no discovery, nothing written."""
-    fast = None if unpatch else _fast(req)
-    if fast is not None:
-        return fast
+    The agent sends a `patch` here only when ops/patch_fast.py could not answer it from the
+    fast path (or reconcile, after its own fast path said no)."""
     facts = installs.for_request(req)
     if facts["error"]:
         return {"ok": False, "facts": facts, "error": facts["error"]}
@@ -189,52 +180,6 @@ def op_patch(req: PatchRequest, bundle: bytes, unpatch: bool = False) -> PatchAn
     one = _patch_one(req, req["spec"], inst, servers, unpatch)
     one.pop("spec", None)
     return dict(one, facts=facts)  # type: ignore[return-value]
-
-
-def _fast(req: dict) -> PatchAnswer | None:
-    """The no-op patch without discovery (reconcile's fast path, ops/fastpath.py),
-    or None. Taken only when nothing but the file's state can change the answer: not for
-    --force, --diff, --verify-import or a named interpreter (discovery picks the install it
-    imports), and only when every spec's file holds exactly the bytes our last patch of that
-    spec wrote, its block is the one the spec renders now, the version is the recorded one,
-    and no server runs or loads from another install or loads from this one."""
-    if req.get("force") or req.get("diff") or req.get("verify_import") or req.get("python"):
-        return None
-    from provision.host.ops.fastpath import fast
-
-    state_dir = req.get("state_dir") or default_state_dir()
-    results, pkg, servers = [], None, []
-    for spec in specs_of(req):
-        if not isinstance(spec, dict) or not spec.get("name") or not spec.get("file") \
-                or (spec.get("package") or PACKAGE) != PACKAGE:
-            return None  # a file in another package (flashinfer): the full path reads its version
-        shas = list(core.block_shas(spec))
-        one = fast(dict(req, spec=spec, block_shas=shas), spec, state_dir)
-        if one is None or (pkg is not None and one["install"] != pkg):
-            return None
-        pkg, servers = one["install"], one["servers"]
-        if any(not s.get("listening") and s.get("install") == pkg for s in servers):
-            return None  # a loading server: the full path says so (or --check/--force decide)
-        info = {"name": PACKAGE, "dir": pkg, "version": one["version"], "dist_info": None, "error": None}
-        res = {"verdict": "unchanged", "file": one["file"], "real_file": one["file"], "added": [], "native": [],
-               "kept": [m["name"] for m in spec.get("methods") or []], "updated": False, "repaired": [],
-               "module_level_leftovers": [], "notes": [], "diff": None, "sha_before": one["sha"],
-               "sha_after": one["sha"], "backup": None, "check": bool(req.get("check")), "error": None,
-               "elapsed": 0.0, "package": info, "path": "fast"}
-        results.append({"ok": True, "spec": str(spec["name"]), "result": res, "error": None})
-    if not results or pkg is None:
-        return None
-    kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
-    inst = {"path": pkg, "kind": kind, "version": results[0]["result"]["package"]["version"], "interpreters": [],
-            "dist_info": None, "git": None, "pythonpath": None, "search_path": None}
-    facts = {"installs": [inst], "servers": servers, "chosen": pkg,
-             "chosen_reason": "unchanged since provision's last patch (fast path: no discovery)",
-             "warnings": [], "skipped": [], "error": None, "fast": True}
-    if "specs" in req:
-        return {"ok": True, "facts": facts, "results": results}  # type: ignore[typeddict-item]
-    one_ans = dict(results[0])
-    one_ans.pop("spec", None)
-    return dict(one_ans, facts=facts)  # type: ignore[return-value]
 
 
 def _patch_one(req: dict, spec: dict, inst: dict, servers: list, unpatch: bool) -> PatchAnswer:
@@ -320,4 +265,4 @@ def op_unpatch(req: PatchRequest, bundle: bytes) -> PatchAnswer:
     return op_patch(req, bundle, unpatch=True)
 
 
-OPS = {"discover": op_discover, "status": op_status, "patch": op_patch, "unpatch": op_unpatch}
+OPS = {"discover": op_discover, "status": op_status, "patch": op_patch, "unpatch": op_unpatch}  # patch: via patch_fast

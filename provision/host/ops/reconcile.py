@@ -30,7 +30,7 @@ logged on the fast path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 import os
 import re

@@ -9,7 +9,7 @@ the record a restart replays (ops/backends/record.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 import json
 import os

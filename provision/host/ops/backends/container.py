@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 from provision.host.facts import installs
 from provision.host.lib import atomic

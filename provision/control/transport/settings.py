@@ -175,6 +175,7 @@ class SshConfig:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._wrapper: str | None = None
+        self._wrapper_text = ""
         self._paramiko = None
         if text is not None:
             import paramiko
@@ -211,8 +212,9 @@ class SshConfig:
                 lines += ["Host *", f"  User {UNSET}", f"  IdentityFile {_UNSET_PATH}",
                           f"  UserKnownHostsFile {_UNSET_PATH}", f"  GlobalKnownHostsFile {_UNSET_PATH}", ""]
                 fd, path = tempfile.mkstemp(prefix="provision-ssh-", suffix=".conf")
+                self._wrapper_text = "\n".join(lines)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write("\n".join(lines))
+                    fh.write(self._wrapper_text)
                 self._wrapper = path
                 import atexit
 
@@ -222,18 +224,31 @@ class SshConfig:
     def _ask_openssh(self, name: str) -> dict:
         if name.startswith("-") or any(c.isspace() for c in name):
             raise ConfigError(f"host name {name!r}: not a host name ssh accepts")
+        from provision.control.transport import openssh_cache
+
+        wrapper = self._wrapper_file()
         try:
-            proc = subprocess.run([self.ssh, "-G", "-F", self._wrapper_file(), "--", name], capture_output=True,
+            key: str | None = openssh_cache.question(self.ssh or "ssh", self._wrapper_text, name)
+        except OSError:
+            key = None
+        kept = openssh_cache.lookup(key) if key else None
+        if kept is not None:
+            return parse_dump(kept)
+        try:  # -v: ssh also says which files it read (what the kept answer depends on)
+            proc = subprocess.run([self.ssh or "ssh", "-v", "-G", "-F", wrapper, "--", name], capture_output=True,
                                   text=True, timeout=30, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"ssh -G {name}: could not run the OpenSSH client ({exc})") from None
         self.asked += 1
         if proc.returncode != 0:
             why = " | ".join(ln.strip() for ln in proc.stderr.splitlines()
-                             if ln.strip() and "terminating" not in ln)[:400]
+                             if ln.strip() and "terminating" not in ln
+                             and not ln.startswith(("debug1:", "debug2:", "debug3:", "OpenSSH_")))[:400]
             where = self.path if os.path.exists(self.path) else "ssh config"
             raise ConfigError(f"{where}: OpenSSH rejects the config for {name}: "
                               f"{why.replace(self._wrapper or '', '<wrapper>') or f'exit {proc.returncode}'}")
+        if key:
+            openssh_cache.keep(key, wrapper, proc.stdout, proc.stderr)
         return parse_dump(proc.stdout)
 
     # -- paramiko

@@ -127,12 +127,14 @@ def listing(src: str, exe: str, ask: Callable[[], dict]) -> dict:
     except Dynamic:
         return ask()
     path = os.path.join(cache_dir(), k + ".json")
+    from provision.host.lib.atomic import read_own  # ours, not a symlink, nobody else can write it
+
     try:
-        with open(path, "rb") as fh:
-            doc = json.loads(fh.read())
+        data = read_own(path)
+        doc = json.loads(data) if data is not None else None
         if isinstance(doc, dict):
             return doc
-    except (OSError, ValueError):
+    except ValueError:
         pass
     doc = ask()
     try:

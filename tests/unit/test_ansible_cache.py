@@ -59,6 +59,29 @@ def test_an_ini_inventory_is_asked_once_and_the_hit_equals_a_fresh_answer(tmp_pa
     _same(hit, from_ansible_json(_ask_ansible(str(src), counted.exe), str(src)))
 
 
+def test_a_kept_answer_others_could_write_is_not_believed(tmp_path, counted):
+    """The cache steers where provision connects: an answer file anyone but its owner could have
+    written (group-writable here) is asked again, as is one replaced by a symlink."""
+    src = tmp_path / "inv" / "hosts"
+    src.parent.mkdir()
+    src.write_text(INI)
+    load_inventory(str(src))
+    kept = list((tmp_path / "cache" / "provision" / "ansible-inventory").iterdir())
+    assert len(kept) == 1 and (kept[0].stat().st_mode & 0o777) == 0o600
+    kept[0].chmod(0o664)
+    load_inventory(str(src))
+    assert counted() == 2, "a group-writable answer was believed"
+    kept[0].chmod(0o600)
+    load_inventory(str(src))
+    assert counted() == 2
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(kept[0].read_bytes())
+    kept[0].unlink()
+    kept[0].symlink_to(elsewhere)
+    load_inventory(str(src))
+    assert counted() == 3, "a symlinked answer was believed"
+
+
 def test_a_directory_with_group_vars_host_vars_and_yaml(tmp_path, counted):
     d = tmp_path / "inv"
     (d / "group_vars").mkdir(parents=True)

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import time
 import zlib
 from pathlib import Path
@@ -108,15 +107,10 @@ def source_digest(exclude: frozenset, host_dir: Path, cache: str, racy_ns: int =
 
 def _read_kept(path: str) -> str | None:
     """A kept digest, only from a regular file of ours that nobody else can write (not a symlink)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
-            return None
-        digest = fh.read(65).decode("ascii", "replace")
+    from provision.host.lib.atomic import read_own
+
+    data = read_own(path, 65)
+    digest = data.decode("ascii", "replace") if data is not None else ""
     return digest if _DIGEST.fullmatch(digest) else None
 
 

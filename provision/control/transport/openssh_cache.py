@@ -27,7 +27,6 @@ import json
 import os
 import re
 import socket
-import stat
 import time
 
 READ = re.compile(r"^debug\d: Reading configuration data (.+)$", re.M)
@@ -96,18 +95,13 @@ def fingerprint(files: list[str], dirs: list[str], now_ns: int | None = None) ->
 
 def _read_own(path: str) -> dict | None:
     """A kept entry, only from a regular file of ours that nobody else can write (not a symlink)."""
+    from provision.host.lib.atomic import read_own
+
+    data = read_own(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        doc = json.loads(data) if data is not None else None
+    except ValueError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
-            return None
-        try:
-            doc = json.loads(fh.read())
-        except ValueError:
-            return None
     return doc if isinstance(doc, dict) else None
 
 

@@ -1,6 +1,7 @@
 """One way to replace a small file on the host: write a same-directory temp file, fsync it,
 rename it over the target, fsync the directory. A reader sees the old bytes or the new ones,
-never half a file, and a power cut after the call returns keeps the new ones.
+never half a file, and a power cut after the call returns keeps the new ones. And one way to read
+back such a private file only while it is still the user's own (``read_own``).
 
 Used for records, unit files, secret files, caches: everything the host side writes whole, and the
 control side's caches and metrics files too (a stdlib leaf, like the redactor: one writer for both).
@@ -64,3 +65,21 @@ def fsync_dir(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_own(path: str, limit: int = -1) -> bytes | None:
+    """The bytes of a file this process's user wrote and nobody else can change: a regular file (not
+    a symlink), owned by the effective user, not writable by group or others; else None. How the
+    control side's caches are read back (what they hold steers where it connects and what runs)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+            return None
+        return fh.read(limit)
+

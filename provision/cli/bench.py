@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -138,9 +137,12 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
     elif ctx.as_json:
         from provision import __version__
 
-        click.echo(json.dumps({"tool": "provision", "version": __version__, "command": "bench", "exit_code": code,
+        from provision.output.report import dumps_redacted
+        from provision.tasks.options import secret_values
+
+        click.echo(dumps_redacted({"tool": "provision", "version": __version__, "command": "bench", "exit_code": code,
                                "summary": tb.summary_line(results), "baseline": baseline_file,
-                               "hosts": [tb.record(r) for r in results]}, indent=2))
+                               "hosts": [tb.record(r) for r in results]}, secret_values(opts.secrets)))
     else:
         for r in results:
             click.echo(tb.host_line(r))

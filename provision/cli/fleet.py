@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -245,8 +244,10 @@ def history(host, spec_name, last, fmt, as_json):
     for n in bad[:5]:
         click.echo(f"warning: {journal.path()}:{n}: not a JSON line; skipped", err=True)
     if fmt == "json":
+        from provision.output.report import dumps_redacted
+
         for rec in recs:
-            click.echo(json.dumps(rec))
+            click.echo(dumps_redacted(rec, indent=None))
         sys.exit(EXIT_OK)
     if not recs:
         which = " and ".join(x for x in ((host and f"host {host}"), (spec_name and f"spec {spec_name}")) if x)

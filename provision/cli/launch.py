@@ -161,6 +161,9 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
                     max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,
                     gpu_capability=gpu_capability)
     check_profiles(ctx, opts, multinode)
+    from provision.tasks.options import secret_values
+
+    ctx.secrets = secret_values(opts.secrets)  # --api-key-file's too: never in a --json document
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together
         ctx.conn.forks = biggest
@@ -219,7 +222,8 @@ def _interrupted(ctx, opts, run, stop_fn) -> None:
     if stopped:
         _journal("stop", stopped)
     if ctx.as_json:
-        click.echo(report.to_document("launch", results, EXIT_INTERRUPTED, {"interrupted": True}))
+        click.echo(report.to_document("launch", results, EXIT_INTERRUPTED, {"interrupted": True},
+                                      secrets=getattr(ctx, "secrets", ())))
     else:
         click.echo("after the interrupt:")
         for r in results:

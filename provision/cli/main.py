@@ -242,7 +242,7 @@ def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str]
     from provision.output import report
 
     if ctx.as_json:
-        click.echo(report.to_document(command, results, code, extra))
+        click.echo(report.to_document(command, results, code, extra, secrets=getattr(ctx, "secrets", ())))
     elif ctx.fmt == "prometheus":
         return  # the command prints the metrics (output/prometheus.py)
     elif len(results) > 1:

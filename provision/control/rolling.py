@@ -52,7 +52,8 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
     if any(r.verdict == "skipped" for r in results) and code == 0:
         code = report.EXIT_FAILED
     if ctx.as_json:
-        click.echo(report.to_document(command, results, code, {"batches": [[h.name for h in b] for b in groups]}))
+        click.echo(report.to_document(command, results, code, {"batches": [[h.name for h in b] for b in groups]},
+                                      secrets=getattr(ctx, "secrets", ())))
     else:
         if getattr(ctx, "fmt", "table") == "table":
             report.print_table(*_cols_rows(results))

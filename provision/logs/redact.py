@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
-from provision.host.lib.redact import MASK, redact, redact_argv  # noqa: F401
+from provision.host.lib.redact import MASK, redact, redact_argv, redact_doc  # noqa: F401
 
-__all__ = ["MASK", "redact", "redact_argv"]
+__all__ = ["MASK", "redact", "redact_argv", "redact_doc"]
+

@@ -73,12 +73,39 @@ def count_label(results: list[HostResult]) -> str:
     return label
 
 
-def to_document(command: str, results: Iterable[HostResult], code: int, extra: dict | None = None) -> str:
+def to_document(command: str, results: Iterable[HostResult], code: int, extra: dict | None = None,
+                secrets: Iterable[str] = ()) -> str:
+    """The ``--json`` document, every string in it through the redactor (the run's known secret
+    values, ``secrets``, and the patterns that carry one: ``--api-key X``, ``api_key='X'``,
+    ``Bearer X``, ``HF_TOKEN=X``, ``hf_...``), whatever a host sent back."""
     doc = {"tool": "provision", "version": __version__, "command": command, "exit_code": code,
            "hosts": [r.to_json() for r in results]}
     if extra:
         doc.update(extra)
-    return json.dumps(doc, indent=2, sort_keys=False)
+    return dumps_redacted(doc, secrets)
+
+
+def dumps_redacted(doc, secrets: Iterable[str] = (), indent: int | None = 2) -> str:
+    """Any JSON document provision prints, redacted (see to_document)."""
+    from provision.logs.redact import redact_doc
+
+    return json.dumps(redact_doc(doc, known_secrets(secrets)), indent=indent, sort_keys=False)
+
+
+def known_secrets(extra: Iterable[str] = ()) -> list[str]:
+    """The secret values this run knows: the control machine's PROVISION_API_KEY,
+    PROVISION_ADMIN_API_KEY and HF_TOKEN (or their *_FILE), plus ``extra`` (a launch's
+    --api-key-file ...). A secrets file that cannot be read adds nothing here (the command that
+    needs it says so)."""
+    from provision.config.profile import secrets_from_env
+    from provision.errors import ConfigError
+
+    try:
+        found = secrets_from_env()
+    except ConfigError:
+        found = {}
+    return [str(v) for part in ("args", "env") for v in (found.get(part) or {}).values() if v] + \
+        [str(v) for v in extra if v]
 
 
 def resolve_format(fmt: str, stream=None) -> str:

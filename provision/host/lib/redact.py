@@ -89,3 +89,17 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
             continue
         out.append(redact(item, secrets))
     return out
+
+
+def redact_doc(doc, secrets: Iterable[str] = ()):
+    """A JSON-able document with every string in it (values and keys) through ``redact``: the
+    ``--json`` output's last stop. Pure; the structure is kept."""
+    known = list(secrets)
+    if isinstance(doc, str):
+        return redact(doc, known)
+    if isinstance(doc, dict):
+        return {redact_doc(k, known) if isinstance(k, str) else k: redact_doc(v, known) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [redact_doc(v, known) for v in doc]
+    return doc
+

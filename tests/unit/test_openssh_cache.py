@@ -163,3 +163,12 @@ def test_ssh_v_says_what_it_read_on_this_machine(tmp_path):
     p = subprocess.run(["ssh", "-v", "-G", "-F", str(cfg), "x"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert parse_dump(p.stdout)["port"] == "2200"
     assert openssh_cache.read_list(p.stderr, "")[0] == [str(cfg), str(inc)]
+
+
+def test_nothing_is_kept_when_ssh_did_not_say_what_it_read(tmp_path):
+    """An ssh whose -v output lacks the files it read (a wrapper script, another client) would key
+    the answer on nothing: it is never kept."""
+    assert openssh_cache.keep("k" * 64, "/tmp/wrapper.conf", "hostname x\n", "") is False
+    assert openssh_cache.keep("k" * 64, "/tmp/wrapper.conf", "hostname x\n",
+                              "debug1: Reading configuration data /tmp/other.conf\n") is False
+    assert not os.path.exists(openssh_cache.cache_dir())

@@ -15,7 +15,8 @@ for ssh.
 Never kept, so always asked: a config with ``Match exec`` or ``Match localnetwork`` (the answer
 depends on a command's exit or the network), with a ``${VAR}`` (the environment), or whose answer
 canonicalises the host name (DNS); a file changed in the last 2 s (git's "racily clean" rule: it
-may have changed while ssh read it); errors. Reads only the user's own files that nobody else can
+may have changed while ssh read it); errors; and any answer whose ``-v`` output does not name the
+wrapper itself among the files read (not OpenSSH's output as we know it: nothing to key on). Reads only the user's own files that nobody else can
 write (not a symlink); writes are atomic, 0600 in a 0700 directory; a cache that cannot be used
 is not used. Deleting the directory is always safe.
 """
@@ -125,6 +126,8 @@ def keep(key: str, wrapper: str, answer: str, debug: str) -> bool:
     changing. True when kept."""
     if re.search(r"^canonicalizehostname (?!false)", answer, re.M):
         return False  # the name goes through DNS
+    if wrapper not in (p.strip() for p in READ.findall(debug)):
+        return False  # ssh did not say what it read (not OpenSSH's -v as we know it): nothing to key on
     files, dirs = read_list(debug, wrapper)
     try:
         fp = fingerprint(files, dirs)

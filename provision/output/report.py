@@ -6,6 +6,7 @@ Pure functions of the records, so the table, ``--json`` and the exit code agree.
 from __future__ import annotations
 
 import json
+import os
 from typing import Iterable
 
 from provision import __version__
@@ -102,8 +103,8 @@ def known_secrets(extra: Iterable[str] = ()) -> list[str]:
 
     try:
         found = secrets_from_env()
-    except ConfigError:
-        found = {}
+    except ConfigError:  # an unreadable *_FILE: still the values the environment holds itself
+        found = secrets_from_env({k: v for k, v in os.environ.items() if not k.endswith("_FILE")})
     return [str(v) for part in ("args", "env") for v in (found.get(part) or {}).values() if v] + \
         [str(v) for v in extra if v]
 

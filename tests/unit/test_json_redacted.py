@@ -41,3 +41,10 @@ def test_bench_and_journal_documents_go_through_the_same_redactor(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", HF)
     out = report.dumps_redacted({"hosts": [{"notes": [f"x {HF} y"]}]}, indent=None)
     assert HF not in out and json.loads(out) == {"hosts": [{"notes": ["x *** y"]}]}
+
+
+def test_an_unreadable_key_file_still_leaves_the_environments_own_secrets_redacted(monkeypatch, tmp_path):
+    monkeypatch.setenv("PROVISION_ADMIN_API_KEY_FILE", str(tmp_path / "missing"))
+    monkeypatch.setenv("PROVISION_API_KEY", ENV_KEY)
+    out = report.dumps_redacted({"notes": [f"key {ENV_KEY}"]})
+    assert ENV_KEY not in out

@@ -172,3 +172,19 @@ def test_nothing_is_kept_when_ssh_did_not_say_what_it_read(tmp_path):
     assert openssh_cache.keep("k" * 64, "/tmp/wrapper.conf", "hostname x\n",
                               "debug1: Reading configuration data /tmp/other.conf\n") is False
     assert not os.path.exists(openssh_cache.cache_dir())
+
+
+def test_a_user_without_a_passwd_entry_is_asked_every_run(d, monkeypatch):
+    """A bare container's uid may have no passwd entry: nothing to key the answer on, no traceback."""
+    import pwd
+
+    cfg = d / "config"
+    cfg.write_text("Host gpu01\n  HostName 10.9.9.9\n")
+    _old(cfg)
+
+    def nobody(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", nobody)
+    assert _ask(cfg, "gpu01") == ({"hostname": "10.9.9.9"}, 1)
+    assert _ask(cfg, "gpu01")[1] == 1

@@ -229,7 +229,7 @@ class SshConfig:
         wrapper = self._wrapper_file()
         try:
             key: str | None = openssh_cache.question(self.ssh or "ssh", self._wrapper_text, name)
-        except OSError:
+        except (OSError, KeyError):  # no passwd entry for this uid (a bare container): ask every run
             key = None
         kept = openssh_cache.lookup(key) if key else None
         if kept is not None:

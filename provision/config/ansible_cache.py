@@ -38,8 +38,9 @@ class Dynamic(Exception):
 
 
 def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "provision", "ansible-inventory")
+    from provision.config.cachedir import cache_dir as under
+
+    return under("ansible-inventory")
 
 
 def _files(path: str) -> list[str]:

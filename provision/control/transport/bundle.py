@@ -80,8 +80,9 @@ KEEP_DIGESTS = 32
 
 
 def digest_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "provision", "bundle-digest")
+    from provision.config.cachedir import cache_dir
+
+    return cache_dir("bundle-digest")
 
 
 def source_digest(exclude: frozenset, host_dir: Path, cache: str, racy_ns: int = RACY_NS) -> str:

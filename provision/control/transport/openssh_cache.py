@@ -16,9 +16,10 @@ Never kept, so always asked: a config with ``Match exec`` or ``Match localnetwor
 depends on a command's exit or the network), with a ``${VAR}`` (the environment), or whose answer
 canonicalises the host name (DNS); a file changed in the last 2 s (git's "racily clean" rule: it
 may have changed while ssh read it); errors; and any answer whose ``-v`` output does not name the
-wrapper itself among the files read (not OpenSSH's output as we know it: nothing to key on). Reads only the user's own files that nobody else can
-write (not a symlink); writes are atomic, 0600 in a 0700 directory; a cache that cannot be used
-is not used. Deleting the directory is always safe.
+wrapper itself among the files read (not OpenSSH's output as we know it: nothing to key on).
+Reads only the user's own files that nobody else can write (not a symlink); writes are atomic,
+0600 in a 0700 directory; a cache that cannot be used is not used. Deleting the directory is
+always safe.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ KEEP = 256
 
 
 def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "provision", "ssh-G")
+    from provision.config.cachedir import cache_dir as under
+
+    return under("ssh-G")
 
 
 def question(ssh: str, wrapper_text: str, name: str) -> str:

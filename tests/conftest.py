@@ -2,7 +2,8 @@
 
 Fixtures
   sandbox_factory  session: one Sandbox in a tmp dir; ``sandbox_factory.host(...)`` /
-                   ``.up(spec, ...)`` make hosts on fresh addresses (127.0.0.101 and up).
+                   ``.up(spec, ...)`` make hosts on fresh addresses (127.0.0.101 and up;
+                   under xdist each worker has a block of its own: first_test_address()).
   three_hosts      per test: a 0.5.9 source checkout, a 0.5.9 venv and a 0.5.10 venv host,
                    built once per module and ``reset()`` before each test (processes
                    killed, files `up` did not make removed, SGLang pristine, sshd thawed).
@@ -24,9 +25,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 SANDBOX_FIXTURES = {"sandbox_factory", "three_hosts", "ssh_env", "reset_sglang", "three_hosts_module"}
-FIRST_TEST_ADDRESS = "127.0.0.101"  # `provision sandbox up` uses 127.0.0.11+ by default
+# The tiers that start hosts, containers, servers or real SGLang imports: `-m "not slow"` leaves
+# them out (the quick tier: tests/unit, tests/engine, tests/host; docs/TESTING.md).
+SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport"}
+
+# Property tests are deterministic: a fixed seed (derandomize) and no example database, so a fresh
+# clone and CI draw the same examples every run; an example that ever found a bug stays as an
+# explicit @example beside its test. `--hypothesis-profile explore` draws new ones, for hunting.
+hypothesis_settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+hypothesis_settings.load_profile("deterministic")
+
+
+def worker_index() -> int:
+    """0 in a plain run; N on pytest-xdist's worker gwN."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def first_test_address() -> str:
+    """Each xdist worker makes its hosts in a loopback block of its own (127.N+1.0.0/16 for gwN), so
+    workers never race for an address; a plain run uses 127.0.0.101 and up (`provision sandbox up`
+    uses 127.0.0.11+ by default)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return "127.0.0.101"
+    return f"127.{worker_index() + 1}.0.10"
 
 _problems: list[str] | None = None
 
@@ -41,10 +67,17 @@ def sandbox_problems() -> list[str]:
 
 def pytest_collection_modifyitems(config, items):
     marked = []
+    tests_dir = Path(__file__).parent
     for item in items:
         if "ssh" in item.keywords or SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ssh)
             marked.append(item)
+        try:
+            tier = Path(str(item.fspath)).relative_to(tests_dir).parts[0]
+        except ValueError:
+            tier = ""
+        if tier in SLOW_TIERS or "ssh" in item.keywords or "realimport" in item.keywords:
+            item.add_marker(pytest.mark.slow)
     if marked and sandbox_problems():
         skip = pytest.mark.skip(reason="sandbox hosts unavailable: " + "; ".join(sandbox_problems()))
         for item in marked:
@@ -69,11 +102,13 @@ def isolated_home(tmp_path_factory):
 
 
 def _port_for_tests() -> int:
-    """22 unless something listens on *:22 (then no 127.0.0.x:22 is free)."""
+    """22 unless something listens on *:22 (then no 127.0.0.x:22 is free). Probed on an address of
+    this worker's own block, so two workers probing at once never see each other."""
+    probe = first_test_address().rsplit(".", 1)[0] + ".254"
     for port in (22, 10022, 20022):
         s = socket.socket()
         try:
-            s.bind(("127.0.0.254", port))
+            s.bind((probe, port))
             return port
         except OSError:
             continue
@@ -88,7 +123,7 @@ class SandboxFactory:
     def __init__(self, sandbox, port: int):
         self.sandbox = sandbox
         self.port = port
-        self._next = ipaddress.IPv4Address(FIRST_TEST_ADDRESS)
+        self._next = ipaddress.IPv4Address(first_test_address())
         self._count = 0
 
     # paths

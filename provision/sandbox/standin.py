@@ -75,6 +75,8 @@ Environment variables
 ---------------------
 ``PROVISION_STANDIN_LOAD_SECONDS``   total target weight-load time in seconds (default 3); the draft
                                      load takes 1/5 of it, graphs/KV cache small fractions.
+``PROVISION_STANDIN_LOAD_GATE``      a path: the target load does not end while that file exists (tests
+                                     act during the load, then remove it to let the server get ready).
 ``PROVISION_STANDIN_WARMUP_SECONDS`` how long /health stays 503 after the port opens (default 0.5).
 ``PROVISION_STANDIN_SHARDS``         target shard count (default: distinct files in
                                      ``<model-path>/model.safetensors.index.json``, else 64).

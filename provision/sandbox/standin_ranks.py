@@ -237,6 +237,13 @@ class _Rank:
                     self.orphaned()
                 return
 
+    def wait_gate(self) -> None:
+        """``PROVISION_STANDIN_LOAD_GATE``: the target load does not end while that file exists, so a
+        test acts "during the load" on an event (it removes the file), never on a guessed time."""
+        gate = os.environ.get("PROVISION_STANDIN_LOAD_GATE")
+        while gate and os.path.exists(gate):
+            self.sleep(0.1)
+
     def hang(self) -> None:
         while True:
             self.sleep(3600)
@@ -279,6 +286,8 @@ class _Rank:
                 self.sleep(per * hang_at)
                 self.hang()
             self.sleep(seconds)
+        if not draft:
+            self.wait_gate()
         elapsed = time.monotonic() - t0
         log.info(
             f"Load weight end. elapsed={elapsed:.2f} s, type={type_name}, dtype=torch.bfloat16, "

@@ -48,21 +48,31 @@ def test_interrupted_patch_keeps_the_journal_of_the_hosts_it_changed(five, ssh_e
            "COLUMNS": "200"}
     argv = [PROVISION] if PROVISION else [sys.executable, "-m", "provision"]
     hostargs = [a for h in five for a in ("--host", h.name)]
-    proc = subprocess.Popen(argv + ["patch", *ssh_env.cli_args, *hostargs, "--forks", "1"], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    names = {h.name for h in five}
-    rows = []
-    deadline = time.monotonic() + 240
-    assert proc.stdout is not None
-    while len(rows) < 2 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.split("  ", 1)[0] in names:
-            rows.append(line)
-    assert len(rows) == 2, (rows, proc.stderr.read() if proc.poll() is not None else "")
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    # The interrupt lands while the third host is in flight, whatever the machine's speed: its sshd
+    # (and the last two's) is frozen, so it accepts and never answers until the test thaws it. A run
+    # that finished every host before the signal arrived (exit 0) was this test's race.
+    for h in five[2:]:
+        h.freeze()
+    try:
+        proc = subprocess.Popen(argv + ["patch", *ssh_env.cli_args, *hostargs, "--forks", "1"], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        names = {h.name for h in five}
+        rows = []
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        while len(rows) < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.split("  ", 1)[0] in names:
+                rows.append(line)
+        assert len(rows) == 2, (rows, proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        for h in five[2:]:
+            h.thaw()
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "Traceback" not in err, err
 

@@ -27,6 +27,7 @@ def thost_module(sandbox_factory):
 def host(thost_module):
     thost_module.reset()
     yield thost_module
+    release(thost_module)
     thost_module.run("pkill -9 -f sglang", check=False)  # whatever a failing test left behind
 
 
@@ -35,11 +36,25 @@ def env(tmp_path):
     return {"PROVISION_JOURNAL": str(tmp_path / "journal.jsonl"), "PROVISION_API_KEY": SECRET}
 
 
+GATE = "/tmp/provision-test-load-gate"  # on the host: the stand-in's load does not end while it exists
+
+
+def gate(host):
+    """Hold the host's next load open until ``release(host)``: a test acts "during the load" on that
+    event, whatever the machine's speed (a fixed load time raced a loaded machine)."""
+    host.hostpath(GATE).write_text("")
+
+
+def release(host):
+    host.hostpath(GATE).unlink(missing_ok=True)
+
+
 def inventory(tmp_path, ssh_env, host, load="2", env=None):
     inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts),
                         "args": {"model-path": "/data/models/Kimi-K2.5",
                                  "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3"},
-                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": load, **(env or {})}},
+                        "env": {"PROVISION_STANDIN_LOAD_SECONDS": load, "PROVISION_STANDIN_LOAD_GATE": GATE,
+                                **(env or {})}},
            "hosts": {host.name: {"address": host.address, "port": host.port}}}
     path = tmp_path / "inv.yaml"
     path.write_text(json.dumps(inv))
@@ -105,18 +120,22 @@ def journal(env) -> list[tuple]:
 # --------------------------------------------------------------------------- a blip must not end the follow
 
 def test_killed_ssh_session_mid_load_still_reaches_ready(tmp_path, ssh_env, host, env):
-    inv = inventory(tmp_path, ssh_env, host, load="10")
+    inv = inventory(tmp_path, ssh_env, host, load="2")
     run("patch", "-i", inv, env=env, check_rc=0)
-    proc = start("launch", "-i", inv, "--poll", "0.5", "--json", env=env)
-    wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
-    killed = sessions(host)
-    assert killed, "the follow's sshd session"
-    for pid in killed:
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(1.5)
-    again = [p for p in sessions(host) if p not in killed]
-    for pid in again:  # and the reconnection, once more
-        os.kill(pid, signal.SIGKILL)
+    gate(host)
+    try:
+        proc = start("launch", "-i", inv, "--poll", "0.5", "--json", env=env)
+        wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
+        killed = sessions(host)
+        assert killed, "the follow's sshd session"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: [p for p in sessions(host) if p not in killed], 60, "the follow to reconnect")
+        again = [p for p in sessions(host) if p not in killed]
+        for pid in again:  # and the reconnection, once more
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        release(host)
     out, err = proc.communicate(timeout=240)
     doc = json.loads(out)
     assert proc.returncode == 0, (out, err)
@@ -128,8 +147,9 @@ def test_killed_ssh_session_mid_load_still_reaches_ready(tmp_path, ssh_env, host
 
 
 def test_sustained_outage_is_unknown_and_the_server_keeps_running(tmp_path, ssh_env, host, env):
-    inv = inventory(tmp_path, ssh_env, host, load="8")
+    inv = inventory(tmp_path, ssh_env, host, load="2")
     run("patch", "-i", inv, env=env, check_rc=0)
+    gate(host)  # the server is still loading when sshd goes (released before `wait` below)
     proc = start("launch", "-i", inv, "--poll", "0.5", "--json", "--max-outage", "3", "--connect-timeout", "2",
                  env=env)
     wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
@@ -146,6 +166,7 @@ def test_sustained_outage_is_unknown_and_the_server_keeps_running(tmp_path, ssh_
     assert "--max-outage 3" in r["detail"] and f"provision wait --host {host.name}" in r["detail"]
     assert "left running" in r["detail"]
     assert pid in sglang_pids(host), "the server was not touched"
+    release(host)
     proc2, doc2 = run_json("wait", "-i", inv, "--poll", "0.5", env=env, timeout=120)
     assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "ready", doc2
     run("stop", "-i", inv, env=env, check_rc=0)
@@ -154,8 +175,9 @@ def test_sustained_outage_is_unknown_and_the_server_keeps_running(tmp_path, ssh_
 # --------------------------------------------------------------------------- ranks that outlive their server
 
 def _launch_and_kill_main(tmp_path, ssh_env, host, env, grace):
-    inv = inventory(tmp_path, ssh_env, host, load="20", env={"PROVISION_STANDIN_RANKS_OUTLIVE": "1"})
+    inv = inventory(tmp_path, ssh_env, host, load="2", env={"PROVISION_STANDIN_RANKS_OUTLIVE": "1"})
     run("patch", "-i", inv, env=env, check_rc=0)
+    gate(host)  # the ranks are still loading when the main process is killed (the fixture releases it)
     proc = start("launch", "-i", inv, "--poll", "0.5", "--json", "--rank-grace", grace, env=env)
     wait_for(lambda: log_text(host).count("Load weight begin") >= 8, 60, "every rank loading")
     rec = record(host)
@@ -202,6 +224,7 @@ def test_launch_restart_stops_the_survivors_first(tmp_path, ssh_env, host, env):
     survivors = sorted(set(before) - {rec["pid"]})
     assert sglang_pids(host) == survivors
     inv2 = inventory(tmp_path, ssh_env, host, load="1")
+    release(host)
     proc, doc = run_json("launch", "-i", inv2, "--poll", "0.5", "--restart", env=env, timeout=240)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
     assert not set(survivors) & set(sglang_pids(host)), "the old ranks are gone"
@@ -224,8 +247,9 @@ def test_the_watcher_ends_the_rest_of_the_tree_and_says_so(tmp_path, ssh_env, ho
 
 @pytest.mark.parametrize("stop_on_interrupt", [False, True])
 def test_ctrl_c_after_the_start_says_the_server_was_started(tmp_path, ssh_env, host, env, stop_on_interrupt):
-    inv = inventory(tmp_path, ssh_env, host, load="20")
+    inv = inventory(tmp_path, ssh_env, host, load="2")
     run("patch", "-i", inv, env=env, check_rc=0)
+    gate(host)  # the Ctrl-C comes during the load, always (a 20 s load once ended before it under load)
     extra = ["--stop-on-interrupt"] if stop_on_interrupt else []
     proc = start("launch", "-i", inv, "--poll", "0.5", "--json", *extra, env=env)
     wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -249,16 +250,41 @@ def test_logs_follow_continues_with_a_new_launchs_log_from_its_start(tmp_path, s
     follower = subprocess.Popen([PROVISION, "logs", "-i", inv, "-F", "-n", "0"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env),
                                 stdin=subprocess.DEVNULL)
-    time.sleep(3)
+    # Each step waits for the follower to show it is there, never for a guessed time: its first
+    # line (the last 0 lines: one empty line) says it is attached; the new log's first line, that it
+    # has followed the relaunch. Sleeps of 3 s raced a loaded machine.
+    lines: list[str] = []
+    seen = threading.Condition()
+
+    def read():
+        for line in follower.stdout:
+            with seen:
+                lines.append(line.rstrip("\n"))
+                seen.notify_all()
+        with seen:
+            lines.append(None)
+            seen.notify_all()
+
+    def wait_line(pred, what):
+        with seen:
+            assert seen.wait_for(lambda: any(x is None or pred(x) for x in lines), timeout=120), what
+            assert None not in lines, (what, follower.stderr.read() if follower.poll() is not None else "")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_line(lambda x: True, "the follower to attach")
     # another argv (an --arg override), so the new log's first line is its own
     proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", "--restart", "--arg", "mem-fraction-static=0.85",
                          env=env, timeout=240)
     assert proc.returncode == 0, doc
     new_log = record(host)["log"]
     first = host.hostpath(new_log).read_text().splitlines()[0]
-    time.sleep(3)
+    wait_line(lambda x: x == first, "the follower to show the new log's first line")
     follower.send_signal(signal.SIGINT)
-    out, err = follower.communicate(timeout=60)
+    follower.wait(timeout=60)
+    err = follower.stderr.read()
+    reader.join(10)
+    out = "\n".join(x for x in lines if x is not None)
     assert first.startswith("[provision] starting:") and "0.85" in first
     assert first in out.splitlines(), (first, out[-2000:])
     assert f"a new launch: {new_log}" in err

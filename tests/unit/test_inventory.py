@@ -3,7 +3,7 @@
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from provision.errors import ConfigError
@@ -96,6 +96,9 @@ def test_shipped_example_inventory_loads():
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
+@example("{{}}")                   # a mapping as a key: was TypeError (unhashable LineDict), found by this test
+@example("hosts: {{a: 1}: {}}")
+@example("? [a]\n: 1")             # a list as a key
 def test_fuzzed_text_gives_config_errors_only(text):
     try:
         parse_inventory(text, "fuzz.yaml")

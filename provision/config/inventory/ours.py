@@ -31,6 +31,11 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     out.lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:  # `{{}}`, `? [a]`: a mapping or a list used as a key
+            raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: a key must be a name, "
+                              f"not a {type(key).__name__ if not isinstance(key, dict) else 'mapping'}") from None
         if key in out:
             raise ConfigError(f"{loader.name}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
         out[key] = loader.construct_object(value_node, deep=True)

@@ -196,6 +196,7 @@ def test_proxy_command_runs_in_the_users_shell_with_exec(tmp_path, monkeypatch):
     pc.settimeout(10)
     got = b""
     while not got.endswith(b"\n"):
-        got += pc.recv(64)
+        got += pc.recv(64)  # what there is, at once (a socket's recv), never a wait to fill 64 bytes
     assert got == b"HELLO PROXY\n"
+    assert pc.recv(64) == b""  # the command exited: an end of file, at once
     pc.close()

@@ -165,6 +165,25 @@ class ShellProxyCommand(paramiko.ProxyCommand):
                                         stderr=subprocess.PIPE, bufsize=0)
         self.timeout = None
 
+    def recv(self, size: int) -> bytes:
+        """What the command has written, up to ``size`` bytes, as a socket's recv answers: at once
+        when there is some, and b"" when the command has closed its output (it exited). paramiko's
+        own read waits to fill ``size`` and takes an end of file for "nothing yet", so a ProxyCommand
+        that could not run cost the whole ConnectTimeout before its error was said."""
+        start = time.monotonic()
+        while True:
+            wait = None
+            if self.timeout is not None:
+                wait = self.timeout - (time.monotonic() - start)
+                if wait <= 0:
+                    raise socket.timeout()
+            try:
+                ready, _, _ = select.select([self.process.stdout], [], [], wait)
+                if ready:
+                    return os.read(self.process.stdout.fileno(), size)
+            except OSError as exc:
+                raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror) from None
+
 
 def _make_connection(fabric, target: Target, known: KnownHosts, accept_append: str | None, gateway):
     cfg = fabric.Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})

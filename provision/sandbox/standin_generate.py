@@ -203,13 +203,15 @@ class Generator:
                 final = i == len(steps) - 1
                 event(json.dumps({"text": self._words(done), "meta_info": self._meta(
                     rid, prompt_tokens, done, n, verify, start, final)}).encode())
+            # counted before the stream ends, as SGLang's scheduler has its figures before the last
+            # event: a client that asks /server_info right after the stream sees this request in it
+            self._count(n, verify if self.spec_on else 0)
             event(b"[DONE]")
             w.write(b"0\r\n\r\n")
             w.flush()
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True
             return None
-        self._count(n, verify if self.spec_on else 0)
         handler._access(200)
         return None
 

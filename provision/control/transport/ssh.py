@@ -59,6 +59,11 @@ def _chain(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
+# paramiko's words when the transport ended while it waited for sshd's answer to a key
+# (auth_handler.wait_for_response): the connection was lost, sshd refused nothing.
+_AUTH_EOF = "transport shut down or saw EOF"
+
+
 def _transient(exc: BaseException) -> bool:
     """Worth another try: refused or reset connections, a dropped handshake. Never auth or
     host-key failures, and never timeouts (a silent host already used its deadline)."""
@@ -225,6 +230,11 @@ def _open(conn, target: Target) -> None:
             f"was reinstalled, verify the new key with its owner, then remove the old one "
             f"(ssh-keygen{files} -R '{name}') and run again") from None
     except paramiko.AuthenticationException as exc:
+        if _AUTH_EOF in str(exc):  # the connection died before sshd answered: a lost connection, not a refusal
+            err = ConnectError(f"{target.alias}: the connection to {target.hostname}:{target.port} closed during "
+                               f"authentication (before sshd accepted or refused the key)")
+            err.transient = True  # type: ignore[attr-defined]
+            raise err from None
         raise AuthError(f"{target.alias}: authentication as {target.user}@{target.hostname}:{target.port} "
                         f"refused ({exc}); check the key (-i/--identity, IdentityFile) and the user") from None
     except socket.timeout:

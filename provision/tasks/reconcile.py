@@ -338,11 +338,26 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
         return
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     fleet.opts.forks = max(fleet.opts.forks, biggest)  # every rank of a server restarts together
+    current: list = []  # the batch in flight
+
+    def run_batch(batch: list) -> list[HostResult]:
+        current[:] = batch
+        return run_hosts(fleet, batch, fn, on_result=arrived)
+
     with Display(plain=True, stream=stream or sys.stderr) as display:
         fn = launch_fn(opts, display, multinode)
-        for name, verdict, detail in roll(batches, window=window, clock=clock,
-                                          run_batch=lambda batch: run_hosts(fleet, batch, fn, on_result=arrived)):
-            outcome(name, verdict, detail)
+        try:
+            for name, verdict, detail in roll(batches, window=window, clock=clock, run_batch=run_batch):
+                outcome(name, verdict, detail)
+        except KeyboardInterrupt:
+            # Ctrl-C/SIGTERM: a host of the batch whose worker did not come back in time to say how
+            # far it got may have had its old server stopped and its new one started: journaled as
+            # an attempt of unknown outcome, never left out
+            for h in current:
+                outcome(h.name, "unknown", "restart interrupted while it ran: whether the old server was stopped "
+                                           f"and a new one started is unknown until `provision status --host "
+                                           f"{h.name}` looks")
+            raise
 
 
 def restart_verdict(rr: HostResult) -> tuple[str, str]:

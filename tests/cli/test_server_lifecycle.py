@@ -101,6 +101,33 @@ def test_reconcile_restart_keeps_the_api_key_with_none_in_its_environment(tmp_pa
     run("stop", "-i", inv, env=env, check_rc=0)
 
 
+def test_secret_files_go_with_their_server(tmp_path, ssh_env, host, env):
+    """`stop` removes the port's key and token files; a launch without a key after one with a key
+    serves without one and leaves no key file for a restart or `bench` to find (issue 29, item 5)."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    files = [host.hostpath(f"/var/lib/provision/server/server-30000.{s}") for s in ("secrets.yaml", "hf_token")]
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=dict(env, PROVISION_API_KEY=KEY, HF_TOKEN="hf_" + KEY),
+                         timeout=240)
+    assert proc.returncode == 0, doc
+    assert all(f.exists() for f in files), "the key and the token are in their 0600 files while it runs"
+    run("stop", "-i", inv, env=env, check_rc=0)
+    assert not [f for f in files if f.exists()], "stop leaves no secret file of the port"
+
+    # a key file left from an earlier server (an older provision kept them after stop): a launch
+    # without a key removes it rather than leaving it for the next restart or bench
+    files[0].write_text(f'# written by provision; holds secrets\napi-key: "{KEY}"\n')
+    files[0].chmod(0o600)
+    proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, doc
+    assert http(host, "/v1/models") == 200, "a launch without a key serves without one"
+    assert not files[0].exists(), "the earlier server's key file went with the new launch"
+    assert record(host).get("config") is None and not record(host)["secrets"]["args"]
+    proc, doc = run_json("bench", "-i", inv, "--requests", "1", "--warmup", "0", env=env, timeout=240)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "measured", doc
+    run("stop", "-i", inv, env=env, check_rc=0)
+
+
 def test_a_restart_that_would_lose_the_key_is_refused_and_the_old_server_keeps_running(tmp_path, ssh_env, host,
                                                                                        env):
     inv = inventory(tmp_path, ssh_env, host)

@@ -13,37 +13,82 @@ from __future__ import annotations
 
 import json
 import os
-import threading
+
+
+_ATTEMPTS = 3
 
 
 def _tmp(path: str) -> str:
-    """A hidden same-directory temp name, one per process and thread (a fleet's threads may write
-    one cache at once), ending in .tmp (never .py, never .prom: readers of those folders skip it)."""
+    """A hidden same-directory temp name nobody can guess (128 random bits), ending in .tmp (never
+    .py, never .prom: readers of those folders skip it). Guessable names let anyone who can write the
+    directory (a textfile collector's, often the exporter's own account) plant a link there first."""
     d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.{os.getpid()}.{threading.get_ident()}.tmp")
+    return os.path.join(d, f".{base}.{os.urandom(16).hex()}.tmp")
+
+
+def _create(path: str, mode: int) -> tuple[str, int]:
+    """A new temp file of ours: O_EXCL|O_NOFOLLOW, so it is never an existing file or a link."""
+    for _ in range(16):
+        tmp = _tmp(path)
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp name beside {path}")
 
 
 def write_bytes(path: str, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
     """Atomically replace `path` with `data`, created with `mode` (default private: 0600).
-    `durable=False` skips the fsyncs, for caches that can be rebuilt."""
-    tmp = _tmp(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+    `durable=False` skips the fsyncs, for caches that can be rebuilt.
+
+    Safe in a directory others can write: the temp file is created new (O_EXCL|O_NOFOLLOW, an
+    unguessable name), written and chmod-ed through its descriptor only, and renamed over `path`,
+    which replaces a link there instead of following it. If another process swaps the temp name
+    before the rename, what landed at `path` is not our file (its inode differs from the descriptor
+    we wrote): it is written again under a new name, and after 3 swaps it is an error. No byte is
+    ever written, and no mode set, through a path another account could have pointed elsewhere."""
+    for _ in range(_ATTEMPTS):
+        if _write_once(path, data, mode, durable):
             if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # the umask may have narrowed it
-        os.replace(tmp, path)
-    except BaseException:
+                fsync_dir(os.path.dirname(path) or ".")
+            return
+    raise OSError(f"{path}: replaced by another process {_ATTEMPTS} times while provision wrote it; "
+                  f"check who else can write {os.path.dirname(os.path.abspath(path))}")
+
+
+def _write_once(path: str, data: bytes, mode: int, durable: bool) -> bool:
+    """One attempt: True when `path` is now the file we wrote."""
+    from provision.host.lib import failpoints
+
+    tmp, fd = _create(path, mode)
+    renamed = False
+    try:
+        os.fchmod(fd, mode)  # the umask may have narrowed it
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+        failpoints.hit("atomic_before_rename", tmp)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if durable:
-        fsync_dir(os.path.dirname(path) or ".")
+            os.replace(tmp, path)
+        except FileNotFoundError:  # another process took the temp name away: nothing of ours to remove
+            renamed = True
+            return False
+        renamed = True
+        mine = os.fstat(fd)
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+    finally:
+        os.close(fd)
+        if not renamed:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def write_text(path: str, text: str, mode: int = 0o600, durable: bool = True) -> None:

@@ -19,6 +19,11 @@ Points (where the patch / unpatch / restore transaction passes, in order):
     after_replace      the new bytes are in place, not yet verified
     before_verify      just before the re-read and compile check
 
+and in the one atomic writer (host/lib/atomic.py), for every file it writes:
+
+    atomic_before_rename  the temp file is written, not yet renamed (a test hook: another
+                          account swaps the temp name for a link now)
+
 Actions: ``kill`` (SIGKILL this process: the crash the transaction must survive).
 In-process tests may also run a function at a point: ``with enabled("before_replace", fn):``.
 """
@@ -32,7 +37,8 @@ TYPE_CHECKING = False  # not typing's: a host never imports typing (see provisio
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
-POINTS = ("before_read", "after_temp_write", "before_replace", "after_replace", "before_verify")
+POINTS = ("before_read", "after_temp_write", "before_replace", "after_replace", "before_verify",
+          "atomic_before_rename")
 ACTIONS = ("kill",)
 
 _active: dict[str, Callable[..., None]] = {}

@@ -473,6 +473,7 @@ def _stop_locked(req: ServerRequest, port: int) -> dict:
     if not rec:
         return {"ok": True, "stopped": False, "message": f"no server recorded on port {port}"}
     if rec.get("stopped_at"):
+        server_secrets.remove_host_files(req, port)  # left by a provision before they went with their server
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rec["stopped_at"])))
         return {"ok": True, "stopped": False, "message": f"the server on port {port} was stopped at {when}; "
                                                          "nothing of it is left to stop"}
@@ -486,6 +487,7 @@ def _stop_locked(req: ServerRequest, port: int) -> dict:
         rec = read_record(req, port) or rec  # a persistent server's record may have followed a restart
         rec["stopped_at"] = time.time()
         write_record(req, port, rec)
+        server_secrets.remove_host_files(req, port)
     return res
 
 

@@ -102,10 +102,13 @@ def write_host_files(req: dict, port: int, secrets: dict) -> tuple[str | None, s
     cfg = token = None
     files: dict = {}
     os.makedirs(record.state_root(req), mode=0o700, exist_ok=True)
+    path = record.side_file(req, port, "secrets.yaml")
     if secrets.get("args"):
-        cfg = record.side_file(req, port, "secrets.yaml")
+        cfg = path
         atomic.write_text(cfg, render_config(secrets["args"]))
         files.update({k: cfg for k in secrets["args"]})
+    else:  # a launch without a key replaces one with: the old key's file goes with it
+        _unlink(path)
     value = next((v for k, v in (secrets.get("env") or {}).items() if k in TOKEN_ENV and v), None)
     path = record.side_file(req, port, "hf_token")
     if value:
@@ -113,8 +116,19 @@ def write_host_files(req: dict, port: int, secrets: dict) -> tuple[str | None, s
         atomic.write_text(token, str(value))
         files.update({k: token for k in secrets["env"] if k in TOKEN_ENV})
     else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        _unlink(path)
     return cfg, token, files
+
+
+def remove_host_files(req: dict, port: int) -> None:
+    """A stopped server's secret files go with it: nothing of its keys stays on the host for a
+    later launch, restart or bench to find (a restart of a stopped server is a new launch)."""
+    for name in ("secrets.yaml", "hf_token"):
+        _unlink(record.side_file(req, port, name))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

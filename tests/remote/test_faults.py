@@ -94,6 +94,24 @@ def engine_pids(host) -> list[int]:
     return pids
 
 
+def waiting_on_the_lock(host) -> bool:
+    """An engine process of the host has the host's lock file open: the remote step has its
+    request and has begun (it waits for the lock holding_lock holds). The engine's process alone is
+    not that: it exists before the request reaches it, and a cut then is "before the step started"."""
+    for pid in engine_pids(host):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == LOCK:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 @contextlib.contextmanager
 def holding_lock(host):
     """Hold the host's provision lock (as another run would) until the block ends."""
@@ -236,7 +254,7 @@ def test_connection_cut_mid_step_is_unknown_then_status_tells(host, ssh_env):
     before, listing = kimi(host).read_bytes(), models(host)
     with holding_lock(host):
         proc = start("patch", *ssh_env.cli_args, "--host", host.name, "--timeout", "60", "--json")
-        wait_for(lambda: engine_pids(host), 20, "the remote engine")
+        wait_for(lambda: waiting_on_the_lock(host), 60, "the remote step to wait for the host's lock")
         t_cut = time.monotonic()
         host.kill_sshd()  # sshd and every session process of this host die
         out, err = proc.communicate(timeout=30)
@@ -253,7 +271,7 @@ def test_ctrl_c_mid_step_leaves_no_temp_files_or_locks(host, ssh_env):
     before, listing = kimi(host).read_bytes(), models(host)
     with holding_lock(host):
         proc = start("patch", *ssh_env.cli_args, "--host", host.name, "--timeout", "60")
-        wait_for(lambda: engine_pids(host), 20, "the remote engine")
+        wait_for(lambda: waiting_on_the_lock(host), 60, "the remote step to wait for the host's lock")
         t_int = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

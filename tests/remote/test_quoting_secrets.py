@@ -184,24 +184,30 @@ def test_canary_secrets_appear_nowhere_but_the_0600_config(vhost, ssh_env, tmp_p
             assert not [x for x in cmdlines if c in x], "a secret in a command line"
         cli("logs", "-i", inv, "-n", "400", check_rc=0)
         cli("status", "-i", inv, "--json", check_rc=0)
+        # the host's state dir while it runs: only the secrets config (and HF_TOKEN's token file)
+        # holds them, 0600
+        state = vhost.hostpath("/var/lib/provision")
+        secret_files = []
+        for path in state.rglob("*"):
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            if path.name.endswith(".secrets.yaml"):
+                secret_files.append(path)
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+                assert api_key.encode() in data and admin_key.encode() in data
+            elif path.name.endswith(".hf_token"):  # HF_TOKEN: only its own 0600 token file (HF_TOKEN_PATH)
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600 and data == hf.encode(), path
+            else:
+                assert not [c for c in canaries if c in data], f"a secret in {path}"
+        assert secret_files, "the server got its keys through the 0600 config file"
     finally:
         cli("stop", "-i", inv)
-    # the host's state dir: only the secrets config (and HF_TOKEN's token file) holds them, 0600
-    state = vhost.hostpath("/var/lib/provision")
-    secret_files = []
-    for path in state.rglob("*"):
-        if not path.is_file():
-            continue
-        data = path.read_bytes()
-        if path.name.endswith(".secrets.yaml"):
-            secret_files.append(path)
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-            assert api_key.encode() in data and admin_key.encode() in data
-        elif path.name.endswith(".hf_token"):  # HF_TOKEN: only its own 0600 token file (HF_TOKEN_PATH)
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600 and data == hf.encode(), path
-        else:
-            assert not [c for c in canaries if c in data], f"a secret in {path}"
-    assert secret_files, "the server got its keys through the 0600 config file"
+    # after stop: the secret files went with their server, and nothing else holds a key
+    for path in vhost.hostpath("/var/lib/provision").rglob("*"):
+        if path.is_file():
+            assert not path.name.endswith((".secrets.yaml", ".hf_token")), f"{path} outlived its server"
+            assert not [c for c in canaries if c in path.read_bytes()], f"a secret in {path}"
     # the server's own log (SGLang prints its server_args, keys included): see the next test
     LOG_FINDINGS.clear()
     for path in vhost.hostpath("/var/log/provision").rglob("*"):

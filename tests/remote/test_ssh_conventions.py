@@ -7,6 +7,7 @@ machine cannot, so a host named that way is reachable only through them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from tests.cli.helpers import PROVISION, run_json
+from tests.cli.helpers import PROVISION, run, run_json
 from tests.remote.gateways import Gateway, can_run_gateways, host_key_line
 
 pytestmark = pytest.mark.ssh
@@ -58,6 +59,10 @@ Host pc-shell
   HostName only-on-g1
   Port {a.port}
   ProxyCommand /usr/bin/ssh -F "$PROVISION_TEST_JUMP_CONFIG" -o 'ConnectTimeout 10' -W %h:%p jump1 2>/dev/null | /bin/cat
+Host pc-* -*
+  HostName only-on-g1
+  Port {a.port}
+  ProxyCommand /usr/bin/ssh -F {cfg} -o SetEnv=PROVISION_TEST_R=%r -o SetEnv=PROVISION_TEST_N=%n -W %h:%p jump1
 Host deep-a
   HostName deep-a-internal
   Port {a.port}
@@ -154,3 +159,37 @@ def test_connect_timeout_from_the_ssh_config_is_used(sandbox_factory, tmp_path):
         proc, doc = run_json("status", "--ssh-config", cfg, "--host", "slow", "--connect-timeout", "1", timeout=120)
     assert "within 1 s" in doc["hosts"][0]["detail"]
     sandbox_factory.remove(host)
+
+
+INJECTIONS = [("user", "ops$(touch${IFS}MARK)"), ("user", "ops`touch${IFS}MARK`"), ("user", "ops;touch${IFS}MARK"),
+              ("user", "-oProxyCommand=touch${IFS}MARK"), ("name", "pc-$(touch${IFS}MARK)"),
+              ("name", "pc-`touch${IFS}MARK`"), ("name", "pc-x;touch${IFS}MARK"), ("name", "-pc")]
+
+
+@pytest.mark.parametrize("reader", ["ssh -G", "paramiko"])
+@pytest.mark.parametrize("field,value", INJECTIONS, ids=[f"{f}:{v.split('MARK')[0]}" for f, v in INJECTIONS])
+def test_inventory_names_that_would_run_a_command_are_refused_before_the_proxycommand(behind, tmp_path, reader,
+                                                                                      field, value):
+    """The usual bastion set-up (`ProxyCommand ssh ... %r ... %n -W %h:%p jump1`): an inventory
+    user or host name carrying $(...), backticks, `;` or a leading `-` is refused (exit 2, one
+    sentence naming the host) before any connection, and the ProxyCommand never runs; issue 29."""
+    marker = tmp_path / "pwned"
+    value = value.replace("MARK", str(marker))
+    name, user = (value, "root") if field == "name" else ("pc-gpu01", value)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"hosts": {name: {"user": user}}}))
+    env = _no_openssh_env(tmp_path) if reader == "paramiko" else {}
+    proc = run("status", "--ssh-config", behind["cfg"], "-i", inv, env=env, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "refused before any connection" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not marker.exists(), "the inventory value ran a command on the control machine"
+
+
+@pytest.mark.parametrize("reader", ["ssh -G", "paramiko"])
+def test_ordinary_names_still_connect_through_the_bastion(behind, tmp_path, reader):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"hosts": {"pc-gpu01.example": {"user": "root"}, "pc-ops-1": {}}}))
+    env = _no_openssh_env(tmp_path) if reader == "paramiko" else {}
+    proc, doc = run_json("status", "--ssh-config", behind["cfg"], "-i", inv, env=env, timeout=120)
+    assert proc.returncode in (0, 4), (proc.stdout, proc.stderr)
+    assert {h["verdict"] for h in doc["hosts"]} <= {"missing", "patched"}, doc["hosts"]

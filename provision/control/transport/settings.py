@@ -303,14 +303,26 @@ def _split_userhostport(spec: str) -> tuple[str | None, str, int | None]:
     return user, spec, port
 
 
+def _check_name(host: str, what: str, value) -> None:
+    from provision.config.names import refusal
+
+    why = refusal(host, what, value)
+    if why is not None:
+        raise ConfigError(why)
+
+
 def expand_tokens(command: str, *, hostname: str, port: int, user: str, alias: str) -> str:
-    """ProxyCommand's % tokens (ssh_config TOKENS): %h %p %r %n %%."""
+    """ProxyCommand's % tokens (ssh_config TOKENS): %h %p %r %n %%. Each value is quoted for the
+    shell that runs the line (shlex.quote: a checked name, which has no shell metacharacter, comes
+    out as it went in), so no inventory value is ever read by the shell as code."""
     out, i = [], 0
     while i < len(command):
         ch = command[i]
         if ch == "%" and i + 1 < len(command):
             nxt = command[i + 1]
             rep = {"h": hostname, "p": str(port), "r": user, "n": alias, "%": "%"}.get(nxt)
+            if rep is not None and nxt != "%":
+                rep = shlex.quote(rep)
             if rep is not None:
                 out.append(rep)
                 i += 2
@@ -348,6 +360,11 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
     (as ``ssh ADDRESS`` would be), else for the name. The ProxyJump chain is resolved
     into ``via`` (each hop through the config itself)."""
     cfg = _as_config(config)
+    _check_name(alias, "name", alias)  # before `ssh -G` is asked anything, or a ProxyCommand run
+    if hostname is not None:
+        _check_name(alias, "address", hostname)
+    if user is not None:
+        _check_name(alias, "user", user)
     c = cfg.lookup(hostname or alias)
     if hostname is None:
         hostname = c.get("hostname") or alias
@@ -383,6 +400,8 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
     ka = _number(alias, "ServerAliveInterval", c["serveraliveinterval"], int) if "serveraliveinterval" in c else None
     final_user = user or c.get("user") or "root"
     final_port = port or cport or 22
+    _check_name(alias, "address", hostname)  # the ssh config's HostName and User are held to it too
+    _check_name(alias, "user", final_user)
     if pc:
         pc = expand_tokens(pc, hostname=hostname, port=final_port, user=final_user, alias=alias)
     # what the flags gave (not the config): it applies to every gateway of the chain too

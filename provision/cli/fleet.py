@@ -344,7 +344,7 @@ def _schedule(every, install, unit_dir, metrics_file=None, **params):
     from provision.config.inventory import load_inventory
     from provision.control.plan import parse_serial
     from provision.tasks.reconcile import parse_window
-    from provision.tasks.schedule import parse_every, provision_argv, render_units
+    from provision.tasks.schedule import install_units, parse_every, provision_argv, render_units, vet_argv
 
     cctx = click.get_current_context()
     given = {name for name in params
@@ -386,17 +386,12 @@ def _schedule(every, install, unit_dir, metrics_file=None, **params):
         sys.exit(EXIT_OK)
     target = unit_dir or ("/etc/systemd/system" if root else
                           os.path.join(os.path.expanduser("~"), ".config", "systemd", "user"))
+    vet_argv(argv)  # what the unit runs: held to the trust rule before anything is written
     try:
-        os.makedirs(target, exist_ok=True)
-        for name in ("provision-reconcile.service", "provision-reconcile.timer"):
-            p = os.path.join(target, name)
-            tmp = p + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(units[name])
-            os.replace(tmp, p)
+        for p in install_units(target, units):
             click.echo(f"wrote {p}")
     except OSError as exc:
-        raise UsageError(f"cannot write the units to {target}: {exc.strerror}") from None
+        raise UsageError(f"cannot write the units to {target}: {exc.strerror or exc}") from None
     user = "" if root else " --user"
     click.echo(f"next: systemctl{user} daemon-reload && systemctl{user} enable --now provision-reconcile.timer")
     sys.exit(EXIT_OK)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 import click
@@ -55,7 +56,15 @@ def _parse_overrides(args) -> dict:
         if "=" not in a:
             raise UsageError(f"--arg {a!r}: expected FLAG=VALUE, e.g. --arg port=30001")
         k, v = a.split("=", 1)
-        out[k.strip().lstrip("-")] = yaml.safe_load(v) if v else True
+        k = k.strip().lstrip("-")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k):
+            raise UsageError(f"--arg {a!r}: {k!r} is not a flag name (letters, digits, '-', '_'), "
+                             "e.g. --arg mem-fraction-static=0.85")
+        try:
+            out[k] = yaml.safe_load(v) if v else True
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--arg {a!r}: the value is not valid YAML "
+                             f"({getattr(exc, 'problem', None) or exc}); quote it, e.g. --arg {k}='\"...\"'") from None
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 # OpenSSH's set (ssh.c), plus the rest of the shell's own metacharacters and glob characters
 SHELL_METACHARACTERS = "'`\"$\\;&<>|(){}*?[]!#~"
+MAX_LENGTH = 255  # DNS names are at most 253 characters; Linux user names 32
 
 
 def problem(value: str) -> str | None:
@@ -21,6 +22,8 @@ def problem(value: str) -> str | None:
         return f"is a {type(value).__name__}, not a name"
     if not value:
         return "is empty"
+    if len(value) > MAX_LENGTH:
+        return f"is {len(value):,} characters long (a host name or user has at most {MAX_LENGTH})"
     if value.startswith("-"):
         return "starts with '-' (it would be read as an option)"
     for ch in value:
@@ -38,6 +41,8 @@ def refusal(host: str, what: str, value: str) -> str | None:
     why = problem(value)
     if why is None:
         return None
+    value = value if len(value) <= 80 else value[:60] + "..."
+    host = host if len(host) <= 80 else host[:60] + "..."
     shown = value if what == "name" else f"{value!r} (host {host!r})"
     if what == "name":
         return (f"inventory host {shown!r}: the name {why}; refused before any connection, as OpenSSH "

@@ -69,6 +69,7 @@ class Generator:
         self.running = 0
         self.since_flush_tokens = 0
         self.since_flush_verify = 0
+        self._active = threading.local()  # per request thread: has it ended (see _end)
 
     # ----------------------------------------------------------------- figures
 
@@ -126,14 +127,14 @@ class Generator:
         prompt_tokens = max(1, len(str(text).split()) + 2)
         with self.lock:
             self.running += 1
+        self._active.ended = False
         try:
             if body.get("stream"):
                 self._stream(handler, n, prompt_tokens)
             else:
                 self._whole(handler, n, prompt_tokens)
         finally:
-            with self.lock:
-                self.running -= 1
+            self._end()
         if log_step is not None:
             log_step(prompt_tokens, n)
 
@@ -154,6 +155,15 @@ class Generator:
             self.since_flush_tokens += n
             self.since_flush_verify += verify
 
+    def _end(self) -> None:
+        """This thread's request is no longer running (once): before its last bytes are sent, as
+        SGLang's scheduler has finished a request before the client reads its end, so a /flush_cache
+        right after a stream is not refused for it."""
+        if not getattr(self._active, "ended", True):
+            self._active.ended = True
+            with self.lock:
+                self.running -= 1
+
     def _whole(self, handler, n: int, prompt_tokens: int) -> None:
         start = time.monotonic()
         steps = self.steps(n)
@@ -161,6 +171,7 @@ class Generator:
         # a non-streaming answer takes as long as the stream would
         time.sleep(min(self.ttft + (n - 1) / self.tok_s, 600))
         self._count(n, max(verify, 0))
+        self._end()
         meta = self._meta(uuid.uuid4().hex, prompt_tokens, n, n, max(verify, 1), start, True)
         handler._json(200, {"text": self._words(n), "meta_info": meta})
 
@@ -206,6 +217,7 @@ class Generator:
             # counted before the stream ends, as SGLang's scheduler has its figures before the last
             # event: a client that asks /server_info right after the stream sees this request in it
             self._count(n, verify if self.spec_on else 0)
+            self._end()
             event(b"[DONE]")
             w.write(b"0\r\n\r\n")
             w.flush()

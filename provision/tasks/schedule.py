@@ -39,6 +39,66 @@ def provision_argv() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "provision"]
 
 
+def interpreter_of(script: str) -> str | None:
+    """The interpreter a script's #! line names (an absolute path), or None (a binary, no #!)."""
+    try:
+        with open(script, "rb") as fh:
+            first = fh.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env" and len(words) > 1:  # #!/usr/bin/env python3: as PATH finds it
+        found = shutil.which(words[-1])
+        return os.path.abspath(found) if found else words[-1]
+    return words[0]
+
+
+def vet_argv(argv: list[str]) -> list[str]:
+    """What a root unit (or a user's) will run, held to the host side's one trust rule before it is
+    written: the provision executable and the interpreter it runs under (its #! line, or the python
+    of `python -m provision`), each with every directory up to /, owned by root (or the installing
+    user, for a user unit) and writable by nobody else. A path anyone else can write would have the
+    timer run their code as root every 15 minutes. Returns the paths checked; UsageError (exit 2)
+    with the sentence naming the path, its owner or mode, otherwise."""
+    from provision.host.lib.trust import untrusted_path_reason, untrusted_reason
+
+    exe = argv[0]
+    checks = [("the provision executable", exe, untrusted_path_reason)]
+    interp = exe if argv[1:2] == ["-m"] else interpreter_of(exe)
+    if interp is not None and interp != exe:
+        checks.append(("its interpreter", interp, untrusted_reason))
+    for what, path, rule in checks:
+        if not os.path.isabs(path):
+            raise UsageError(f"{what} {path!r} is not an absolute path: a unit must name what it runs; "
+                             "install provision where root's units can name it (pip install as root, pipx)")
+        why = rule(path)
+        if why:
+            raise UsageError(f"{what} {path} cannot go into a unit that runs as "
+                             f"{'root' if os.geteuid() == 0 else 'you'}: {why}. Anyone who can change it would "
+                             "run their code from the timer; install provision somewhere only root can write "
+                             "(e.g. `pip install .` as root, or `pipx install .` with PIPX_HOME under /opt), "
+                             "then run schedule --install from there")
+    return [path for _, path, _ in checks]
+
+
+def install_units(target: str, units: dict) -> list[str]:
+    """Write the service and the timer into `target` with the one atomic writer (0644: systemd
+    reads them; a link at their names is replaced, never followed). Returns the paths written."""
+    from provision.host.lib import atomic
+
+    os.makedirs(target, exist_ok=True)
+    written = []
+    for name in ("provision-reconcile.service", "provision-reconcile.timer"):
+        path = os.path.join(target, name)
+        atomic.write_text(path, units[name], 0o644)
+        written.append(path)
+    return written
+
+
 def start_timeout(argv: list[str]) -> str:
     """The service's TimeoutStartSec line. A re-patch-only reconcile is minutes: 2 h catches a hung
     run. With --restart, a rolling restart is as long as its batches' model loads (eight Kimi loads

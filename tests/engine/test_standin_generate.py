@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
 
@@ -88,15 +87,18 @@ def test_flush_cache_is_400_while_a_generation_runs_and_resets_the_average(runni
     s, port = up(running, trees, {"PROVISION_STANDIN_DECODE_TOK_S": "40"})
     sse(port)
     assert json.loads(http(port, "/server_info")[1])["internal_states"][0]["avg_spec_accept_length"] > 1
-    t = threading.Thread(target=sse, args=(port, None, 120))
-    t.start()
-    try:
-        import time
+    from http.client import HTTPConnection
 
-        time.sleep(0.5)
+    c = HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/generate", json.dumps({"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 120}}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    try:
+        assert r.readline().startswith(b"data: "), "the first event: the generation is running"
         assert http(port, "/flush_cache", body={})[0] == 400
     finally:
-        t.join()
+        r.read()
+        c.close()
     assert http(port, "/flush_cache", body={})[0] == 200
     assert json.loads(http(port, "/server_info")[1])["internal_states"][0]["avg_spec_accept_length"] is None
 

@@ -31,7 +31,28 @@ def host_list(src: str) -> Inventory:
 
 def load_inventory(src: str, *, use_ansible: bool | None = None) -> Inventory:
     """Read ``-i SRC``: a host list, our YAML, or anything Ansible reads (through
-    ansible-inventory when it is on PATH, else our YAML/INI/directory readers)."""
+    ansible-inventory when it is on PATH, else our YAML/INI/directory readers). Every host's name,
+    address and user is held to OpenSSH's rule for names (config/names.py) here, whatever the format,
+    before anything uses it."""
+    return checked_names(_load(src, use_ansible=use_ansible))
+
+
+def checked_names(inv: Inventory) -> Inventory:
+    """`inv`, or a ConfigError naming the inventory and the host whose name, address or user holds
+    a shell metacharacter, whitespace, a control character or a leading '-'."""
+    from provision.config.names import refusal
+
+    for h in inv.hosts:
+        for what, value in (("name", h.name), ("address", h.get("address")), ("user", h.get("user"))):
+            if value is None and what != "name":
+                continue
+            why = refusal(h.name, what, value if isinstance(value, str) else str(value))
+            if why:
+                raise ConfigError(f"{inv.path}: {why}")
+    return inv
+
+
+def _load(src: str, *, use_ansible: bool | None = None) -> Inventory:
     if "," in src and not os.path.exists(src):
         return host_list(src)
     if not os.path.exists(src):
@@ -61,4 +82,4 @@ def load_inventory(src: str, *, use_ansible: bool | None = None) -> Inventory:
 
 def adhoc(hosts: list[str], common: dict | None = None) -> Inventory:
     """An inventory from --host flags."""
-    return Inventory(hosts=[Host(name=h, vars=dict(common or {})) for h in hosts], path="--host")
+    return checked_names(Inventory(hosts=[Host(name=h, vars=dict(common or {})) for h in hosts], path="--host"))

@@ -178,9 +178,7 @@ class SshConfig:
         self._wrapper_text = ""
         self._paramiko = None
         if text is not None:
-            import paramiko
-
-            self._paramiko = paramiko.SSHConfig.from_text(text)
+            self._paramiko = _paramiko_config(text, "<ssh config>")
 
     @property
     def source(self) -> str:
@@ -264,7 +262,7 @@ class SshConfig:
                     except OSError as exc:
                         raise ConfigError(f"{self.path}: cannot read ({exc.strerror})") from None
                     text = expand_includes(text, Path(os.path.expanduser("~/.ssh")))
-                self._paramiko = paramiko.SSHConfig.from_text(text)
+                self._paramiko = _paramiko_config(text, self.path)
         return _paramiko_settings(self._paramiko.lookup(name))
 
     def close(self) -> None:
@@ -301,6 +299,16 @@ def _split_userhostport(spec: str) -> tuple[str | None, str, int | None]:
     except ValueError:
         raise ConfigError(f"ProxyJump hop {spec!r}: the port is not a number") from None
     return user, spec, port
+
+
+def _paramiko_config(text: str, path: str):
+    """paramiko's reading of an ssh config; a line it cannot parse is a ConfigError naming it."""
+    import paramiko
+
+    try:
+        return paramiko.SSHConfig.from_text(text)
+    except paramiko.ssh_exception.ConfigParseError as exc:
+        raise ConfigError(f"ssh config {path}: {exc} (expected `Keyword value`, as ssh_config(5) says)") from None
 
 
 def _check_name(host: str, what: str, value) -> None:

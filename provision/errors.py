@@ -6,7 +6,7 @@ prints ``error: <sentence>`` and exits with the code; no traceback.
 
 from __future__ import annotations
 
-# The exit-code scheme, documented in README.md ("Exit codes"). Never reuse a number.
+# The exit-code scheme, documented in docs/faults.md ("Exit codes"). Never reuse a number.
 EXIT_OK = 0             # everything asked for is done (or already was)
 EXIT_INTERNAL = 1       # a bug in provision: a traceback was printed
 EXIT_USAGE = 2          # bad flags, bad inventory/spec/profile file: nothing was touched

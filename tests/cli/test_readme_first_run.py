@@ -3,9 +3,15 @@ line by line, in one shell (so `eval "$(provision sandbox env)"` carries over), 
 its own. Each line's comment is its promise: the exit code it names (`exit N`, else 0), and,
 where it opens with a verdict (`missing:`, `patched`, ...), that verdict on sbx1's row.
 
+A reader runs the README's command 1 first, and so does this test, in the same shell: it sets up
+provision in a venv, runs the main job on a sandbox and takes the sandbox down again; the first run
+then starts from a fresh host, with command 1's `provision` on PATH.
+
 The only changes made to the lines: the sandbox lives in this test's own directory, on an
 address and port the tests may use (`--base-dir`, `--first-address`, `--port` added to
-`provision sandbox ...`, and the default base directory in a path replaced by it)."""
+`provision sandbox ...`, and the default base directory in a path replaced by it); in command 1, the
+apt-get step is left out (.ci/run installed those packages), the venv is made in the test's own
+directory, and pip installs offline from the wheelhouse .ci/run keeps (`--no-index --find-links`)."""
 
 from __future__ import annotations
 
@@ -17,10 +23,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import PROVISION
+from tests.wheelhouse import wheelhouse  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.ssh
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
 SECTION = "## A first run on the sandbox"
 DEFAULT_BASE = "/var/tmp/provision-sandbox"
 VERDICTS = ("missing", "would-patch", "patched", "unchanged", "unpatched", "ready", "stopped", "native", "failed")
@@ -39,6 +47,24 @@ def first_run_lines(text: str) -> list[tuple[str, str]]:
         command, comment = (m.group(1), m.group(2)) if m else (line, "")
         out.append((command.strip(), comment.strip()))
     return out
+
+
+def command_one(text: str) -> str:
+    """The line under `# 1.` in the README's first ```bash block."""
+    block = text[text.index("```bash\n") + len("```bash\n"):]
+    block = block[:block.index("```")].splitlines()
+    i = next(k for k, line in enumerate(block) if line.startswith("# 1."))
+    return next(line for line in block[i + 1:] if line.strip()).strip()
+
+
+def command_one_for_this_test(command: str, base: Path, address: str, port: int, venv: Path, wheels: Path) -> str:
+    apt = re.match(r"^apt-get update && apt-get install -y [^&]+ && ", command)
+    assert apt, command
+    command = command[apt.end():]
+    command = command.replace("/opt/provision", str(venv))
+    command = command.replace(f"{venv}/bin/pip install .",
+                              f"{venv}/bin/pip install -q --disable-pip-version-check --no-index --find-links {wheels} .")
+    return for_this_test(command, base, address, port)
 
 
 def expected_exit(comment: str) -> int:
@@ -68,12 +94,26 @@ def test_the_readme_block_is_what_this_test_reads():
     assert [expected_exit(c) for _, c in lines[:4]] == [0, 0, 4, 4]
 
 
-def test_the_readme_first_run_runs_as_written(tmp_path, sandbox_factory):
+def test_command_one_is_what_the_first_run_follows():
+    text = README.read_text()
+    one = command_one(text)
+    assert "python3 -m venv" in one and "pip install ." in one, "command 1 works with a stock Debian python3"
+    assert one.endswith("provision sandbox down"), "command 1 leaves no sandbox for the first run to find"
+
+
+@pytest.mark.timeout(400)  # a venv and an offline pip install of provision, then the two runs: 1-2 min
+def test_the_readme_first_run_runs_as_written(tmp_path, sandbox_factory, wheelhouse):
     base = tmp_path / "sbx"
     address, port = sandbox_factory._address(), sandbox_factory.port
-    lines = first_run_lines(README.read_text())
+    text = README.read_text()
+    lines = first_run_lines(text)
     marker = "@@provision-readme-line"
-    script = ["set +e", f'provision() {{ {PROVISION or "python3 -m provision"} "$@"; }}', "export COLUMNS=200"]
+    own, deps = wheelhouse
+    script = ["set +e", "export COLUMNS=200", f"cd {REPO}",
+              "echo '@@provision-command-one start'",
+              command_one_for_this_test(command_one(text), base, address, port, tmp_path / "venv", deps) + " 2>&1",
+              'echo "@@provision-command-one rc=$?"',
+              f'[ "$(command -v provision)" = "{tmp_path}/venv/bin/provision" ] || echo "@@not the venv\'s provision"']
     for i, (command, _) in enumerate(lines):
         script.append(f"echo '{marker} {i} start'")
         script.append(for_this_test(command, base, address, port) + " 2>&1")
@@ -84,6 +124,10 @@ def test_the_readme_first_run_runs_as_written(tmp_path, sandbox_factory):
     finally:
         subprocess.run([PROVISION or "provision", "sandbox", "down", "--base-dir", str(base)],
                        capture_output=True, text=True, timeout=300)
+    one = proc.stdout.split("@@provision-command-one start\n", 1)[-1].split(f"{marker} 0 start", 1)[0]
+    assert "@@provision-command-one rc=0" in one, f"README command 1:\n{one}\n{proc.stderr}"
+    assert "@@not the venv" not in one, one
+    assert re.search(r"^sbx1\s+ready\b", one, flags=re.M) and "Traceback" not in one, one
     outputs = re.split(rf"^{marker} (\d+) start\n", proc.stdout, flags=re.M)[1:]
     runs = dict(zip(outputs[0::2], outputs[1::2]))
     assert len(runs) == len(lines), proc.stdout + proc.stderr

@@ -170,7 +170,10 @@ def selected_hosts(ctx: Ctx):
     naming the hosts that do exist."""
     from provision.errors import NoHostsError
     from provision.config.inventory import adhoc, existing_names, load_inventory, select
+    from provision.tasks.selection import set_inventory
 
+    # every hint names a host the way this run was given it (`-i INVENTORY --host NAME`): it pastes
+    set_inventory(None if getattr(ctx.conn, "local", False) else ctx.inventory)
     if getattr(ctx.conn, "local", False):
         from provision.config.inventory import Host
         from provision.control.transport.local import machine_name

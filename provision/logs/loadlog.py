@@ -647,35 +647,38 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
     if crash is None:
         return None
     h = host or "HOST"
+    # the caller may give the host as it was selected (`-i INV --host NAME`), so the hint pastes
+    sel = h if h.startswith("-") else f"--host {h}"
+    h = h.rsplit(" ", 1)[-1].strip("'")
     if crash.kind == "missing-eagle3-method":
         what = f" ({crash.class_name}.{crash.method})" if crash.class_name and crash.method else ""
         if shipped is not None and crash.class_name and crash.class_name.rsplit(".", 1)[-1] not in set(shipped):
             cls = crash.class_name.rsplit(".", 1)[-1]
             return (f"the wrapper lacks EAGLE-3 delegation methods{what} and no shipped spec covers {cls}: "
-                    f"run `provision audit --host {h}`, then `provision spec new {cls} --host {h} > "
-                    f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml --host {h}`")
+                    f"run `provision audit {sel}`, then `provision spec new {cls} {sel} > "
+                    f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml {sel}`")
         return (f"the wrapper lacks EAGLE-3 delegation methods{what}: "
-                f"run `provision patch --host {h}`")
+                f"run `provision patch {sel}`")
     if crash.spec is not None:
         what = {"sm120-torch-symm-mem": "the SM120 key of SGLang's TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES",
                 "sm120-flashinfer-allreduce-fusion": "SM120 in flashinfer's allreduce-fusion architectures"}
         return (f"the spec {crash.spec} fixes this ({what.get(crash.spec, 'the hand patch')}): "
-                f"run `provision patch --spec {crash.spec} --host {h}`, then restart the server")
+                f"run `provision patch --spec {crash.spec} {sel}`, then restart the server")
     if crash.kind == "overlay-import":
         return ("the overlay provision staged does not import under the server (a spec whose parameter defaults "
                 "name something of the model file's own module?): fix the spec, or edit the file instead: "
-                f"`provision launch --patch --host {h}`")
+                f"`provision launch --patch {sel}`")
     if crash.kind == "architecture-not-supported":
         return ("kimi_k25.py does not import (a broken hand patch?): "
-                f"run `provision patch --host {h}` to repair it")
+                f"run `provision patch {sel}` to repair it")
     if crash.kind == "oom":
         return ("CUDA out of memory: a leftover SGLang process may still hold GPU memory "
-                f"(run `provision stop --host {h}` and check nvidia-smi), or lower --mem-fraction-static")
+                f"(run `provision stop {sel}` and check nvidia-smi), or lower --mem-fraction-static")
     if crash.kind == "warmup-failed":
         return "the server loaded but its warm-up request failed: check the log above the warm-up error"
     if "Duplicated model implementation" in crash.summary:
         return ("two files in sglang/srt/models register the same model class (a backup .py copy left "
-                f"there?): remove the copy, or run `provision patch --host {h}`")
+                f"there?): remove the copy, or run `provision patch {sel}`")
     if crash.kind == "child-failed" and crash.oom_killer:
         return ("a scheduler process was killed with SIGKILL (exit code -9); a common cause is the OS OOM killer "
                 f"(host memory, not GPU memory): check `dmesg -T | grep -i oom` on {h}, free host memory or "

@@ -19,6 +19,7 @@ from provision.config.inventory import Host
 from provision.config.profile import Profile
 from provision.errors import ConnectError, UnknownOutcome
 from provision.output.results import HostResult
+from provision.tasks.selection import selector
 from provision.tasks.multinode import MultiNode, follow_secondary as _follow_secondary
 from provision.tasks.options import LaunchOptions, secret_values
 
@@ -75,8 +76,8 @@ def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -
     took = time.monotonic() - since if since is not None else 0.0
     return HostResult(host.name, "unknown", f"lost the connection while following and could not get it back for "
                       f"{took:.0f} s (limit --max-outage {opts.max_outage:g} s; last error: {exc}); the server "
-                      f"is left running: `provision wait --host {host.name}` re-attaches, `provision status` "
-                      "shows it", error_kind="connect", data={"outage_seconds": round(took, 1)})
+                      f"is left running: `provision wait {selector(host.name)}` re-attaches, `provision status "
+                      f"{selector(host.name)}` shows it", error_kind="connect", data={"outage_seconds": round(took, 1)})
 
 
 def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, offset: int = 0,
@@ -126,15 +127,18 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
         prog = state.draft if state.phase == "draft-weights" else state.target
         if prog is not None and prog.percent is not None:
             pct = prog.percent
-        display.update(host.name, state, pct)
         if not ans["running"] and ans.get("stopped"):
-            # `provision stop` ended it: a deliberate stop, not a crash
+            # `provision stop` ended it: a deliberate stop, not a crash, and not a server that serves:
+            # failed (exit 3), so `provision wait && send-traffic` never goes ahead; the old log's
+            # last phase (ready, from before the stop) is never shown as this server's
             when = (st["record"] or {}).get("stopped_at")
             at = time.strftime(" at %H:%M:%S", time.localtime(float(when))) if when else ""
-            st["done"] = HostResult(host.name, "stopped", f"the server was stopped by `provision stop`{at}; "
-                                    "nothing is running on port " + str(prof.port),
+            st["done"] = HostResult(host.name, "failed", f"the server was stopped by `provision stop`{at}; "
+                                    f"nothing is running on port {prof.port}: `provision launch` starts it",
+                                    error_kind="stopped",
                                     data={"phase": state.phase, "log": (st["record"] or {}).get("log")})
             return st["done"]
+        display.update(host.name, state, pct)
         if state.crashed is not None or not ans["running"]:
             # Read whatever the dying process wrote last, then report.
             crash = state.crashed
@@ -143,7 +147,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             why = crash.summary if crash is not None else "the server process exited"
             status = ans.get("exit")
             detail = f"{why} (exit status {status})" if status is not None else why
-            h = hint(crash, host.name, shipped_classes()) if crash is not None else None
+            h = hint(crash, selector(host.name), shipped_classes()) if crash is not None else None
             if h:
                 detail += "; hint: " + h
             if crash is not None and crash.kind == "overlay-import" and ans["running"]:

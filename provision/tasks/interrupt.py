@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from provision.config.inventory import Host
 from provision.output.results import HostResult
+from provision.tasks.selection import selector
 from provision.tasks.options import LaunchOptions
 
 
@@ -31,8 +32,8 @@ def patch_journal(rows) -> list[dict]:
 def interrupted_result(host: Host, rec: dict, opts: LaunchOptions) -> HostResult:
     """Ctrl-C after this host's server was started: say so (it was, and where it stands)."""
     how = ("stopping it (--stop-on-interrupt)" if opts.stop_on_interrupt else
-           f"it is left running: `provision wait --host {host.name}` re-attaches, `provision stop --host "
-           f"{host.name}` stops it")
+           f"it is left running: `provision wait {selector(host.name)}` re-attaches, `provision stop "
+           f"{selector(host.name)}` stops it")
     return HostResult(host.name, "interrupted", f"interrupted while following; the server was started (pid "
                       f"{rec.get('pid')}, log {rec.get('log')}) and {how}", error_kind="interrupted",
                       data={"pid": rec.get("pid"), "log": rec.get("log"), "started": True})
@@ -49,11 +50,11 @@ def interrupt_report(hosts: list[Host], run: RunState, opts: LaunchOptions) -> l
             continue
         if stage == "patching":
             out.append(HostResult(h.name, "unknown", "interrupted while --patch ran: the file is either as before "
-                                  f"or patched; `provision status --host {h.name}` says which; no server was started",
+                                  f"or patched; `provision status {selector(h.name)}` says which; no server was started",
                                   error_kind="interrupted"))
         elif stage == "starting":
             out.append(HostResult(h.name, "unknown", "interrupted while the start request ran: whether a server "
-                                  f"was started is unknown until `provision status --host {h.name}` looks",
+                                  f"was started is unknown until `provision status {selector(h.name)}` looks",
                                   error_kind="interrupted"))
         elif stage == "started":  # the worker did not come back in time to say more
             out.append(HostResult(h.name, "interrupted", "interrupted while following; the server was started "

@@ -25,6 +25,7 @@ from typing import Callable
 from provision.config.inventory import Host
 from provision.errors import ConfigError
 from provision.output.results import HostResult
+from provision.tasks.selection import selector
 
 DIST_INIT_PORT = 50000
 UP = ("ready", "running")  # rank 0 verdicts under which the other ranks keep running
@@ -141,7 +142,7 @@ def follow_secondary(host: Host, multinode: MultiNode, *, poll: float, deadline:
             return ans
         if not ans.get("running"):
             return HostResult(host.name, "crashed", f"rank {rank} of server {name} exited "
-                              f"(exit status {ans.get('exit')}); see `provision logs --host {host.name}`")
+                              f"(exit status {ans.get('exit')}); see `provision logs {selector(host.name)}`")
         if time.monotonic() - t0 > deadline:
             return HostResult(host.name, "timeout", f"rank 0 of server {name} not ready after {deadline:g} s")
     v = multinode.verdict.get(name)
@@ -154,4 +155,4 @@ def follow_secondary(host: Host, multinode: MultiNode, *, poll: float, deadline:
         return HostResult(host.name, "failed", f"{why}; this rank (rank {rank}) was stopped to free its GPUs: "
                           f"{stopped.detail}", data={"stopped": True, "rank0_verdict": v})
     return HostResult(host.name, "failed", f"{why}; stopping this rank (rank {rank}) failed: {stopped.detail}; "
-                      f"`provision stop --host {host.name}`", data={"stopped": False, "rank0_verdict": v})
+                      f"`provision stop {selector(host.name)}`", data={"stopped": False, "rank0_verdict": v})

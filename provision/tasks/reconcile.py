@@ -304,6 +304,7 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     from provision.tasks.options import LaunchOptions
     from provision.output.progress import Display
     from provision.control.runner import run_hosts
+    from provision.tasks.selection import selector
 
     by_name = row_per_host(results)
     clock = clock or window_clock()
@@ -355,8 +356,8 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
             # an attempt of unknown outcome, never left out
             for h in current:
                 outcome(h.name, "unknown", "restart interrupted while it ran: whether the old server was stopped "
-                                           f"and a new one started is unknown until `provision status --host "
-                                           f"{h.name}` looks")
+                                           f"and a new one started is unknown until `provision status "
+                                           f"{selector(h.name)}` looks")
             raise
 
 

@@ -86,7 +86,7 @@ def test_unpatched_is_refused_and_force_fails_fast_with_the_attributeerror(tmp_p
     assert "crashed" in forced.stdout and "timeout" not in forced.stdout
     assert "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute " \
            "'set_eagle3_layers_to_capture'" in forced.stderr
-    assert "provision patch --host launch1" in forced.stdout
+    assert f"provision patch -i {inv} --host launch1" in forced.stdout  # the hint pastes: it carries the -i
     assert sglang_procs(host) == [], "SGLang kills its whole tree on this crash"
 
     # The old crash stays in the old log: a patched relaunch is judged on its own log.

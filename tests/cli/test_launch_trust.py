@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -163,7 +164,7 @@ def test_sustained_outage_is_unknown_and_the_server_keeps_running(tmp_path, ssh_
     assert proc.returncode == 3, (out, err)
     r = doc["hosts"][0]
     assert r["verdict"] == "unknown", r
-    assert "--max-outage 3" in r["detail"] and f"provision wait --host {host.name}" in r["detail"]
+    assert "--max-outage 3" in r["detail"] and f"provision wait -i {inv} --host {host.name}" in r["detail"]
     assert "left running" in r["detail"]
     assert pid in sglang_pids(host), "the server was not touched"
     release(host)
@@ -267,7 +268,12 @@ def test_ctrl_c_after_the_start_says_the_server_was_started(tmp_path, ssh_env, h
         assert sglang_pids(host) == []
         assert ("stop", "stopped") in journal(env)
     else:
-        assert "left running" in r["detail"] and f"provision wait --host {host.name}" in r["detail"]
+        # the hint pastes: the host exists only in the inventory, so it carries the -i (issue 37, item 3)
+        hint = f"provision wait -i {inv} --host {host.name}"
+        assert "left running" in r["detail"] and hint in r["detail"], r["detail"]
         assert pid in sglang_pids(host)
+        release(host)
+        pasted = run(*shlex.split(hint)[1:], "--poll", "0.5", env=env, timeout=240)
+        assert pasted.returncode == 0 and "ready" in pasted.stdout, (pasted.stdout, pasted.stderr)
         run("stop", "-i", inv, env=env, check_rc=0)
     assert ("launch", "started") in journal(env)

@@ -229,16 +229,27 @@ def test_two_restarts_at_once_leave_one_recorded_server_and_stop_ends_it(tmp_pat
     assert sglang_pids(host) == []
 
 
-def test_wait_after_a_deliberate_stop_says_stopped(tmp_path, ssh_env, host, env):
+def test_wait_and_bench_after_a_deliberate_stop_say_stopped_and_fail(tmp_path, ssh_env, host, env):
+    """A stopped server is not serving: `wait` never says ready or exits 0 for it (a script doing
+    `provision wait && send-traffic` must not go ahead), and `bench` says it was stopped instead of an
+    internal error (issue 37, items 1 and 2)."""
     inv = inventory(tmp_path, ssh_env, host)
     run("patch", "-i", inv, env=env, check_rc=0)
     proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
     assert proc.returncode == 0, doc
     run("stop", "-i", inv, env=env, check_rc=0)
+    proc = run("wait", "-i", inv, "--poll", "0.5", env=env, timeout=120)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "ready" not in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+    assert "stopped by `provision stop`" in proc.stdout and "`provision launch` starts it" in proc.stdout
     proc, doc = run_json("wait", "-i", inv, "--poll", "0.5", env=env, timeout=120)
     r = doc["hosts"][0]
-    assert proc.returncode == 0 and r["verdict"] == "stopped", r
-    assert "stopped by `provision stop`" in r["detail"]
+    assert proc.returncode == 3 and r["verdict"] == "failed" and r.get("error_kind") == "stopped", r
+    proc, doc = run_json("bench", "-i", inv, "--requests", "1", "--warmup", "0", env=env, timeout=120)
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "failed", r
+    assert "was stopped at" in r["detail"] and "AttributeError" not in r["detail"], r
+    assert r.get("error_kind") != "internal", r
 
 
 HOLD = ("import fcntl, json, os, sys, time\n"

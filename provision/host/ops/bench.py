@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.host.facts.gpu_name import gpu_name
 from provision.host.ops import server
+from provision.host.ops.backends import tree
 from provision.host.ops.bench_prompts import PROMPTS
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
@@ -216,7 +217,11 @@ def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
         _run(client, req, out)
     except BenchFailure as f:
         kind, msg = f.kind, f.message
-        if kind == "down" and rec and server.alive(rec.get("pid"), rec.get("starttime")):
+        if kind == "down" and rec.get("stopped_at"):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rec["stopped_at"])))
+            msg = (f"the server on port {port} was stopped at {when} (provision stop): nothing to measure; "
+                   "`provision launch` starts it again")
+        elif kind == "down" and rec and tree.alive(rec.get("pid"), rec.get("starttime")):
             kind, msg = "loading", (f"the server (pid {rec.get('pid')}) is still loading: its port {port} is not "
                                     "open yet; `provision wait` follows it")
         elif kind == "down":

@@ -35,10 +35,11 @@ def format_options(json_is: str = "one document", prometheus: bool = False):
     def deco(fn):
         fn = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(fn)
         choices = FORMATS + (("prometheus",) if prometheus else ())
+        prom = "; prometheus: the text exposition format" if prometheus else ""
         return click.option("--format", "fmt", type=click.Choice(choices), default="auto", show_default=True,
                             help="table: aligned columns; lines: one line per row, fields separated by two spaces, "
-                                 f"nothing truncated; json: {json_is}; prometheus (status, bench): the text "
-                                 "exposition format. auto: table on a terminal, else lines.")(fn)
+                                 f"nothing truncated; json: {json_is}{prom}. auto: table on a terminal, "
+                                 "else lines.")(fn)
     return deco
 
 
@@ -79,7 +80,8 @@ def fleet_options(fn):
                      help="sudo password (first line of FILE): sent on stdin when sudo asks, never on a "
                           "command line; sudo then runs as `sudo -S` instead of `sudo -n`."),
     ]
-    fn = format_options(prometheus=True)(fn)
+    # --format offers prometheus only where it is taken (commands under metrics_options)
+    fn = format_options(prometheus=getattr(fn, "prometheus", False))(fn)
     for opt in reversed(opts):
         fn = opt(fn)
 
@@ -232,9 +234,12 @@ def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -
 
     if ctx.as_json or ctx.fmt == "prometheus":
         return
-    click.echo(report.host_line(r, check=check))
+    # With a table to follow (several hosts), the lines as they arrive are progress: stderr, so that
+    # stdout (`> out`, a pipe) holds the table once, not every host twice.
+    progress = ctx.fmt == "table" and getattr(ctx, "many_hosts", False)
+    click.echo(report.host_line(r, check=check), err=progress)
     for note in r.notes:
-        click.echo(f"    note: {note}")
+        click.echo(f"    note: {note}", err=progress)
     if show_diff and r.diff:
         click.echo(r.diff, nl=not r.diff.endswith("\n"))
 
@@ -265,6 +270,7 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
         click.echo("error: no host matched the selection; nothing was done", err=True)
         return EXIT_NOTHING
     fleet = Fleet(ctx.conn)
+    ctx.many_hosts = len(hosts) > 1
     writer = journal_writer(command) if journal and not check else None
 
     def arrived(r) -> None:
@@ -319,6 +325,29 @@ LAZY_COMMANDS = {
 }
 
 
+# fleet_options' flags: which hosts and how to reach them, the same on every fleet command. `--help`
+# shows them after the command's own options, under a heading of their own.
+SHARED_PARAMS = ("hosts", "inventory", "limit", "identity", "user", "port", "ssh_config", "known_hosts",
+                 "accept_new_host_keys", "forks", "connect_timeout", "command_timeout", "sudo", "sudo_password_file")
+
+
+class ProvisionCommand(click.Command):
+    """A command whose --help puts its own options first, then the shared host and SSH ones."""
+
+    def format_options(self, ctx, formatter):
+        own, shared = [], []
+        for param in self.get_params(ctx):
+            rv = param.get_help_record(ctx)
+            if rv is not None:
+                (shared if param.name in SHARED_PARAMS else own).append(rv)
+        if own:
+            with formatter.section("Options"):
+                formatter.write_dl(own)
+        if shared:
+            with formatter.section("Hosts and SSH (every fleet command)"):
+                formatter.write_dl(shared)
+
+
 class ProvisionGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS) | {"sandbox"})
@@ -335,6 +364,9 @@ class ProvisionGroup(click.Group):
 
             modname, attr = LAZY_COMMANDS[name].split(":")
             cmd = getattr(importlib.import_module(modname), attr)
+        for c in [cmd, *(getattr(cmd, "commands", {}) or {}).values()]:
+            if c is not None and type(c) is click.Command:
+                c.__class__ = ProvisionCommand  # the one help layout, said once for every command
         return cmd
 
     def resolve_command(self, ctx, args):

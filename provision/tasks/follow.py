@@ -71,6 +71,11 @@ def steady_call(session, request: dict, *, timeout: float, sudo: bool, opts: Lau
     return out
 
 
+# After a crash shows in the log, how long the follow waits for the server's exit status before it
+# reports without one (SGLang's tree goes down within seconds; a server that lingers is reported anyway).
+CRASH_EXIT_WAIT = 15.0
+
+
 def lost_result(host: Host, exc: BaseException, st: dict, opts: LaunchOptions) -> HostResult:
     since = st.get("outage_since")
     took = time.monotonic() - since if since is not None else 0.0
@@ -139,6 +144,11 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
                                     data={"phase": state.phase, "log": (st["record"] or {}).get("log")})
             return st["done"]
         display.update(host.name, state, pct)
+        if (state.crashed is not None and ans["running"] and state.crashed.kind != "overlay-import"
+                and time.monotonic() < st.setdefault("crash_seen", time.monotonic()) + CRASH_EXIT_WAIT):
+            # the traceback is in the log, the tree is still going down: one more look for its exit
+            # status, so the report has both (a loaded machine once reported the traceback alone)
+            return None
         if state.crashed is not None or not ans["running"]:
             # Read whatever the dying process wrote last, then report.
             crash = state.crashed

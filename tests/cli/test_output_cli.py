@@ -44,10 +44,16 @@ def test_audit_in_a_pipe_and_at_80_columns(host, ssh_env):
 def test_a_fleet_table_at_80_columns_keeps_identifiers_whole(host, ssh_env, sandbox_factory):
     other = sandbox_factory.host()
     try:
-        out = run("status", *ssh_env.cli_args, "--host", host.name, "--host", other.name, "--format", "table",
-                  env={"COLUMNS": "80"}).stdout
+        proc = run("status", *ssh_env.cli_args, "--host", host.name, "--host", other.name, "--format", "table",
+                   env={"COLUMNS": "80"})
     finally:
         sandbox_factory.remove(other)
+    out = proc.stdout
     words = set(out.split())
     assert {host.name, other.name, "0.5.9", "missing"} <= words, out
     assert out.strip().splitlines()[-1].startswith("2 hosts: ")
+    # stdout holds the table once (`> out` keeps it), the lines as they arrived went to stderr
+    # (issue 37, item 6: both were on stdout)
+    for name in (host.name, other.name):
+        assert sum(1 for line in out.splitlines() if line.split()[:1] == [name]) == 1, out
+        assert any(line.startswith(name) for line in proc.stderr.splitlines()), proc.stderr

@@ -81,6 +81,9 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
                       kind="systemd" if systemd_ else "namespaces", podman=podman_, gpu_capability=gpu_capability)
              for i in range(count)]
     box = Sandbox(base_dir)
+    why = differs(box, specs)
+    if why:
+        _fail(why, EXIT_USAGE)
     from provision.sandbox.images import ImageUnavailable
     from provision.sandbox.systemd import SystemdUnavailable
 
@@ -113,10 +116,48 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
     click.echo(f"try:        provision status --host {hosts[0].name}")
     click.echo(f"            provision patch -i {inventory} --diff")
     click.echo(f"            ssh -F {box.ssh_config_path} {hosts[0].name}")
+    gpus = hosts[0].spec.gpu_capability if hosts[0].spec is not None else None
     for line in STAND_INS:
+        if gpus and "there are none: no nvidia-smi" in line:  # the stand-in nvidia-smi is there
+            line = line.replace("there are none: no nvidia-smi",
+                                f"a stand-in nvidia-smi reports 8 of compute capability {gpus}")
         click.echo(line)
     click.echo(f"            on this machine, {hosts[0].name}'s files are under {hosts[0].fs_dir}")
     click.echo(f"stop with:  provision sandbox down{suffix}")
+
+
+def _options(spec: HostSpec) -> str:
+    """The `up` options that made a host, as a user would type them."""
+    out = [f"--version {spec.sglang}" if spec.sglang else "--layout none"]
+    if spec.sglang and spec.layout != "source":
+        out.append(f"--layout {spec.layout}")
+    out += ["--systemd"] if spec.kind == "systemd" else []
+    out += ["--podman"] if spec.podman else []
+    out += [f"--gpu-capability {spec.gpu_capability}"] if spec.gpu_capability else []
+    return " ".join(out)
+
+
+def differs(box: Sandbox, specs: list) -> str | None:
+    """Why this `up` would silently change the running sandbox (rebuild a host with other options,
+    wiping its patches and servers, or stop listing one), or None. `up` keeps running hosts; it
+    never rebuilds one behind the user's back (issue 37)."""
+    running = {name: h for name, h in box.hosts.items() if h.alive()}
+    wanted = {s.name: s for s in specs}
+    changed = [n for n, s in wanted.items() if n in running and running[n].spec is not None
+               and running[n].spec != s]
+    extra = sorted(set(running) - set(wanted))
+    if not changed and not extra:
+        return None
+    now = next(iter(running.values())).spec
+    how = _options(now) if now is not None else "its options"
+    if changed:
+        what = (f"{', '.join(sorted(changed))} already run{'s' if len(changed) == 1 else ''} with other options "
+                f"({how}); `up` keeps running hosts and would have to rebuild "
+                f"{'it' if len(changed) == 1 else 'them'}, wiping patches and servers")
+    else:
+        what = f"this sandbox runs {len(running)} hosts, and `up --hosts {len(wanted)}` would stop listing {', '.join(extra)}"
+    return (f"{what}: repeat the options it runs with (`provision sandbox up --hosts {len(running)} {how}`), "
+            "or `provision sandbox down` first to build it anew")
 
 
 STAND_INS = [

@@ -229,11 +229,15 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
         return st["done"]
     rec = st["record"] or {}
     ttr = time.monotonic() - t0
-    spec = rec.get("spec_args") or {}
+    spec = {k: v for k, v in (rec.get("spec_args") or {}).items() if v is not None}
+    algorithm = spec.get("speculative-algorithm")
+    knobs = " ".join(f"{name}={spec[key]}" for name, key in (("steps", "speculative-num-steps"),
+                                                            ("topk", "speculative-eagle-topk"),
+                                                            ("draft_tokens", "speculative-num-draft-tokens"))
+                     if key in spec)
+    # a baseline server (launched without --speculative-*) reads "speculative off", never "None ... =None"
     summary = (f"ready in {ttr:.1f} s: model {rec.get('model')}, port {prof.port}, tp {rec.get('tp')}, "
-               f"speculative {spec.get('speculative-algorithm', 'off')}"
-               + (f" steps={spec.get('speculative-num-steps')} topk={spec.get('speculative-eagle-topk')} "
-                  f"draft_tokens={spec.get('speculative-num-draft-tokens')}" if spec else ""))
+               f"speculative {algorithm or 'off'}" + (f" {knobs}" if algorithm and knobs else ""))
     state = st["last"]
     return HostResult(host.name, "ready", summary, data={"time_to_ready": round(ttr, 2), "pid": rec.get("pid"),
                                                          "log": rec.get("log"), "port": prof.port,

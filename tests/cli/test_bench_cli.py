@@ -39,6 +39,9 @@ def fleet(sandbox_factory, ssh_env, tmp_path_factory):
     run("patch", "-i", path, check_rc=0)
     proc = run("launch", "-i", path, "--poll", "0.5", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the baseline (launched without --speculative-*) reads "speculative off", not "None ... =None"
+    base_line = next(line for line in proc.stdout.splitlines() if line.startswith(names["base"]) and "speculative" in line)
+    assert "speculative off" in base_line and "None" not in base_line, base_line
     yield str(path), names, tmp
     run("stop", "-i", path)
     sandbox_factory.remove(*hosts.values())

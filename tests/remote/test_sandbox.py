@@ -342,6 +342,35 @@ def test_cli_up_status_down(tmp_path, sandbox_factory):
     assert "no sandbox hosts" in r.output
 
 
+def test_cli_up_never_rebuilds_or_drops_running_hosts_behind_the_users_back(tmp_path, sandbox_factory):
+    """A second `up` with other options (or fewer hosts) is refused with a sentence: it used to rebuild
+    the hosts without their stand-in GPUs, wiping patches and servers, and stop listing the third
+    (issue 37, item 7). The same options again keep the hosts as they are."""
+    base = tmp_path / "cli-sbx"
+    first = sandbox_factory._address()
+    for _ in range(2):
+        sandbox_factory._address()
+    runner = CliRunner()
+    args = ["--hosts", "3", "--layout", "none", "--first-address", first, "--port", "2222", "--base-dir", str(base)]
+    r = runner.invoke(sandbox_cli, ["up", *args, "--gpu-capability", "12.0"])
+    try:
+        assert r.exit_code == 0, r.output
+        assert "a stand-in nvidia-smi reports 8 of compute capability 12.0" in r.output, r.output
+        pids = {n: h.init_pid for n, h in Sandbox(base).hosts.items()}
+        r = runner.invoke(sandbox_cli, ["up", *args, "--gpu-capability", "12.0"])
+        assert r.exit_code == 0, r.output
+        assert {n: h.init_pid for n, h in Sandbox(base).hosts.items()} == pids, "kept as they were"
+        r = runner.invoke(sandbox_cli, ["up", *args])
+        assert r.exit_code == 2 and "already run with other options" in r.output, r.output
+        assert "--gpu-capability 12.0" in r.output and "provision sandbox down" in r.output, r.output
+        fewer = [a if a != "3" else "2" for a in args]
+        r = runner.invoke(sandbox_cli, ["up", *fewer, "--gpu-capability", "12.0"])
+        assert r.exit_code == 2 and "would stop listing sbx3" in r.output, r.output
+        assert {n: h.init_pid for n, h in Sandbox(base).hosts.items()} == pids, "nothing was rebuilt"
+    finally:
+        runner.invoke(sandbox_cli, ["down", "--base-dir", str(base)])
+
+
 def test_hosts_die_with_their_owner(tmp_path, sandbox_factory):
     """A test session killed without teardown (owner_pid) leaves no host running."""
     addr = sandbox_factory._address()

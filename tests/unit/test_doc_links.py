@@ -19,15 +19,20 @@ def slug(heading: str) -> str:
     return h.replace(" ", "-")
 
 
-def anchors(text: str) -> set[str]:
-    out: set[str] = set()
-    seen: dict[str, int] = {}
+def prose(text: str):
+    """The lines outside fenced code blocks."""
     fenced = False
     for line in text.splitlines():
         if line.startswith("```"):
             fenced = not fenced
-        if fenced:
-            continue
+        if not fenced:
+            yield line
+
+
+def anchors(text: str) -> set[str]:
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in prose(text):
         m = re.match(r"^#+ (.*)$", line)
         if m:
             s = slug(m.group(1))
@@ -37,12 +42,7 @@ def anchors(text: str) -> set[str]:
 
 
 def links(text: str):
-    fenced = False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        if fenced:
-            continue
+    for line in prose(text):
         for m in LINK.finditer(line):
             target = m.group(2)
             if not re.match(r"^[a-z]+:", target):

@@ -368,11 +368,9 @@ def resolve(alias: str, *, config, user: str | None = None, port: int | None = N
     (as ``ssh ADDRESS`` would be), else for the name. The ProxyJump chain is resolved
     into ``via`` (each hop through the config itself)."""
     cfg = _as_config(config)
-    _check_name(alias, "name", alias)  # before `ssh -G` is asked anything, or a ProxyCommand run
-    if hostname is not None:
+    _check_name(alias, "name", alias)  # before `ssh -G` is asked anything (the user is checked below,
+    if hostname is not None:           # once it is final; ssh -G is never given it)
         _check_name(alias, "address", hostname)
-    if user is not None:
-        _check_name(alias, "user", user)
     c = cfg.lookup(hostname or alias)
     if hostname is None:
         hostname = c.get("hostname") or alias

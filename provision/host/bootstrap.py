@@ -186,6 +186,17 @@ RESULT_PREFIX = "PROVISION-RESULT "
 EVENT_PREFIX = "PROVISION-EVENT "
 
 
+def emit(event: dict) -> None:
+    """One progress event to the control machine, on the same stdout as the answer, before it
+    (control/transport/base.py hands it to the call's ``on_event``). For the user's eyes only:
+    an event the control side misses changes no outcome."""
+    import json
+    import sys
+
+    sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
 def serve(dispatch, request: bytes, bundle: bytes) -> int:
     """Run one request through ``dispatch`` and print the answer; never lose the host's answer."""
     import json

@@ -187,7 +187,7 @@ def flag(fig: dict, *, min_speedup: float = DEFAULT_MIN_SPEEDUP,
     if sp is not None and sp < 1.0:
         fig["flags"].append("net-negative")
         fig["notes"].append(f"speculative decoding makes it slower: {sp:.2f}x the baseline's "
-                            f"{fig['baseline_decode_tok_s']:g} tok/s")
+                            f"{fig['baseline_decode_tok_s']:.1f} tok/s")
     why = []
     if sp is not None and sp < min_speedup:
         why.append(f"speedup {sp:.2f}x < {min_speedup:g}")
@@ -212,8 +212,8 @@ def flag_outliers(figs: dict[str, dict], fraction: float = OUTLIER_FRACTION) -> 
         for h in hosts:
             if figs[h]["decode_tok_s"] < fraction * med:
                 figs[h]["flags"].append("outlier")
-                figs[h]["notes"].append(f"outlier: {figs[h]['decode_tok_s']:g} tok/s < {fraction:g} x the median "
-                                        f"{med:g} of the {len(hosts)} hosts with its key")
+                figs[h]["notes"].append(f"outlier: {figs[h]['decode_tok_s']:.1f} tok/s < {fraction:g} x the median "
+                                        f"{med:.1f} tok/s of the {len(hosts)} hosts with its key")
 
 
 def judge(figs: dict[str, dict], baseline: dict | None, *, min_speedup: float = DEFAULT_MIN_SPEEDUP,

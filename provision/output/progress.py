@@ -44,8 +44,12 @@ class Display:
         if not self.plain:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            from rich.console import Console
+
+            console = Console(stderr=True) if self.stream is sys.stderr else None
             self._rich = Progress(TextColumn("{task.fields[host]:<12}"), BarColumn(bar_width=30),
-                                  TextColumn("{task.fields[what]}"), TimeElapsedColumn(), transient=False)
+                                  TextColumn("{task.fields[what]}"), TimeElapsedColumn(), transient=False,
+                                  console=console)
             self._rich.start()
         return self
 
@@ -67,6 +71,21 @@ class Display:
             if last is None or last[0].split(" ")[0] != phase or now - last[1] >= self.every:
                 self._last[host] = (line, now)
                 print(f"{host}: {line}", file=self.stream, flush=True)
+
+    def step(self, host: str, text: str, done: int, total: int) -> None:
+        """A counted task's progress (bench's requests): the bar on a terminal; plain, the first
+        line, the last, and one every `every` seconds between."""
+        with self.lock:
+            if self._rich is not None:
+                if host not in self._tasks:
+                    self._tasks[host] = self._rich.add_task("", total=total, host=host, what=text)
+                self._rich.update(self._tasks[host], completed=done, total=total, what=text)
+                return
+            now = time.monotonic()
+            last = self._last.get(host)
+            if last is None or done >= total or now - last[1] >= self.every:
+                self._last[host] = (text, now)
+                print(f"{host}: {text}", file=self.stream, flush=True)
 
     def message(self, host: str, text: str) -> None:
         with self.lock:

@@ -10,6 +10,8 @@ arithmetic is output/benchfigures.py's, the Prometheus text output/prometheus.py
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from provision.config.inventory import Host
@@ -43,6 +45,46 @@ def call_timeout(opts: BenchOptions) -> float:
     return max(opts.timeout, (opts.requests + opts.warmup) * per + 60.0)
 
 
+ASSUMED_TOK_S = 50.0   # the up-front estimate's speed: about a Kimi-K2.5 server without EAGLE-3
+
+
+def expected_seconds(opts: BenchOptions, tok_s: float = ASSUMED_TOK_S) -> float:
+    """One host's bench, up front: every request decoding --max-new-tokens at tok_s (hosts run in
+    parallel, so this is the run's too when they fit in --forks)."""
+    return (opts.warmup + opts.requests) * (opts.max_new_tokens / tok_s + 0.1)
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def plan_line(opts: BenchOptions, hosts: int) -> str:
+    """What the run will do and how long it should take, said before it starts."""
+    n = opts.warmup + opts.requests
+    line = (f"bench: {hosts} host{'s' if hosts != 1 else ''}, each {opts.warmup} warm-up + {opts.requests} measured "
+            f"requests of {opts.max_new_tokens} tokens, one at a time: about {duration(expected_seconds(opts))} "
+            f"per host at {ASSUMED_TOK_S:g} tok/s")
+    if n * opts.max_new_tokens > 2000:
+        line += "; `-n 3 --max-new-tokens 64` takes seconds"
+    return line
+
+
+def progress_text(event: dict, elapsed: float) -> str | None:
+    """One host's progress after a request (the event of host/ops/bench.py): which request of how
+    many, its decode speed, and the time left at this host's pace so far (elapsed: since its call
+    began)."""
+    stage, done, of = event.get("bench"), event.get("done"), event.get("of")
+    step, steps = event.get("step"), event.get("steps")
+    if stage not in ("warmup", "request") or not all(isinstance(v, int) and v > 0 for v in (done, of, step, steps)):
+        return None
+    rate = bf.decode_rate(event.get("request") or {})
+    text = f"{'warm-up' if stage == 'warmup' else 'request'} {done}/{of}"
+    if rate is not None:
+        text += f": {rate:.1f} tok/s"
+    return text + (f"; about {duration(elapsed / step * (steps - step))} left" if step < steps else "")
+
+
 def port_for(host: Host, opts: BenchOptions) -> int:
     if opts.port:
         return opts.port
@@ -55,14 +97,24 @@ def port_for(host: Host, opts: BenchOptions) -> int:
         return 30000
 
 
-def bench_fn(opts: BenchOptions):
+def bench_fn(opts: BenchOptions, on_progress: Callable[[str, str, int, int], None] | None = None):
+    """One host's bench; ``on_progress(host, text, step, steps)`` after each of its requests."""
     def fn(host: Host, session, fleet) -> HostResult:
+        t0 = time.monotonic()
+
+        def on_event(event: dict) -> None:
+            text = progress_text(event, time.monotonic() - t0)
+            if text is not None and on_progress is not None:
+                on_progress(host.name, text, event["step"], event["steps"])
+
         req: BenchRequest = {"op": "bench", "port": port_for(host, opts), "warmup": opts.warmup,
                              "requests": opts.requests, "max_new_tokens": opts.max_new_tokens, "force": opts.force,
                              "read_timeout": opts.read_timeout}
         if opts.secrets.get("args"):
             req["secrets"] = {"args": dict(opts.secrets["args"])}
-        answer: BenchAnswer = session.call(req, timeout=call_timeout(opts), sudo=fleet.uses_sudo(host, session))
+        answer: BenchAnswer = session.call(
+            req, timeout=call_timeout(opts), sudo=fleet.uses_sudo(host, session),
+            on_event=on_event if on_progress else None)
         return result_from_answer(host.name, answer)
 
     return fn
@@ -109,9 +161,9 @@ def detail(f: dict) -> str:
     parts = [f"decode {fmt(f.get('decode_tok_s'))} tok/s (p10 {fmt(f.get('decode_tok_s_p10'))}, "
              f"p90 {fmt(f.get('decode_tok_s_p90'))})", f"ttft {fmt(f.get('ttft_s'), 3)} s"]
     if f.get("spec_on"):
-        parts.append(f"accept length {fmt(f.get('accept_length'))}")
+        parts.append(f"accept length {fmt(f.get('accept_length'), 2)}")
         if f.get("accept_rate") is not None:
-            parts.append(f"accept rate {fmt(f.get('accept_rate'))}")
+            parts.append(f"accept rate {fmt(f.get('accept_rate'), 2)}")
     else:
         parts.append("no speculative decoding")
     if f.get("speedup") is not None:

@@ -5,6 +5,7 @@ and accept length from its environment."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -90,6 +91,15 @@ def test_baseline_then_eagle3_hosts_net_negative_flagged_exit_8(fleet):
     assert text.returncode == 8
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith(names["slow"] + " "))
     assert "measured" in line and "accept length" in line and "speedup 0." in line and "net-negative" in line
+    # the notes round as the rows do: one decimal for tok/s (the row's 41.0, never the note's 40.99)
+    notes = [ln for ln in text.stdout.splitlines() if ln.startswith("    note:") and "tok/s" in ln]
+    assert notes and all(re.fullmatch(r"\d+\.\d", t) for n in notes for t in re.findall(r"([\d.]+) tok/s", n)), notes
+    # before the run: what it will do and how long; during it, each host's requests (stderr only)
+    assert text.stderr.startswith("bench: 3 hosts, each 1 warm-up + 5 measured requests of 96 tokens"), text.stderr
+    assert "about " in text.stderr.splitlines()[0]
+    for h in names.values():
+        assert re.search(rf"^{h}: request 5/5: \d+\.\d tok/s$", text.stderr, re.M), text.stderr
+    assert "request" not in text.stdout
 
     # journaled: `history` shows each host's speed over time
     hist = run("history", "--host", names["good"], "--json", check_rc=0)

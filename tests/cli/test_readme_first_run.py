@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 SECTION = "## A first run on the sandbox"
 DEFAULT_BASE = "/var/tmp/provision-sandbox"
-VERDICTS = ("missing", "would-patch", "patched", "unchanged", "unpatched", "ready", "stopped", "native", "failed")
+VERDICTS = ("missing", "would-patch", "patched", "unchanged", "unpatched", "ready", "stopped", "native", "failed",
+            "measured")
 
 
 def first_run_lines(text: str) -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from provision.host.bootstrap import emit
 from provision.host.facts.gpu_name import gpu_name
 from provision.host.ops import server
 from provision.host.ops.backends import tree
@@ -230,6 +231,14 @@ def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     return out  # type: ignore[return-value]
 
 
+def progress(stage: str, done: int, of: int, one: dict, steps: int) -> dict:
+    """The event after one request: which, of how many (of its stage, and of all `steps`), and its
+    timing fields (the control side does the arithmetic, output/benchfigures.py, as for the answer)."""
+    step = done if stage == "warmup" else steps - of + done
+    return {"bench": stage, "done": done, "of": of, "step": step, "steps": steps,
+            "request": {k: one.get(k) for k in ("completion_tokens", "decode_s", "first_chunk_tokens")}}
+
+
 def _run(client: Client, req: dict, out: dict) -> None:
     status, info = client.get_json("/server_info")
     if status == 404:
@@ -259,14 +268,17 @@ def _run(client: Client, req: dict, out: dict) -> None:
     max_new = int(req.get("max_new_tokens") or 512)
     deadline = float(req.get("request_timeout") or max(120.0, max_new / 2.0))
     prompts = PROMPTS
-    for i in range(int(req.get("warmup", 2))):
-        client.stream(prompts[i % len(prompts)][1], max_new, deadline)
+    warmup, measured = int(req.get("warmup", 2)), int(req.get("requests") or 15)
+    for i in range(warmup):
+        one = client.stream(prompts[i % len(prompts)][1], max_new, deadline)
         out["warmup"] += 1
-    for i in range(int(req.get("requests") or 15)):
+        emit(progress("warmup", i + 1, warmup, one, warmup + measured))
+    for i in range(measured):
         name, text = prompts[i % len(prompts)]
         one = client.stream(text, max_new, deadline)
         one["prompt"] = name
         out["requests"].append(one)
+        emit(progress("request", i + 1, measured, one, warmup + measured))
     status, after = client.get_json("/server_info")
     if status == 200:
         out["server_info_after"] = _trim_info(after)

@@ -97,7 +97,7 @@ def main() -> int:
                 if i % 2 == 0:
                     host.run("rm -rf /var/lib/provision/images")
                 t0 = time.time()
-                p = subprocess.run(cli + ["launch", "-i", str(inv), "--profile", str(pb), "--poll", "0.5", "--json"],
+                p = subprocess.run(cli + ["launch", "-i", str(inv), "--playbook", str(pb), "--poll", "0.5", "--json"],
                                    capture_output=True, text=True, env=env, timeout=300)
                 t_end = time.time()
                 r = json.loads(p.stdout)["hosts"][0]
@@ -105,7 +105,7 @@ def main() -> int:
                                         "sglang-30000"]).stdout.strip()) / 1e9
                 rec = json.loads(host.run("cat /var/lib/provision/server/server-30000.json").stdout)
                 t1 = time.time()
-                s = subprocess.run(cli + ["stop", "-i", str(inv), "--profile", str(pb)], capture_output=True,
+                s = subprocess.run(cli + ["stop", "-i", str(inv), "--playbook", str(pb)], capture_output=True,
                                    text=True, env=env, timeout=120)
                 t2 = time.time()
                 if r["verdict"] != "ready" or s.returncode != 0:

@@ -59,8 +59,8 @@ def main() -> int:
         host = box.up([HostSpec("ms01", addr, "0.5.9", "venv", port, flashinfer="0.6.3", gpu_capability="12.0")])[0]
         conn = ["--ssh-config", str(box.ssh_config_path), "--identity", str(box.key_path),
                 "--known-hosts", str(box.known_hosts_path), "--host", host.name]
-        one = ["--spec", SPECS[0]]
-        three = [a for s in SPECS for a in ("--spec", s)]
+        one = ["--playbook", SPECS[0]]
+        three = [a for s in SPECS for a in ("--playbook", s)]
         cli = provision_argv()
         timed(cli + ["patch", *conn, *three])                      # the first patch, not timed
         cases = {

@@ -6,14 +6,16 @@ import sys
 
 import click
 
-from provision.cli.main import fleet_options, install_options, run_fleet, transport_options
+from provision.cli.main import fleet_options, install_options, renamed, run_fleet, transport_options
 from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
 
 
 @click.command()
 @fleet_options
 @transport_options()
-@click.option("--spec", metavar="PLAYBOOK", help="Also count this spec as coverage (besides the shipped playbooks).")
+@renamed("--spec", "--playbook", "spec")
+@click.option("--playbook", "spec", metavar="PLAYBOOK",
+              help="Also count this playbook's spec as coverage (besides the shipped playbooks).")
 @install_options
 def audit(ctx, spec, sglang_path, python_):
     """Find every SGLang wrapper model whose EAGLE-3 methods are missing.

@@ -6,16 +6,15 @@ import sys
 
 import click
 
-from provision.cli.main import _journal, fleet_options, metrics_options, selected_hosts, transport_options, \
-    write_metrics
+from provision.cli.main import _journal, fleet_options, metrics_options, selected_hosts, server_port_option, \
+    transport_options, write_metrics
 from provision.errors import EXIT_NOTHING, ConfigError
 
 
 @click.command()
 @fleet_options
 @transport_options(container=False)
-@click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
-              help="The server's port on the host (default: the host's launch profile's, then 30000).")
+@server_port_option("the host's launch profile's, then 30000")
 @click.option("--requests", "-n", "requests", type=click.IntRange(1, 1000), default=15, show_default=True,
               help="Measured requests per host, strictly one at a time.")
 @click.option("--max-new-tokens", type=click.IntRange(2, 65536), default=512, show_default=True,

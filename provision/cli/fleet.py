@@ -8,8 +8,8 @@ import sys
 import click
 
 from provision.cli.main import (check_option, check_specs, check_transport, diff_option, fleet_options, format_options,
-                                gpu_option, install_options, load_spec, profile_option, run_fleet, selected_hosts,
-                                spec_option, specs_option, transport_options)
+                                gpu_option, install_options, load_spec, profile_option, renamed, run_fleet,
+                                selected_hosts, spec_option, specs_option, transport_options)
 from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 
 
@@ -30,7 +30,7 @@ from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 @click.option("--serial", metavar="N|P%", help="With --restart: restart N hosts (or P%) at a time.")
 @click.option("--window", metavar="HH:MM-HH:MM",
               help="With --restart: restart only inside this local-time window (may cross midnight).")
-@profile_option(when="With --restart: ")
+@profile_option(when="With --restart: ", name="--restart-playbook")
 @click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="With --restart: seconds to wait for each restarted server to be healthy.")
 @click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
@@ -57,7 +57,7 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
 
     An unchanged host costs one short remote call: no
     interpreter is probed and nothing is written. Every spec a host carries
-    (`--spec`, repeatable, or the inventory's `specs:`) goes in that one call,
+    (`--playbook`, repeatable, or the inventory's `specs:`) goes in that one call,
     one row each. A spec whose `applies:` needs the host's facts goes in it
     too: intact, it is unchanged; else the answer brings the facts, and it
     is patched in a second call where it applies, not-applicable elsewhere.
@@ -219,7 +219,8 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
 
 @click.command()
 @click.option("--host", metavar="HOST", help="Only this host's entries.")
-@click.option("--spec", "spec_name", metavar="NAME", help="Only this spec's entries (its playbook name).")
+@click.option("--playbook", "spec_name", metavar="NAME", help="Only the entries of this playbook's spec (its name).")
+@renamed("--spec", "--playbook", "spec_name")
 @click.option("--last", "-n", "last", type=click.IntRange(0, None), default=50, show_default=True, metavar="N",
               help="The last N entries (0: all).")
 @format_options(json_is="JSON lines, one entry each")

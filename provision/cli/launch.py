@@ -8,15 +8,17 @@ import sys
 
 import click
 
-from provision.cli.main import fleet_options, gpu_option, profile_option, run_fleet
+from provision.cli.main import fleet_options, gpu_option, profile_option, run_fleet, server_port_option
 from provision.errors import UsageError
 
 
 def _profile_options(fn):
     """What starting a server takes: the profile, flag overrides and the secrets."""
     fn = profile_option()(fn)
+    fn = server_port_option()(fn)
     fn = click.option("--arg", "args", multiple=True, metavar="FLAG=VALUE",
-                      help="Override one SGLang flag, e.g. --arg port=30001 (repeatable).")(fn)
+                      help="Override one SGLang flag, e.g. --arg mem-fraction-static=0.85 (repeatable; the port "
+                           "is --server-port).")(fn)
     fn = click.option("--api-key-file", metavar="FILE", help="Read --api-key from FILE (or set PROVISION_API_KEY).")(fn)
     fn = click.option("--admin-api-key-file", metavar="FILE",
                       help="Read --admin-api-key from FILE (or set PROVISION_ADMIN_API_KEY).")(fn)
@@ -26,9 +28,7 @@ def _profile_options(fn):
 def _server_options(fn):
     """What finding a running server takes: the profile and its port."""
     fn = profile_option()(fn)
-    fn = click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
-                      help="The server's SGLang port (default: the profile's, with the inventory's `args:`).")(fn)
-    return fn
+    return server_port_option()(fn)
 
 
 def _server_opts(profile, server_port, **kw):
@@ -68,12 +68,18 @@ def _parse_overrides(args) -> dict:
     return out
 
 
-def _options(profile, args, api_key_file, admin_api_key_file, **kw):
+def _options(profile, server_port, args, api_key_file, admin_api_key_file, **kw):
     from provision.tasks.options import LaunchOptions
     from provision.config.profile import secrets_from_env
 
     files = {"api-key": api_key_file, "admin-api-key": admin_api_key_file}
-    return LaunchOptions(profile=profile, overrides=_parse_overrides(args),
+    overrides = _parse_overrides(args)
+    if server_port:
+        if "port" in overrides and overrides["port"] != server_port:
+            raise UsageError(f"--server-port {server_port} and --arg port={overrides['port']} name two ports for "
+                             "one server: give --server-port only")
+        overrides["port"] = server_port
+    return LaunchOptions(profile=profile, overrides=overrides,
                          secrets=secrets_from_env(files={k: v for k, v in files.items() if v}), **kw)
 
 
@@ -142,7 +148,7 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
               help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
-def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
+def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
            deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
     """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
 
@@ -164,7 +170,7 @@ def launch(ctx, profile, args, api_key_file, admin_api_key_file, do_patch, gpu_c
 
     multinode = MultiNode(selected_hosts(ctx))
     run = RunState()  # what each host got to: the Ctrl-C report's input
-    opts = _options(profile, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
+    opts = _options(profile, server_port, args, api_key_file, admin_api_key_file, patch=do_patch, overlay=overlay, force=force,
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
                     max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,

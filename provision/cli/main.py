@@ -58,7 +58,8 @@ def fleet_options(fn):
                      help="Private key file (default: IdentityFile from ssh config, then ssh-agent and ~/.ssh)."),
         click.option("--user", "-u", metavar="USER", help="SSH user (default: inventory, ssh config, then root)."),
         click.option("--port", "-p", type=int, metavar="PORT",
-                     help="SSH port (default: inventory, ssh config, then 22)."),
+                     help="SSH port (default: inventory, ssh config, then 22). The SGLang server's port is "
+                          "--server-port."),
         click.option("--ssh-config", metavar="FILE", envvar="PROVISION_SSH_CONFIG",
                      help="OpenSSH client config to read instead of ~/.ssh/config (and /etc/ssh/ssh_config); "
                           "env PROVISION_SSH_CONFIG."),
@@ -67,7 +68,7 @@ def fleet_options(fn):
         click.option("--accept-new-host-keys", is_flag=True,
                      help="Record unknown host keys (appending to known_hosts); changed keys are still refused."),
         click.option("--forks", "-f", type=click.IntRange(1, 512), default=16, show_default=True,
-                     help="Hosts worked on at once."),
+                     help="Hosts worked on at once (-f as in Ansible; --force is never shortened)."),
         click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=None, metavar="S",
                      help="Seconds to wait for a host's SSH handshake (default: ConnectTimeout from ssh config, "
                           "then 10)."),
@@ -217,7 +218,7 @@ def check_specs(ctx: Ctx, pspec) -> None:
     from provision.tasks.specs import check_distinct
 
     if pspec is not None:
-        check_distinct(pspec if isinstance(pspec, list) else [pspec], "--spec")
+        check_distinct(pspec if isinstance(pspec, list) else [pspec], "--playbook")
         return
     loaded: dict = {}
     for h in selected_hosts(ctx):
@@ -331,8 +332,22 @@ SHARED_PARAMS = ("hosts", "inventory", "limit", "identity", "user", "port", "ssh
                  "accept_new_host_keys", "forks", "connect_timeout", "command_timeout", "sudo", "sudo_password_file")
 
 
+# Other tools' spellings of an option provision spells its own way: a mistyped one names ours.
+SYNONYMS = {"--dry-run": "--check", "--dryrun": "--check", "--noop": "--check", "--what-if": "--check",
+            "--spec": "--playbook", "--profile": "--playbook"}
+
+
 class ProvisionCommand(click.Command):
     """A command whose --help puts its own options first, then the shared host and SSH ones."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            ours = SYNONYMS.get(exc.option_name)
+            if ours and any(ours in p.opts for p in self.get_params(ctx)):
+                exc.possibilities = [ours]
+            raise
 
     def format_options(self, ctx, formatter):
         own, shared = [], []
@@ -411,19 +426,43 @@ def main():
     check()  # a test-only switch (PROVISION_FAILPOINTS, ...) outside test mode: exit 2, nothing done
 
 
+def renamed(old: str, new: str, dest: str, *, multiple: bool = False, what: str = ""):
+    """A retired spelling kept working: ``old`` is a hidden option that fills ``dest`` (the
+    option now spelled ``new``) and says so on stderr, so no script breaks and its author learns
+    the one name. Both given: exit 2. Apply above the option it stands for."""
+    hidden_dest = "_old_" + old.lstrip("-").replace("-", "_")
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            value = kw.pop(hidden_dest)
+            if value not in (None, ()):
+                if kw.get(dest) not in (None, ()):
+                    raise UsageError(f"{old} and {new} are one option{what}: give {new} only")
+                click.echo(f"note: {old} is now spelled {new}{what}; the old spelling still works", err=True)
+                kw[dest] = value
+            return fn(*args, **kw)
+
+        return click.option(old, hidden_dest, hidden=True, multiple=multiple,
+                            metavar="PLAYBOOK" if "playbook" in new else None)(wrapper)
+    return deco
+
+
 def spec_option(fn):
-    """--spec: the patch spec (restore: one file)."""
-    return click.option("--spec", metavar="PLAYBOOK",
-                        help="Patch spec playbook (a path, or the name of a shipped one). "
-                             "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
+    """--playbook: the patch spec (restore: one file)."""
+    fn = click.option("--playbook", "spec", metavar="PLAYBOOK",
+                      help="The playbook whose patch spec names the file (a path, or a shipped name). "
+                           "Default: the host's `spec:`, then kimi-k25-eagle3.")(fn)
+    return renamed("--spec", "--playbook", "spec")(fn)
 
 
 def specs_option(fn):
-    """--spec, repeatable: the patch specs a host carries (patch, unpatch, status, reconcile)."""
-    return click.option("--spec", "spec", metavar="PLAYBOOK", multiple=True,
-                        help="Patch spec playbook (a path, or the name of a shipped one); repeat it for several "
-                             "(one row per host and spec). Default: the host's `specs:`/`spec:`, then "
-                             "kimi-k25-eagle3.")(fn)
+    """--playbook, repeatable: the patch specs a host carries (patch, unpatch, status, reconcile)."""
+    fn = click.option("--playbook", "spec", metavar="PLAYBOOK", multiple=True,
+                      help="The playbook whose patch spec to apply (a path, or a shipped name); repeat it for several "
+                           "(one row per host and spec). Default: the host's "
+                           "`specs:`/`spec:`, then kimi-k25-eagle3.")(fn)
+    return renamed("--spec", "--playbook", "spec", multiple=True)(fn)
 
 
 def gpu_option(fn):
@@ -486,17 +525,28 @@ def diff_option(fn):
     return click.option("--diff", is_flag=True, help="Show a unified diff of each change.")(fn)
 
 
-def profile_option(when: str = ""):
-    """--profile: the launch profile (launch, wait, stop, logs; reconcile --restart)."""
+def profile_option(when: str = "", name: str = "--playbook"):
+    """--playbook: the playbook whose launch profile starts or finds the server (launch, wait,
+    stop, logs); reconcile's is --restart-playbook, beside its patch --playbook."""
     def deco(fn):
-        return click.option("--profile", metavar="PLAYBOOK",
-                            help=f"{when}Launch profile (a playbook's `launch:`). Default: the host's `profile:`, "
-                                 "then kimi-k25-eagle3.")(fn)
+        fn = click.option(name, "profile", metavar="PLAYBOOK",
+                          help=f"{when}{'t' if when else 'T'}he playbook whose `launch:` profile to use (a path, "
+                               "or a shipped name). "
+                               "Default: the host's `profile:`, then kimi-k25-eagle3.")(fn)
+        return renamed("--profile", name, "profile")(fn)
     return deco
 
 
+def server_port_option(default: str = "the profile's, with the inventory's `args:`"):
+    """--server-port: the SGLang server's port on the host, one name on every command (launch,
+    wait, stop, logs, bench); -p/--port is SSH's."""
+    return click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
+                        help=f"The SGLang server's port on the host (default: {default}). Not SSH's "
+                             "port: that is -p/--port.")
+
+
 def load_spec(spec):
-    """The --spec playbook's patch spec (a list of them for a repeatable --spec), or None (each
+    """The --playbook playbook's patch spec (a list of them for a repeatable --playbook), or None (each
     host's own `specs:`/`spec:`). Either way a broken default playbook fails here, exit 2, before
     any host is touched."""
     from provision.config.playbook import load_patch_spec

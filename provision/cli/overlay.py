@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from provision.cli.main import renamed
+
 
 @click.group()
 def overlay():
@@ -16,9 +18,10 @@ def overlay():
 
 
 @overlay.command()
-@click.option("--spec", "specs", multiple=True, metavar="PLAYBOOK",
-              help="Patch spec playbook (a path, or the name of a shipped one); repeatable, one module per spec. "
-                   "Default: kimi-k25-eagle3.")
+@renamed("--spec", "--playbook", "specs", multiple=True)
+@click.option("--playbook", "specs", multiple=True, metavar="PLAYBOOK",
+              help="The playbook whose patch spec to render (a path, or a shipped name); repeatable, one module "
+                   "per spec. Default: kimi-k25-eagle3.")
 @click.option("--out", required=True, metavar="DIR",
               help="Directory to write the package into (DIR/provision_overlay/), e.g. a shared emptyDir volume.")
 @click.option("--mount-path", metavar="PATH",

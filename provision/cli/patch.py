@@ -47,7 +47,7 @@ def _patch_like(command: str):
                 if diff:
                     raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
                 if pspec is not None and len(pspec) > 1:
-                    raise UsageError("--overlay stages one delegation spec's overlay: give one --spec")
+                    raise UsageError("--overlay stages one delegation spec's overlay: give one --playbook")
                 op_fn = do_overlay(pspec[0] if pspec else None, check=check, remove=command == "unpatch",
                                    sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
             else:
@@ -76,7 +76,7 @@ def patch(ctx, verify_import=False):
     Methods the class already has natively are left alone; a broken hand patch
     (`cat >> kimi_k25.py`) is repaired. Idempotent: a second run is a no-op.
 
-    Every spec a host carries (`--spec`, repeatable, or the inventory's
+    Every spec a host carries (`--playbook`, repeatable, or the inventory's
     `specs:`) in one remote call: one row per host and spec. A spec whose
     `applies:` rules the host out is not-applicable (with the reason).
 
@@ -115,7 +115,7 @@ def status(ctx, spec, gpu_capability, sglang_path, python_, metrics_file):
       error       the file could not be judged (no SGLang, no such file, ...)
       not-applicable  the spec's `applies:` rules the host out (the reason says why)
 
-    One row per host and spec (`--spec` repeatable, or the inventory's `specs:`).
+    One row per host and spec (`--playbook` repeatable, or the inventory's `specs:`).
     Exit 0 when every row is patched, native, overlay or not-applicable, 4 when one is missing,
     stale or hand-patch (what `patch --check` would change), 3 when a host
     failed, was unreachable or is in error. "restart needed" is noted where the

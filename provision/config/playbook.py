@@ -270,7 +270,7 @@ def load_patch_spec(spec: str | None) -> PatchSpec:
 def _patch_of(text: str, path: str) -> PatchSpec:
     pb = parse_playbook(text, path)
     if pb.patch is None:
-        raise ConfigError(f"{pb.path}: has no `patch:` section, so it cannot be used with --spec")
+        raise ConfigError(f"{pb.path}: has no `patch:` section, so it cannot be used with --playbook")
     return pb.patch
 
 

@@ -656,14 +656,14 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
             cls = crash.class_name.rsplit(".", 1)[-1]
             return (f"the wrapper lacks EAGLE-3 delegation methods{what} and no shipped spec covers {cls}: "
                     f"run `provision audit {sel}`, then `provision spec new {cls} {sel} > "
-                    f"playbooks/{cls}.yaml` and `provision patch --spec playbooks/{cls}.yaml {sel}`")
+                    f"playbooks/{cls}.yaml` and `provision patch --playbook playbooks/{cls}.yaml {sel}`")
         return (f"the wrapper lacks EAGLE-3 delegation methods{what}: "
                 f"run `provision patch {sel}`")
     if crash.spec is not None:
         what = {"sm120-torch-symm-mem": "the SM120 key of SGLang's TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES",
                 "sm120-flashinfer-allreduce-fusion": "SM120 in flashinfer's allreduce-fusion architectures"}
         return (f"the spec {crash.spec} fixes this ({what.get(crash.spec, 'the hand patch')}): "
-                f"run `provision patch --spec {crash.spec} {sel}`, then restart the server")
+                f"run `provision patch --playbook {crash.spec} {sel}`, then restart the server")
     if crash.kind == "overlay-import":
         return ("the overlay provision staged does not import under the server (a spec whose parameter defaults "
                 "name something of the model file's own module?): fix the spec, or edit the file instead: "

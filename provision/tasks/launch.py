@@ -32,7 +32,7 @@ OVERLAY_IMPORT_TIMEOUT = 180.0
 IMAGE_PULL_TIMEOUT = 1800.0
 
 def candidate_objects(spec) -> list:
-    """The delegation specs preflight may find covering the model's class: the one given (--spec or
+    """The delegation specs preflight may find covering the model's class: the one given (--playbook or
     the playbook's), then the shipped ones, each name once."""
     from provision.config.playbook import shipped_patch_specs
 
@@ -162,7 +162,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
         covering = [c.get("spec") for c in pre.get("checks") or [] if c.get("check") == "eagle3"
                     and c.get("level") == "fail" and c.get("spec")]
         if opts.patch and covering and prof.container is None and pre.get("ok"):
-            # launch --patch, and the model's class has a gap a shipped (or --spec) spec covers:
+            # launch --patch, and the model's class has a gap a shipped (or --playbook) spec covers:
             # apply that spec, then check again
             state.stages[host.name] = "patching"
             found = [s for s in candidate_objects(spec) if s.name in covering]

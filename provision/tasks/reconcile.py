@@ -308,8 +308,8 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
 
     by_name = row_per_host(results)
     clock = clock or window_clock()
-    # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--spec, else the
-    # host's `spec:`), not one re-rendered from the profile's playbook. Of several --spec, the
+    # Overlay-mode hosts restart with the overlay of the spec reconcile just used (--playbook, else the
+    # host's `spec:`), not one re-rendered from the profile's playbook. Of several --playbook, the
     # overlay is the delegation spec's (the other kinds have none).
     if isinstance(spec, list):
         spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)

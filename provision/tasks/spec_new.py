@@ -93,7 +93,7 @@ def spec_yaml(spec: dict, source_note: str) -> str:
         "#",
         "#   patch:  the delegation methods `provision patch` injects into the wrapper class",
         "#           (only those it lacks; each forwards to the inner model).",
-        "# `provision patch --spec FILE` reads `patch:`.",
+        "# `provision patch --playbook FILE` reads `patch:`.",
         f"name: {_scalar(spec['name'])}",
     ]
     description = (

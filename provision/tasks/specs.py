@@ -1,6 +1,6 @@
 """Several patch specs per host: which specs a host carries, whether each applies to it.
 
-A host carries the specs given with `--spec` (repeatable), else its inventory `specs:`
+A host carries the specs given with `--playbook` (repeatable), else its inventory `specs:`
 (`spec:` is short for one), else the default spec. patch, unpatch, status and reconcile send
 all of a host's specs in ONE remote call and turn its answer into one row per host and spec.
 
@@ -50,7 +50,7 @@ def _load(name: str | None) -> PatchSpec:
 
 
 def specs_for(host: Host, given: list[PatchSpec] | None) -> list[PatchSpec]:
-    """The specs this host carries: `given` (--spec), else its `specs:`/`spec:`, else the default."""
+    """The specs this host carries: `given` (--playbook), else its `specs:`/`spec:`, else the default."""
     specs = list(given) if given else [_load(n) for n in host_spec_names(host)]
     check_distinct(specs, f"host {host.name}")
     return specs

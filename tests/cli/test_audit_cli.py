@@ -72,7 +72,7 @@ def test_audit_spec_new_and_patch_close_three_gaps(ahost, ssh_env, tmp_path, stu
         spec_path.write_text(out.stdout)
         spec = yaml.safe_load(out.stdout)["patch"]
         assert (spec["class"], spec["file"], spec["delegate"]) == (cls, rel, attr)
-        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", ahost.name, "--spec", str(spec_path))
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", ahost.name, "--playbook", str(spec_path))
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
 
         # the patched class really delegates to whatever the attribute holds

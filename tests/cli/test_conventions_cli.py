@@ -56,14 +56,14 @@ def test_malformed_ansible_value_is_exit_2_naming_file_host_and_value(tmp_path):
 
 
 def test_a_missing_or_invalid_profile_is_exit_2_before_any_host(tmp_path):
-    proc = run("launch", "--host", "192.0.2.1", "--profile", tmp_path / "nope.yaml")
+    proc = run("launch", "--host", "192.0.2.1", "--playbook", tmp_path / "nope.yaml")
     assert proc.returncode == 2 and "no such playbook" in proc.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text().replace(
         "speculative-num-steps", "x-speculative-num-steps-x"))
-    proc = run("launch", "--host", "192.0.2.1", "--profile", bad)
+    proc = run("launch", "--host", "192.0.2.1", "--playbook", bad)
     assert proc.returncode == 2 and "speculative-num-steps" in proc.stderr, proc.stderr
-    proc = run("stop", "--host", "192.0.2.1", "--profile", tmp_path / "nope.yaml")
+    proc = run("stop", "--host", "192.0.2.1", "--playbook", tmp_path / "nope.yaml")
     assert proc.returncode == 2
 
 
@@ -73,7 +73,7 @@ def test_a_spec_the_host_engine_would_reject_is_exit_2_at_load(tmp_path):
     bad = tmp_path / "shadow.yaml"
     bad.write_text((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text().replace(
         '"self, embed, head"', '"self, embed, type"'))
-    proc = run("patch", "--host", "192.0.2.1", "--spec", bad)
+    proc = run("patch", "--host", "192.0.2.1", "--playbook", bad)
     assert proc.returncode == 2 and "shadow the builtin" in proc.stderr, proc.stderr
     inv = tmp_path / "inv.yaml"
     inv.write_text(f"hosts:\n  gpu01: {{address: 192.0.2.1, spec: {bad}}}\n")

@@ -124,7 +124,7 @@ def test_a_renamed_playbook_replaces_the_old_block_and_reconcile_keeps_the_state
     text = (Path(__file__).resolve().parents[2] / "playbooks" / "kimi-k25-eagle3.yaml").read_text()
     old = tmp_path / "kimi-old.yaml"
     old.write_text(text.replace("name: kimi-k25-eagle3", "name: kimi-eagle3-old", 1))
-    run("patch", *args, "--spec", old, check_rc=0)
+    run("patch", *args, "--playbook", old, check_rc=0)
     assert b"spec=kimi-eagle3-old" in kimi(host).read_bytes()
 
     proc, doc = run_json("status", *args)
@@ -140,10 +140,10 @@ def test_a_renamed_playbook_replaces_the_old_block_and_reconcile_keeps_the_state
     assert [e["spec"] for e in state.values()] == ["kimi-k25-eagle3"]
 
     # patch under the old name again, then unpatch under the new one: the original comes back
-    run("patch", *args, "--spec", old, check_rc=0)
+    run("patch", *args, "--playbook", old, check_rc=0)
     proc, doc = run_json("patch", *args)
     assert doc["hosts"][0]["verdict"] == "patched"
     assert any("replaced the managed block written under spec kimi-eagle3-old" in n for n in doc["hosts"][0]["notes"])
-    run("patch", *args, "--spec", old, check_rc=0)
+    run("patch", *args, "--playbook", old, check_rc=0)
     proc, doc = run_json("unpatch", *args)
     assert doc["hosts"][0]["verdict"] == "unpatched" and kimi(host).read_bytes() == pristine

@@ -61,7 +61,7 @@ def test_shipped_playbooks_are_found_from_a_non_editable_install(layout, tmp_pat
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(home)) and where.stdout.strip().endswith("provision/playbooks")
     # The command itself, from another directory: a shipped spec by name, and the unit it would write.
-    proc = subprocess.run([str(exe), "schedule", "--host", "gpu01", "--spec", "kimi-vl-eagle3"], cwd="/", env=env,
+    proc = subprocess.run([str(exe), "schedule", "--host", "gpu01", "--playbook", "kimi-vl-eagle3"], cwd="/", env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert f"ExecStart={exe} reconcile --host gpu01 --spec kimi-vl-eagle3" in proc.stdout
+    assert f"ExecStart={exe} reconcile --host gpu01 --playbook kimi-vl-eagle3" in proc.stdout

@@ -34,7 +34,7 @@ def test_patch_again_unpatch_over_sshd(sm120_host, ssh_env, spec, key):
     other = files(host)["comm" if key == "symm" else "symm"]
     before, other_before = path.read_bytes(), other.read_bytes()
 
-    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", spec)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     rec = doc["hosts"][0]
     assert rec["verdict"] == "patched", rec
@@ -55,14 +55,14 @@ def test_patch_again_unpatch_over_sshd(sm120_host, ssh_env, spec, key):
         assert pkg["dir"] == f"{host.site_packages}/flashinfer"
         assert any("file in package flashinfer 0.6.3" in n for n in rec["notes"])
 
-    proc2, doc2 = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    proc2, doc2 = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", spec)
     assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "unchanged", doc2
     assert path.read_bytes() == after
 
-    proc3, doc3 = run_json("status", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    proc3, doc3 = run_json("status", *ssh_env.cli_args, "--host", host.name, "--playbook", spec)
     assert doc3["hosts"][0]["data"]["patch"] == "patched", doc3
 
-    proc4 = run("unpatch", *ssh_env.cli_args, "--host", host.name, "--spec", spec, check_rc=0)
+    proc4 = run("unpatch", *ssh_env.cli_args, "--host", host.name, "--playbook", spec, check_rc=0)
     assert "unpatched" in proc4.stdout
     assert path.read_bytes() == before
 
@@ -70,7 +70,7 @@ def test_patch_again_unpatch_over_sshd(sm120_host, ssh_env, spec, key):
 def test_a_host_without_flashinfer_is_told_so(sandbox_factory, ssh_env):
     host = sandbox_factory.host("nofi", sglang="0.5.9", layout="venv", gpu_capability="12.0")
     try:
-        proc = run("patch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-flashinfer-allreduce-fusion")
+        proc = run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "sm120-flashinfer-allreduce-fusion")
         assert proc.returncode == 3, (proc.stdout, proc.stderr)
         assert "package flashinfer is not installed for /opt/venv/bin/python" in proc.stdout + proc.stderr
     finally:
@@ -83,13 +83,13 @@ def test_reconcile_puts_the_flashinfer_fix_back_after_a_reinstall(sm120_host, ss
     spec = "sm120-flashinfer-allreduce-fusion"
     comm = files(host)["comm"]
     pristine = comm.read_bytes()
-    run("patch", *ssh_env.cli_args, "--host", host.name, "--spec", spec, check_rc=0)
+    run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", spec, check_rc=0)
     patched = comm.read_bytes()
-    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--playbook", spec)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
     host.reset_sglang()  # pip reinstalls the released wheels: our edit is gone
     assert comm.read_bytes() == pristine
-    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--spec", spec)
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, "--playbook", spec)
     rec = doc["hosts"][0]
     assert proc.returncode == 0 and rec["verdict"] == "patched" and rec["data"]["state"] == "wiped", rec
     assert "the file is the release's own again (flashinfer reinstalled); re-patched" in rec["detail"]
@@ -101,11 +101,11 @@ def test_the_latest_release_still_needs_the_symm_mem_entry(sandbox_factory, ssh_
     try:
         path = host.hostpath(f"{host.sglang_dir}/{SYMM}")
         before = path.read_bytes()
-        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem")
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "sm120-torch-symm-mem")
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
         assert doc["hosts"][0]["version"] == "0.5.23"
         assert b"    12: {\n" in path.read_bytes()
-        run("unpatch", *ssh_env.cli_args, "--host", host.name, "--spec", "sm120-torch-symm-mem", check_rc=0)
+        run("unpatch", *ssh_env.cli_args, "--host", host.name, "--playbook", "sm120-torch-symm-mem", check_rc=0)
         assert path.read_bytes() == before
     finally:
         sandbox_factory.remove(host)

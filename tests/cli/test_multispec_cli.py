@@ -97,9 +97,9 @@ def test_two_specs_one_connection_one_call(sandbox_factory, ssh_env, tmp_path, s
     assert proc.stdout.rstrip().endswith("1 host, 2 host-specs: 2 unchanged"), proc.stdout
     assert log.counts() == (1, 1)
 
-    # --spec, repeated, means the same as the inventory's specs:
+    # --playbook, repeated, means the same as the inventory's specs:
     log.mark()
-    proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name, "--spec", BOTH[1], "--spec", BOTH[0])
+    proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name, "--playbook", BOTH[1], "--playbook", BOTH[0])
     assert proc.returncode == 0, proc.stdout
     assert [(h["data"]["spec"], h["verdict"]) for h in doc["hosts"]] == [(BOTH[1], "patched"), (BOTH[0], "patched")]
     assert log.counts() == (1, 1)
@@ -124,8 +124,8 @@ def test_two_specs_one_connection_one_call(sandbox_factory, ssh_env, tmp_path, s
     for rel in (KIMI, KIMI_VL):
         assert model_file(host, rel).read_bytes() == before[rel], "unpatch restores every byte"
 
-    # the journal has a row per host and spec; --spec picks one spec's
-    proc = run("history", "--spec", "kimi-vl-eagle3", "--json", check_rc=0)
+    # the journal has a row per host and spec; --playbook picks one spec's
+    proc = run("history", "--playbook", "kimi-vl-eagle3", "--json", check_rc=0)
     recs = [json.loads(ln) for ln in proc.stdout.splitlines()]
     assert [(r["command"], r["verdict"]) for r in recs if r["host"] == host.name] == \
         [("patch", "patched"), ("reconcile", "patched"), ("unpatch", "unpatched")]
@@ -157,7 +157,7 @@ def test_applies_decided_from_the_hosts_facts(sandbox_factory, ssh_env, tmp_path
     log, log_sm120 = sshd_log(plain), sshd_log(sm120)
 
     proc, doc = run_json("patch", *ssh_env.cli_args, "--host", plain.name, "--host", sm120.name,
-                         "--spec", gpu_spec, "--spec", newer)
+                         "--playbook", gpu_spec, "--playbook", newer)
     assert proc.returncode == 0, proc.stdout
     got = rows(doc)
     na = got[(plain.name, "vl-on-sm120")]
@@ -174,7 +174,7 @@ def test_applies_decided_from_the_hosts_facts(sandbox_factory, ssh_env, tmp_path
     assert log_sm120.counts() == (1, 2), "the facts call, then one patch call, on one connection"
 
     log.mark()
-    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", plain.name, "--spec", gpu_spec,
+    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", plain.name, "--playbook", gpu_spec,
                          "--gpu-capability", "12.0")
     assert proc.returncode == 0, proc.stdout
     assert doc["hosts"][0]["verdict"] == "patched"
@@ -182,7 +182,7 @@ def test_applies_decided_from_the_hosts_facts(sandbox_factory, ssh_env, tmp_path
 
     # status: one call, applicability decided from its answer; not-applicable is a wanted state
     log.mark()
-    proc, doc = run_json("status", *ssh_env.cli_args, "--host", plain.name, "--spec", gpu_spec, "--spec", newer)
+    proc, doc = run_json("status", *ssh_env.cli_args, "--host", plain.name, "--playbook", gpu_spec, "--playbook", newer)
     assert proc.returncode == 0, proc.stdout
     assert [h["verdict"] for h in doc["hosts"]] == ["not-applicable", "not-applicable"]
     assert log.counts() == (1, 1)
@@ -193,7 +193,7 @@ def test_applies_decided_from_the_hosts_facts(sandbox_factory, ssh_env, tmp_path
     assert [h["verdict"] for h in doc["hosts"]] == ["patched"], proc.stdout
 
     # a host whose GPUs are another architecture
-    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", sm120.name, "--spec", gpu_spec,
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", sm120.name, "--playbook", gpu_spec,
                          "--gpu-capability", "9.0")
     assert proc.returncode == 0, proc.stdout
     assert doc["hosts"][0]["verdict"] == "not-applicable"
@@ -231,7 +231,7 @@ def test_launch_requires_every_applicable_spec(sandbox_factory, ssh_env, tmp_pat
     bad = dict(prof, name="bad-requires")
     bad["launch"] = dict(prof["launch"], requires=["no-such-spec"])
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    proc = run("launch", *ssh_env.cli_args, "--host", host.name, "--profile", str(tmp_path / "bad.yaml"))
+    proc = run("launch", *ssh_env.cli_args, "--host", host.name, "--playbook", str(tmp_path / "bad.yaml"))
     assert proc.returncode == 2 and "launch.requires: no-such-spec" in proc.stderr, proc.stderr
 
 

@@ -148,7 +148,7 @@ def test_broken_overlay_is_reported_within_seconds_and_the_server_stopped(tmp_pa
     pb = _playbook(tmp_path, params="self, layer_ids=None, limit=KIMIV_VT_INFER_MAX_PATCH_NUM")
     inv = inventory(tmp_path, ssh_env, host, env={"PROVISION_STANDIN_LOAD_SECONDS": "60"})
     t0 = time.monotonic()
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--overlay", "--poll", "0.5", timeout=120)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--overlay", "--poll", "0.5", timeout=120)
     took = time.monotonic() - t0
     r = doc["hosts"][0]
     assert proc.returncode == 3 and r["verdict"] == "crashed", proc.stdout
@@ -180,13 +180,13 @@ def test_native_release_gets_no_overlay_and_launch_says_so(tmp_path, ssh_env, sa
 def test_profile_owning_the_variable_is_refused_and_its_pythonpath_kept_after_ours(tmp_path, ssh_env, host):
     theirs = _playbook(tmp_path, env={"SGLANG_EXTERNAL_MODEL_PACKAGE": "acme_models"})
     inv = inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", theirs, "--overlay", "--poll", "0.5")
+    proc, doc = run_json("launch", "-i", inv, "--playbook", theirs, "--overlay", "--poll", "0.5")
     r = doc["hosts"][0]
     assert proc.returncode == 3 and r["verdict"] == "refused"
     assert "SGLANG_EXTERNAL_MODEL_PACKAGE=acme_models" in r["detail"] and "will not replace yours" in r["detail"]
 
     keep = _playbook(tmp_path, env={"PYTHONPATH": "/opt/acme"})
-    proc, doc = run_json("launch", "-i", inv, "--profile", keep, "--overlay", "--poll", "0.5", timeout=240)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", keep, "--overlay", "--poll", "0.5", timeout=240)
     assert proc.returncode == 0, proc.stdout
     pid = doc["hosts"][0]["data"]["pid"]
     env = dict(kv.split("=", 1) for kv in host.run(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
@@ -194,7 +194,7 @@ def test_profile_owning_the_variable_is_refused_and_its_pythonpath_kept_after_ou
     root = env["PYTHONPATH"].split(":")[0]
     assert root.startswith("/var/lib/provision/overlay/") and env["PYTHONPATH"] == f"{root}:/opt/acme"
     assert env["SGLANG_EXTERNAL_MODEL_PACKAGE"] == "provision_overlay"
-    run("stop", "-i", inv, "--profile", keep, check_rc=0)
+    run("stop", "-i", inv, "--playbook", keep, check_rc=0)
 
 
 def test_overlay_is_refused_below_0_5_6_naming_the_version(tmp_path, ssh_env, sandbox_factory):
@@ -235,29 +235,29 @@ def test_reconcile_keeps_the_overlay_current_and_removes_it_once_native(tmp_path
         # the spec changed: the overlay is regenerated (check first: says so, writes nothing)
         changed = _playbook(tmp_path, params="self, layer_ids=None, **kwargs")
         old_text = h.run(f"cat {mod}").stdout
-        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed, "--check")
+        proc, doc = run_json("reconcile", "-i", inv, "--playbook", changed, "--check")
         assert proc.returncode == 4 and doc["hosts"][0]["verdict"] == "staged"
         assert h.run(f"cat {mod}").stdout == old_text
-        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed, "--restart")
+        proc, doc = run_json("reconcile", "-i", inv, "--playbook", changed, "--restart")
         r = doc["hosts"][0]
         assert proc.returncode == 0 and r["verdict"] == "staged" and "regenerated" in r["detail"], proc.stdout
         assert "def set_eagle3_layers_to_capture(self, layer_ids=None, **kwargs):" in h.run(f"cat {mod}").stdout
         # ... and the running server, which imported the old one, was restarted in overlay mode
         assert r["data"]["restart"]["verdict"] == "restarted", r
-        st = run("status", "-i", inv, "--spec", changed, "--format", "lines").stdout
+        st = run("status", "-i", inv, "--playbook", changed, "--format", "lines").stdout
         assert "fix: overlay" in st and f"pid {pid} " not in st, st
         run("stop", "-i", inv, check_rc=0)
-        st, sdoc = run_json("status", "-i", inv, "--spec", changed)
+        st, sdoc = run_json("status", "-i", inv, "--playbook", changed)
         assert st.returncode == 0 and sdoc["hosts"][0]["verdict"] == "overlay"
         assert sha(h, kimi) == before
 
         # an upgrade to a release with the methods natively: the overlay goes
         install_release(h, "0.5.10")
-        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        proc, doc = run_json("reconcile", "-i", inv, "--playbook", changed)
         r = doc["hosts"][0]
         assert proc.returncode == 0 and r["verdict"] == "removed" and "native" in r["detail"], proc.stdout
         assert h.run("ls /var/lib/provision/overlay", check=False).stdout.strip() == ""
-        proc, doc = run_json("reconcile", "-i", inv, "--spec", changed)
+        proc, doc = run_json("reconcile", "-i", inv, "--playbook", changed)
         assert doc["hosts"][0]["verdict"] == "native"
     finally:
         sandbox_factory.remove(h)

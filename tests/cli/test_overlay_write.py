@@ -73,7 +73,7 @@ def test_the_stand_in_honours_the_variable_only_where_the_installed_registry_rea
     """0.5.5.post3's registry.py has no SGLANG_EXTERNAL_MODEL_PACKAGE: there the built-in KimiVL class
     (which lacks the methods) is what SGLang uses, overlay or not; 0.5.9's registry lets it win."""
     out = tmp_path / "o"
-    run("overlay", "write", "--spec", "kimi-vl-eagle3", "--out", out, check_rc=0)
+    run("overlay", "write", "--playbook", "kimi-vl-eagle3", "--out", out, check_rc=0)
     env = {"PROVISION_STANDIN_MODEL_CLASS": "KimiVLForConditionalGeneration"}
     old = _probe(wheels.extracted("0.5.5.post3") / "sglang", out, extra_env=env, call=False)
     assert old["module"] == "sglang.srt.models.kimi_vl" and old["bound"] == {m: False for m in METHODS}

@@ -129,6 +129,6 @@ def test_status_reports_version_install_and_state(three_hosts, ssh_env, tmp_path
     changed = tmp_path / "changed.yaml"
     changed.write_text((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text().replace(
         "self, embed, head", "self, embed, head, extra=None"))
-    plain = run("status", *ssh_env.cli_args, "--host", venv.name, "--spec", changed, check_rc=4)
+    plain = run("status", *ssh_env.cli_args, "--host", venv.name, "--playbook", changed, check_rc=4)
     line = next(ln for ln in plain.stdout.splitlines() if ln.startswith(venv.name))
     assert line.split("  ")[1] == "stale", plain.stdout

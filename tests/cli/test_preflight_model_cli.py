@@ -62,7 +62,7 @@ def never_started(host) -> bool:
 
 def refused(tmp_path, ssh_env, host, *extra, profile=None):
     inv = inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", profile or launch_only_profile(tmp_path), "--poll", "0.5",
+    proc, doc = run_json("launch", "-i", inv, "--playbook", profile or launch_only_profile(tmp_path), "--poll", "0.5",
                          "--deadline", "30", *extra, timeout=240)
     r = doc["hosts"][0]
     assert proc.returncode == 3 and r["verdict"] == "refused", (r, proc.stderr)
@@ -73,27 +73,27 @@ def refused(tmp_path, ssh_env, host, *extra, profile=None):
 def test_launch_only_profile_unpatched_059_names_the_shipped_spec(tmp_path, ssh_env, host):
     detail = refused(tmp_path, ssh_env, host)
     assert "KimiK25ForConditionalGeneration lacks set_eagle3_layers_to_capture, get_embed_and_head" in detail
-    assert "provision patch --spec kimi-k25-eagle3" in detail
+    assert "provision patch --playbook kimi-k25-eagle3" in detail
 
 
 def test_each_reason_is_one_line(tmp_path, ssh_env, host):
     host.run(f"cp -r {MODEL} /data/models/pf-trunc2 && : > /data/models/pf-trunc2/model-00002-of-00064.safetensors")
     inv = inventory(tmp_path, ssh_env, host)
     prof = launch_only_profile(tmp_path, **{"model-path": "/data/models/pf-trunc2"})
-    proc = run("launch", "-i", inv, "--profile", prof, "--arg", "speculative-num-stpes=3", "--poll", "0.5",
+    proc = run("launch", "-i", inv, "--playbook", prof, "--arg", "speculative-num-stpes=3", "--poll", "0.5",
                "--deadline", "30", timeout=240)
     assert proc.returncode == 3
     fails = [l for l in (proc.stdout + proc.stderr).splitlines() if "preflight fail: " in l]
     assert len(fails) == 3, proc.stdout + proc.stderr
     assert any("did you mean --speculative-num-steps" in l for l in fails)
-    assert any("provision patch --spec kimi-k25-eagle3" in l for l in fails)
+    assert any("provision patch --playbook kimi-k25-eagle3" in l for l in fails)
     assert any("1 of 64 shards are not whole" in l for l in fails)
     assert never_started(host)
 
 
 def test_launch_only_profile_with_patch_applies_the_covering_spec_and_is_ready(tmp_path, ssh_env, host):
     inv = inventory(tmp_path, ssh_env, host, load="2")
-    proc, doc = run_json("launch", "-i", inv, "--profile", launch_only_profile(tmp_path), "--patch", "--poll", "0.5",
+    proc, doc = run_json("launch", "-i", inv, "--playbook", launch_only_profile(tmp_path), "--patch", "--poll", "0.5",
                          timeout=240)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
     assert "patch: patched (kimi-k25-eagle3, which covers the model's class)" in proc.stderr
@@ -102,7 +102,7 @@ def test_launch_only_profile_with_patch_applies_the_covering_spec_and_is_ready(t
 
 def test_launch_only_profile_with_overlay_carries_the_shipped_spec(tmp_path, ssh_env, host):
     inv = inventory(tmp_path, ssh_env, host, load="2")
-    proc, doc = run_json("launch", "-i", inv, "--profile", launch_only_profile(tmp_path), "--overlay", "--poll",
+    proc, doc = run_json("launch", "-i", inv, "--playbook", launch_only_profile(tmp_path), "--overlay", "--poll",
                          "0.5", timeout=240)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
     assert "the overlay carries spec kimi-k25-eagle3" not in doc["hosts"][0]["detail"]
@@ -119,18 +119,18 @@ def test_misspelt_flag_is_refused_with_the_name_it_meant(tmp_path, ssh_env, host
 def test_restart_into_a_misspelt_flag_leaves_the_old_server_running(tmp_path, ssh_env, host):
     inv = inventory(tmp_path, ssh_env, host, load="2")
     prof = launch_only_profile(tmp_path)
-    proc, doc = run_json("launch", "-i", inv, "--profile", prof, "--patch", "--poll", "0.5", timeout=240)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", prof, "--patch", "--poll", "0.5", timeout=240)
     assert doc["hosts"][0]["verdict"] == "ready", doc
     pid = doc["hosts"][0]["data"]["pid"]
     started = host.run(f"cat {MARKER}").stdout.count("\n")
-    proc2, doc2 = run_json("launch", "-i", inv, "--profile", prof, "--restart", "--arg", "speculative-num-stpes=3",
+    proc2, doc2 = run_json("launch", "-i", inv, "--playbook", prof, "--restart", "--arg", "speculative-num-stpes=3",
                            "--poll", "0.5", timeout=240)
     assert proc2.returncode == 3 and doc2["hosts"][0]["verdict"] == "refused", doc2
     assert "did you mean --speculative-num-steps" in doc2["hosts"][0]["detail"]
     assert host.run(f"cat {MARKER}").stdout.count("\n") == started, "no new server process"
     st = run("status", "-i", inv)
     assert "health 200" in st.stdout and str(pid) in st.stdout, st.stdout
-    run("stop", "-i", inv, "--profile", prof, check_rc=0)
+    run("stop", "-i", inv, "--playbook", prof, check_rc=0)
 
 
 def test_drafter_architecture_the_release_lacks_is_refused(tmp_path, ssh_env, host):

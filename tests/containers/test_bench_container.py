@@ -39,7 +39,7 @@ def playbook(tmp_path, image) -> str:
 def test_bench_measures_the_server_in_a_container(tmp_path, ssh_env, podman_host, sglang_images):
     host = podman_host
     pb, inv = playbook(tmp_path, sglang_images["0.5.10"]), inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=300)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]
     try:
@@ -52,4 +52,4 @@ def test_bench_measures_the_server_in_a_container(tmp_path, ssh_env, podman_host
         assert r["accept_length"] == pytest.approx(ACCEPT, rel=0.15)
         assert r["flags"] == []
     finally:
-        run("stop", "-i", inv, "--profile", pb)
+        run("stop", "-i", inv, "--playbook", pb)

@@ -61,7 +61,7 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     host = podman_host
     pb, inv = playbook(tmp_path, sglang_images["0.5.10"]), inventory(tmp_path, ssh_env, host)
     env = {"PROVISION_API_KEY": KEY, "PROVISION_HF_TOKEN": TOKEN}
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", env=env, timeout=300)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     r = doc["hosts"][0]
     assert r["verdict"] == "ready", r
@@ -94,7 +94,7 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert mode == "600"
 
     # A second launch with the same profile is a no-op: same container, still running.
-    proc2, doc2 = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", env=env, timeout=300)
+    proc2, doc2 = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", env=env, timeout=300)
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr
     assert doc2["hosts"][0]["verdict"] == "running"
     assert "nothing to do" in doc2["hosts"][0]["detail"]
@@ -111,14 +111,14 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert st["data"]["server_state"] == "up"
 
     # logs: the container's log, the secret redacted (SGLang prints its server_args, api_key included).
-    logs = run("logs", "-i", inv, "--profile", pb, "-n", "400", env=env, check_rc=0).stdout
+    logs = run("logs", "-i", inv, "--playbook", pb, "-n", "400", env=env, check_rc=0).stdout
     assert "The server is fired up and ready to roll!" in logs
     assert KEY not in logs
 
     # wait re-attaches to the running container; --restart replaces it with a new one.
-    proc_w, doc_w = run_json("wait", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=120)
+    proc_w, doc_w = run_json("wait", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=120)
     assert proc_w.returncode == 0 and doc_w["hosts"][0]["verdict"] == "ready", proc_w.stdout + proc_w.stderr
-    proc_r, doc_r = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", "--restart", env=env,
+    proc_r, doc_r = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", "--restart", env=env,
                              timeout=300)
     assert proc_r.returncode == 0 and doc_r["hosts"][0]["verdict"] == "ready", proc_r.stdout + proc_r.stderr
     assert doc_r["hosts"][0]["data"]["server_change"] == "restarted"
@@ -126,7 +126,7 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert containers(ssh_env, host) == ["sglang-30000 running"]
 
     # stop: RUNTIME stop -t GRACE, then rm: the container is gone, and so are the secret files.
-    proc3, doc3 = run_json("stop", "-i", inv, "--profile", pb, "--grace", "20", timeout=120)
+    proc3, doc3 = run_json("stop", "-i", inv, "--playbook", pb, "--grace", "20", timeout=120)
     assert proc3.returncode == 0, proc3.stdout + proc3.stderr
     assert doc3["hosts"][0]["verdict"] == "stopped"
     assert "stopped and removed container sglang-30000" in doc3["hosts"][0]["detail"]
@@ -144,7 +144,7 @@ def test_059_image_runs_with_the_overlay_by_default_and_its_files_stay_as_releas
     host = podman_host
     image = sglang_images["0.5.9"]
     pb, inv = playbook(tmp_path, image), inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=300)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     r = doc["hosts"][0]
     assert r["verdict"] == "ready", r
@@ -169,7 +169,7 @@ def test_059_image_runs_with_the_overlay_by_default_and_its_files_stay_as_releas
     st = run_json("status", "-i", inv, timeout=120)[1]["hosts"][0]
     assert st["verdict"] == "overlay", st
     assert "SGLang 0.5.9" in st["detail"] and "fix: overlay" in st["detail"], st["detail"]
-    run("stop", "-i", inv, "--profile", pb, check_rc=0)
+    run("stop", "-i", inv, "--playbook", pb, check_rc=0)
     assert containers(ssh_env, host) == []
 
 
@@ -185,7 +185,7 @@ def test_a_broken_overlay_in_a_container_is_reported_within_seconds_and_the_cont
     pb = playbook(tmp_path, sglang_images["0.5.9"], env={"PROVISION_STANDIN_LOAD_SECONDS": "60"}, spec=broken)
     inv = inventory(tmp_path, ssh_env, host)
     t0 = time.monotonic()
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=180)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=180)
     took = time.monotonic() - t0
     r = doc["hosts"][0]
     assert proc.returncode == 3 and r["verdict"] == "crashed", proc.stdout + proc.stderr
@@ -203,13 +203,13 @@ def test_a_crash_in_the_container_is_reported_from_its_log(tmp_path, ssh_env, po
     host = podman_host
     pb, inv = playbook(tmp_path, sglang_images["0.5.9"], env={"SGLANG_EXTERNAL_MODEL_PACKAGE": "their_models"}), \
         inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=300)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=300)
     assert proc.returncode == 3
     r = doc["hosts"][0]
     assert r["verdict"] == "refused"
     assert "SGLANG_EXTERNAL_MODEL_PACKAGE=their_models" in r["detail"]
     assert containers(ssh_env, host) == []  # nothing was started
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", "--force", timeout=300)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", "--force", timeout=300)
     assert proc.returncode == 3
     r = doc["hosts"][0]
     assert r["verdict"] == "crashed", r
@@ -229,7 +229,7 @@ def test_missing_runtime_is_one_line(tmp_path, ssh_env, podman_host, sglang_imag
     # podman vanishes from this host only (a bind mount in its own mount namespace).
     host.run("mount --bind /dev/null /usr/bin/podman")
     try:
-        proc = run("launch", "-i", inv, "--profile", pb, "--format", "lines", timeout=120)
+        proc = run("launch", "-i", inv, "--playbook", pb, "--format", "lines", timeout=120)
     finally:
         host.run("umount /usr/bin/podman")
     assert proc.returncode == 3

@@ -34,7 +34,7 @@ def launch_only(tmp_path, image, load="600", **args) -> str:
 
 def refused(tmp_path, ssh_env, host, profile, *extra) -> str:
     inv = inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", profile, "--poll", "0.5", "--deadline", "30", *extra,
+    proc, doc = run_json("launch", "-i", inv, "--playbook", profile, "--poll", "0.5", "--deadline", "30", *extra,
                          timeout=420)
     r = doc["hosts"][0]
     assert proc.returncode == 3 and r["verdict"] == "refused", (r, proc.stderr)
@@ -46,11 +46,11 @@ def test_launch_only_profile_on_the_059_image_gets_the_shipped_spec_in_the_overl
                                                                                    sglang_images):
     host = podman_host
     pb, inv = launch_only(tmp_path, sglang_images["0.5.9"], load="2"), inventory(tmp_path, ssh_env, host)
-    proc, doc = run_json("launch", "-i", inv, "--profile", pb, "--poll", "0.5", timeout=420)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=420)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
     assert "overlay staged in /var/lib/provision/overlay/" in proc.stderr
     assert "KimiK25ForConditionalGeneration" in proc.stderr
-    run("stop", "-i", inv, "--profile", pb, check_rc=0)
+    run("stop", "-i", inv, "--playbook", pb, check_rc=0)
     assert containers(ssh_env, podman_host) == []
 
 

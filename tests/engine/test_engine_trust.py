@@ -56,7 +56,7 @@ def test_a_block_with_methods_the_new_spec_lacks_is_refused(src_059, spec):
     fewer = with_spec(methods=[m for m in KIMI_SPEC["methods"] if m["name"] != "set_embed_and_head"])
     r = engine.plan_patch(old, fewer)
     assert_failed(r, "block-other-spec", "spec kimi-eagle3-old", "set_embed_and_head",
-                  "provision unpatch --spec kimi-eagle3-old")
+                  "provision unpatch --playbook kimi-eagle3-old")
     assert engine.inspect(old, fewer)["error"]["kind"] == "block-other-spec"
 
 

@@ -39,7 +39,7 @@ def test_keyerror_12_from_torch_symm_mem_names_its_spec():
     assert c is not None and c.kind == "sm120-torch-symm-mem" and c.spec == "sm120-torch-symm-mem"
     assert c.rank == "TP3" and "KeyError: 12 in torch_symm_mem.py" in c.summary
     assert hint(c, "gpu1") == ("the spec sm120-torch-symm-mem fixes this (the SM120 key of SGLang's "
-                               "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES): run `provision patch --spec "
+                               "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES): run `provision patch --playbook "
                                "sm120-torch-symm-mem --host gpu1`, then restart the server")
 
 
@@ -56,7 +56,7 @@ def test_no_supported_cuda_architectures_names_the_flashinfer_spec():
     assert c is not None and c.kind == "sm120-flashinfer-allreduce-fusion"
     assert c.spec == "sm120-flashinfer-allreduce-fusion"
     assert c.summary.startswith("flashinfer builds its allreduce-fusion kernels only for compute capability majors [9, 10]")
-    assert "provision patch --spec sm120-flashinfer-allreduce-fusion --host HOST" in hint(c)
+    assert "provision patch --playbook sm120-flashinfer-allreduce-fusion --host HOST" in hint(c)
 
 
 def test_the_named_specs_ship():

@@ -169,7 +169,7 @@ def test_kimi_gap_on_059_maps_to_the_shipped_spec():
                                  "edit", set(), "0.5.9")
     assert [r["level"] for r in rows] == ["fail"]
     assert rows[0]["spec"] == "kimi-k25-eagle3"
-    assert "provision patch --spec kimi-k25-eagle3" in rows[0]["message"]
+    assert "provision patch --playbook kimi-k25-eagle3" in rows[0]["message"]
     assert "lacks set_eagle3_layers_to_capture, get_embed_and_head" in rows[0]["message"]
     over = modelcheck.eagle_rows("KimiK25ForConditionalGeneration", registry("0.5.9"), "EAGLE3", _shipped_specs(),
                                  "overlay", set(), "0.5.9")

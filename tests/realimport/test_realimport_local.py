@@ -194,7 +194,7 @@ def test_sm120_mapping_entry_imports_with_key_12_equal_to_key_10(base_059, trust
     venv = make_venv(base_059, trusted_dir / "env")
     before = sm120_sees(venv.python)
     assert 12 not in before["keys"] and 10 in before["keys"], before
-    proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--spec", "sm120-torch-symm-mem",
+    proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--playbook", "sm120-torch-symm-mem",
                          "--gpu-capability", "12.0")
     assert proc.returncode == 0, proc.stderr
     assert doc["hosts"][0]["verdict"] == "patched", doc
@@ -224,7 +224,7 @@ def test_0523_class_is_native_and_verify_import_is_ok(base_0523, trusted_dir, ma
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "native", doc
     assert venv.file(KIMI).read_bytes() == original
     # the SM120 map still lacks key 12 in 0.5.23: the mapping-entry spec adds it, and it imports
-    proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--spec", "sm120-torch-symm-mem",
+    proc, doc = run_json("patch", *local(venv, trusted_dir / "state"), "--playbook", "sm120-torch-symm-mem",
                          "--gpu-capability", "12.0")
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
     after = sm120_sees(venv.python)

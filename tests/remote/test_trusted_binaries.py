@@ -81,7 +81,7 @@ def test_a_container_launch_never_runs_an_untrusted_runtime(host, ssh_env, tmp_p
                        "args": {"model-path": "/data/models/Kimi-K2.5", "port": 30000}}}
     play_path = tmp_path / "play.yaml"
     play_path.write_text(json.dumps(play))
-    proc, doc = run_json("launch", "-i", inventory(tmp_path, ssh_env, host), "--profile", str(play_path),
+    proc, doc = run_json("launch", "-i", inventory(tmp_path, ssh_env, host), "--playbook", str(play_path),
                          "--deadline", "30")
     assert marker(host) == "", f"{runtime} of another user was run as root"
     assert proc.returncode == 3, (proc.stdout, proc.stderr)

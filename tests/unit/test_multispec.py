@@ -73,7 +73,7 @@ def test_one_spec_per_file():
         multi.check_distinct([a, _spec("other")], "host h")
     assert "specs kimi-k25-eagle3 and other both edit sglang/srt/models/kimi_k25.py" in exc.value.message
     with pytest.raises(UsageError, match="given twice"):
-        multi.check_distinct([a, a], "--spec")
+        multi.check_distinct([a, a], "--playbook")
 
 
 def test_split_and_what_must_be_asked():

@@ -126,7 +126,7 @@ def test_a_bad_inventory_is_one_sentence_and_exit_2(tmp_path, name):
 def test_a_bad_playbook_is_one_sentence_and_exit_2(tmp_path, name):
     path = tmp_path / f"{name}.yaml"
     path.write_bytes(BAD_FILES[name].encode("utf-8", "surrogateescape"))
-    proc = _provision("patch", "--check", "--spec", str(path), "--host", "gpu01")
+    proc = _provision("patch", "--check", "--playbook", str(path), "--host", "gpu01")
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and str(path) in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr[-2000:]

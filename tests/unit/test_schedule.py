@@ -25,7 +25,7 @@ def _value(opt: click.Option):
         return ["--no-sudo"], False
     if opt.is_flag:
         return [opt.opts[-1]], True
-    if opt.multiple and opt.name == "spec":  # repeatable --spec: two shipped specs
+    if opt.multiple and opt.name == "spec":  # repeatable --playbook: two shipped specs
         return [opt.opts[-1], "kimi-vl-eagle3", opt.opts[-1], "kimi-k25-eagle3"], ("kimi-vl-eagle3", "kimi-k25-eagle3")
     if opt.multiple:
         return [opt.opts[-1], "a", opt.opts[-1], "b"], ("a", "b")
@@ -88,7 +88,7 @@ def test_schedule_needs_hosts_and_checks_options_now(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     for args in ([], ["-i", "inv.yaml", "--window", "02:00-05:00"], ["-i", "inv.yaml", "--every", "45m"],
-                 ["-i", "missing.yaml"], ["-i", "inv.yaml", "--spec", "no-such-playbook"]):
+                 ["-i", "missing.yaml"], ["-i", "inv.yaml", "--playbook", "no-such-playbook"]):
         result = CliRunner().invoke(main, ["schedule", *args])
         assert result.exit_code == 2 and "error: " in result.output, (args, result.output)
         assert "[Service]" not in result.output

@@ -15,7 +15,7 @@ def test_metrics_file_adds_a_status_run_after_every_reconcile(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     res = CliRunner().invoke(main, ["schedule", "-i", "inv.yaml", "--user", "ops", "--forks", "3", "--force",
-                                    "--spec", "kimi-k25-eagle3", "--metrics-file", "m/provision.prom"])
+                                    "--playbook", "kimi-k25-eagle3", "--metrics-file", "m/provision.prom"])
     assert res.exit_code == 0, res.output
     service = res.output.split("# ---- provision-reconcile.service\n")[1].split("# ---- ")[0]
     start = next(ln for ln in service.splitlines() if ln.startswith("ExecStart="))
@@ -23,7 +23,7 @@ def test_metrics_file_adds_a_status_run_after_every_reconcile(tmp_path, monkeypa
     assert "--metrics-file" not in start, "reconcile itself has no such option"
     argv = shlex.split(post[len("ExecStopPost=-"):])
     assert argv[argv.index("status") + 1:] == [
-        "--inventory", str(tmp_path / "inv.yaml"), "--user", "ops", "--forks", "3", "--spec", "kimi-k25-eagle3",
+        "--inventory", str(tmp_path / "inv.yaml"), "--user", "ops", "--forks", "3", "--playbook", "kimi-k25-eagle3",
         "--format", "prometheus", "--metrics-file", str(tmp_path / "m" / "provision.prom")]
     assert "--force" not in argv, "only options status has are passed on"
     cron = res.output.split("# ---- crontab line")[1]

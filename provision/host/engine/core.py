@@ -405,7 +405,7 @@ def _core(source, spec, resolve_module) -> Core:
     for b in doc.others:
         extra = [n for n in _block_defs(doc.lines, b) if n not in names]
         if extra:
-            raise EngineError("block-other-spec", f"expected the managed blocks in class {s['class']} to hold only methods of spec {s['name']}, found the block of {_where(b)} with {', '.join(extra)}, which spec {s['name']} does not provide; run `provision unpatch --spec {b['spec']}` first, or add those methods to this spec")
+            raise EngineError("block-other-spec", f"expected the managed blocks in class {s['class']} to hold only methods of spec {s['name']}, found the block of {_where(b)} with {', '.join(extra)}, which spec {s['name']} does not provide; run `provision unpatch --playbook {b['spec']}` first, or add those methods to this spec")
     local: dict = {}
     ours, old_ours = [], []
     for name, line, node, kind in _scope_bindings(cls.body):

@@ -91,7 +91,7 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
                mode: str, in_place: set, version: str | None) -> list[dict]:
     """The EAGLE-3 interface: the target class must have every method this SGLang calls on it.
 
-    ``specs``: candidate delegation specs (shipped playbooks' and --spec), each with ``name`` and
+    ``specs``: candidate delegation specs (shipped playbooks' and --playbook), each with ``name`` and
     ``class``. ``mode``: "edit" (the server imports the installed files), "patch" (launch --patch:
     the spec is applied before the start), "overlay" (launch --overlay, or a container: the
     overlay carries the spec). ``in_place``: classes whose spec the preflight already checks
@@ -111,7 +111,7 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
     lacks = f"{cls} lacks {', '.join(missing)} in SGLang {version}"
     if alg in EAGLE_LIKE:  # only get_embed_and_head, and not on every path: say it, start anyway
         return [_row("warn", "eagle3", f"{lacks}: {alg} may fail after the weights load"
-                     + (f" (spec {spec['name']} adds it: `provision patch --spec {spec['name']}`)" if spec else ""))]
+                     + (f" (spec {spec['name']} adds it: `provision patch --playbook {spec['name']}`)" if spec else ""))]
     if spec is None:
         return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load, and no spec "
                                        f"covers the class: write one with `provision spec new {cls}`", cls=cls,
@@ -127,7 +127,7 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
                                        "fixes it: launch with --overlay (the image's files stay as they are)",
                      spec=spec["name"], cls=cls, missing=missing)]
     return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load; spec {spec['name']} "
-                                   f"fixes it: run `provision patch --spec {spec['name']}` (or launch --patch, "
+                                   f"fixes it: run `provision patch --playbook {spec['name']}` (or launch --patch, "
                                    "or --overlay)", spec=spec["name"], cls=cls, missing=missing)]
 
 

@@ -107,7 +107,7 @@ def _patch_check(spec: dict, inst: dict) -> tuple:
     if missing or not methods:
         return {"level": "fail", "check": "patch", "spec": name,
                 "message": f"spec {name} is not in place in {path} ({', '.join(missing) or 'nothing to judge'}): "
-                           f"run `provision patch --spec {name}` (or launch --patch)"}, "none"
+                           f"run `provision patch --playbook {name}` (or launch --patch)"}, "none"
     return {"level": "ok", "check": "patch", "spec": name, "message": f"spec {name} in place in {path} ("
             + ", ".join(sorted(set(methods.values()))) + ")"}, fix
 

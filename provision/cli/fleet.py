@@ -256,7 +256,8 @@ def history(host, spec_name, last, fmt, as_json):
         sys.exit(EXIT_OK)
     import shutil
 
-    wide = fmt == "lines" or shutil.get_terminal_size((80, 24)).columns >= 130  # --json has everything
+    # every column where there is room (a pipe or a file has no width to fit); --json has everything
+    wide = fmt == "lines" or not sys.stdout.isatty() or shutil.get_terminal_size((80, 24)).columns >= 130
     cols = ["time", "host", "spec", "command", "verdict"] + (["file"] if wide else []) + ["sha256"] + \
         (["user"] if wide else []) + ["detail"]
     rows = []

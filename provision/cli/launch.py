@@ -228,8 +228,16 @@ def _interrupted(ctx, opts, run, stop_fn) -> None:
                 else f"; stopping it after the interrupt: {s.verdict}: {s.detail}")
             r.data["stop"] = {"verdict": s.verdict, "detail": s.detail}
     elif started:
-        click.echo(f"interrupted: stopped following; {len(started)} server(s) were started and keep loading "
-                   "(`provision wait` re-attaches, `provision stop` stops them)", err=True)
+        from provision.tasks.selection import selectors
+
+        sel = selectors([h.name for h in started])
+        if len(started) == 1 and not ctx.as_json:  # its row, just printed, has the two commands
+            click.echo(f"interrupted: stopped following; the server on {started[0].name} keeps loading",
+                       err=True)
+        else:
+            click.echo(f"interrupted: stopped following; {len(started)} server{'s were' if len(started) > 1 else ' was'} "
+                       f"started and keep{'' if len(started) > 1 else 's'} loading: `provision wait {sel}` re-attaches, "
+                       f"`provision stop {sel}` stops {'them' if len(started) > 1 else 'it'}", err=True)
     else:
         click.echo("interrupted: no server was started", err=True)
     # the hosts that finished before the interrupt were journaled as their rows arrived
@@ -239,10 +247,13 @@ def _interrupted(ctx, opts, run, stop_fn) -> None:
     if ctx.as_json:
         click.echo(report.to_document("launch", results, EXIT_INTERRUPTED, {"interrupted": True},
                                       secrets=getattr(ctx, "secrets", ())))
-    else:
-        click.echo("after the interrupt:")
-        for r in results:
-            click.echo("  " + report.host_line(r))
+    else:  # the rows not printed yet (a row already printed is said again only if stopping changed it)
+        changed = {s.host for s in stopped}
+        rest = [r for h, r in zip(hosts, results) if h.name not in finished or h.name in changed]
+        if rest:
+            click.echo("after the interrupt:")
+            for r in rest:
+                click.echo("  " + report.host_line(r))
     sys.exit(EXIT_INTERRUPTED)
 
 

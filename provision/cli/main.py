@@ -421,8 +421,10 @@ def main():
     provision status -i inventories/prod.yaml     version, install, patch state
     provision sandbox up                     a local simulated GPU host to try it on
     """
+    from provision.cli.streams import quiet_broken_pipes
     from provision.config.testmode import check
 
+    quiet_broken_pipes()  # `provision history | head` ends the output, never the run (cli/streams.py)
     check()  # a test-only switch (PROVISION_FAILPOINTS, ...) outside test mode: exit 2, nothing done
 
 

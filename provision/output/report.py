@@ -187,6 +187,12 @@ def table_fits(columns: list[str], rows: list[list[str]], width: int, wrap: tupl
     return need + 2 * (len(columns) - 1) <= width
 
 
+def natural_width(columns: list[str], rows: list[list[str]]) -> int:
+    """The width of a table whose every cell is on one line. Pure."""
+    widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(columns)]
+    return sum(widths) + 2 * (len(columns) - 1)
+
+
 def print_table(columns: list[str], rows: list[list[str]], *, fmt: str = "table", title: str | None = None,
                 wrap: tuple = (), echo=None) -> None:
     """Rows as an aligned table (fmt table) or as lines (fmt lines). A table too wide for the
@@ -198,6 +204,8 @@ def print_table(columns: list[str], rows: list[list[str]], *, fmt: str = "table"
         from rich.console import Console
 
         console = Console(highlight=False)
+        if not console.is_terminal:  # a file or a pipe has no width to fit: the table at its natural width
+            console = Console(highlight=False, width=natural_width(columns, rows))
         if table_fits(columns, rows, console.width, wrap):
             console.print(rich_table(columns, rows, title=title, wrap=wrap))
             return

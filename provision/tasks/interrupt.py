@@ -59,7 +59,8 @@ def interrupt_report(hosts: list[Host], run: RunState, opts: LaunchOptions) -> l
         elif stage == "started":  # the worker did not come back in time to say more
             out.append(HostResult(h.name, "interrupted", "interrupted while following; the server was started "
                                   "and " + ("is being stopped (--stop-on-interrupt)" if opts.stop_on_interrupt
-                                            else "is left running (`provision wait` re-attaches)"),
+                                            else f"is left running: `provision wait {selector(h.name)}` "
+                                                 f"re-attaches, `provision stop {selector(h.name)}` stops it"),
                                   error_kind="interrupted", data={"started": True}))
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "

@@ -200,11 +200,12 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             status: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
                                   sudo=sudo)
             if status.get("health") == 200:
-                return HostResult(host.name, "running", f"already running and healthy with this profile "
-                                  f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
-                                  data={"pid": rec.get("pid")})
+                running = HostResult(host.name, "running", f"already running and healthy with this profile "
+                                     f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
+                                     data={"pid": rec.get("pid")})
+                return _smoke(session, prof, sudo, running, "running")
             display.message(host.name, "already starting with this profile: following it")
-            return follow(session, host, prof, opts, display, offset=0, sudo=sudo)
+            return _smoke(session, prof, sudo, follow(session, host, prof, opts, display, offset=0, sudo=sudo))
         fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
         if fails and not opts.force:
             for c in fails:  # one line per reason (the row joins them)
@@ -269,15 +270,22 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             return follow_secondary(session, host, prof, multinode, opts, display, sudo)
         res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0,
                      overlay_package=overlay_package(rec))
-        if res.verdict == "ready" and opts.smoke:
-            sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180, sudo=sudo)
-            if sm.get("ok"):
-                res.data["smoke"] = sm
-                res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
-                                 f"{sm.get('tokens_per_s')} tok/s, accept length {sm.get('spec_accept_length')}, "
-                                 f"accept rate {sm.get('spec_accept_rate')}")
-            else:
-                res.verdict, res.detail = "failed", "smoke: " + sm["error"]["message"]
+        return _smoke(session, prof, sudo, res)
+
+    def _smoke(session, prof: Profile, sudo: bool, res: HostResult, healthy: str = "ready") -> HostResult:
+        """--smoke: one short /generate on a healthy server, the one just started or the one found
+        running (a smoke asked for is never skipped in silence)."""
+        if res.verdict != healthy or not opts.smoke:
+            return res
+        sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180,
+                                       sudo=sudo)
+        if sm.get("ok"):
+            res.data["smoke"] = sm
+            res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
+                             f"{sm.get('tokens_per_s')} tok/s, accept length {sm.get('spec_accept_length')}, "
+                             f"accept rate {sm.get('spec_accept_rate')}")
+        else:
+            res.verdict, res.detail = "failed", "smoke: " + sm["error"]["message"]
         return res
 
     return fn

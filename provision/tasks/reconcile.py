@@ -414,7 +414,7 @@ def restart_failed(r: HostResult) -> bool:
 
 def label(r: HostResult) -> str:
     if r.verdict in ("patched", "repaired"):
-        return "to re-patch" if r.data.get("check") else "re-patched"
+        return "would-re-patch" if r.data.get("check") else "re-patched"
     return r.verdict
 
 
@@ -426,7 +426,7 @@ def summary_line(results: list[HostResult]) -> str:
             failed += 1
             continue
         counts[label(r)] = counts.get(label(r), 0) + 1
-    order = ["unchanged", "re-patched", "to re-patch", "native", "not-applicable", "held", "foreign-edit", "blocked-git", "deferred"]
+    order = ["unchanged", "re-patched", "would-re-patch", "native", "not-applicable", "held", "foreign-edit", "blocked-git", "deferred"]
     keys = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
     body = ", ".join(f"{counts[k]} {k}" for k in keys) or "none ok"
     from provision.output.report import count_label
@@ -447,7 +447,7 @@ def summary_line(results: list[HostResult]) -> str:
 
 def host_line(r: HostResult) -> str:
     """reconcile's form of the one row renderer (output/report.host_line): a repair is labelled
-    "re-patched" ("to re-patch" with --check), and the added methods are left out."""
+    "re-patched" ("would-re-patch" with --check), and the added methods are left out."""
     from provision.output.report import host_line as row
 
     return row(r, verdict=label(r), added=False)

@@ -24,3 +24,9 @@ def selector(name: str) -> str:
     if _inventory:
         return f"-i {shlex.quote(_inventory)} --host {shlex.quote(name)}"
     return f"--host {shlex.quote(name)}"
+
+
+def selectors(names: list[str]) -> str:
+    """The same for several hosts: `-i INVENTORY --host A --host B`, or `--host A --host B`."""
+    hosts = " ".join(f"--host {shlex.quote(n)}" for n in names)
+    return f"-i {shlex.quote(_inventory)} {hosts}" if _inventory else hosts

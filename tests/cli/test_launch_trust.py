@@ -277,3 +277,20 @@ def test_ctrl_c_after_the_start_says_the_server_was_started(tmp_path, ssh_env, h
         assert pasted.returncode == 0 and "ready" in pasted.stdout, (pasted.stdout, pasted.stderr)
         run("stop", "-i", inv, env=env, check_rc=0)
     assert ("launch", "started") in journal(env)
+
+
+def test_ctrl_c_in_text_mode_says_what_to_do_once(tmp_path, ssh_env, host, env):
+    """The interrupted row carries the two commands; nothing repeats it (it was printed three times)."""
+    inv = inventory(tmp_path, ssh_env, host, load="2")
+    run("patch", "-i", inv, env=env, check_rc=0)
+    gate(host)
+    proc = start("launch", "-i", inv, "--poll", "0.5", "--format", "lines", env=env)
+    wait_for(lambda: "Load weight begin" in log_text(host), 60, "the load to begin")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    hint = f"provision wait -i {inv} --host {host.name}"
+    assert (out + err).count(hint) == 1, (out, err)
+    assert f"the server on {host.name} keeps loading" in err and "after the interrupt" not in out, (out, err)
+    release(host)
+    run("stop", "-i", inv, env=env, check_rc=0)

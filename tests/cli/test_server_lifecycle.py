@@ -327,3 +327,16 @@ def test_logs_follow_continues_with_a_new_launchs_log_from_its_start(tmp_path, s
     assert first in out.splitlines(), (first, out[-2000:])
     assert f"a new launch: {new_log}" in err
     run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_launch_smoke_on_a_server_already_running_runs_the_smoke(tmp_path, ssh_env, host, env):
+    """A smoke asked for is never skipped in silence: the healthy server found running gets it."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    run("launch", "-i", inv, "--poll", "0.5", env=env, check_rc=0, timeout=240)
+    proc, doc = run_json("launch", "-i", inv, "--smoke", "--poll", "0.5", env=env, timeout=240)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    row = doc["hosts"][0]
+    assert row["verdict"] == "running", row
+    assert any(n.startswith("smoke: ") and " tokens in " in n for n in row["notes"]), row
+    run("stop", "-i", inv, env=env, check_rc=0)

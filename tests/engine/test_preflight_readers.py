@@ -387,3 +387,19 @@ def test_external_model_package_classes_count_as_registered(install_059, tmp_pat
     assert not [r for r in rows if r["level"] == "fail"], rows
     assert any("SGLANG_EXTERNAL_MODEL_PACKAGE=not_there is not on the server's PYTHONPATH" in r["message"]
                for r in rows)
+
+
+def test_a_model_folder_that_is_not_there_is_said_once_by_the_path_check(tmp_path):
+    """A missing local model path is the path check's fail row; the architecture check says nothing
+    more about it (it said it again as a warn). A hub id that is not cached still gets its warn."""
+    from provision.host.ops import checks
+    from provision.host.ops.preflight_model import _model_fact
+
+    missing = str(tmp_path / "nope")
+    fact = _model_fact(missing, {}, None, None)
+    assert modelcheck.arch_rows("model", fact, registry("0.5.9"), "0.5.9", False) == ([], None)
+    fails = checks.check_model(missing, "model", offline=False)
+    assert [r["level"] for r in fails] == ["fail"] and "does not exist" in fails[0]["message"]
+    hub = _model_fact("org/not-cached-model", {"HF_HOME": str(tmp_path / "hf")}, None, None)
+    rows, _ = modelcheck.arch_rows("model", hub, registry("0.5.9"), "0.5.9", False)
+    assert [r["level"] for r in rows] == ["warn"]

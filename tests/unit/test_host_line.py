@@ -1,5 +1,5 @@
 """One row renderer (output/report.host_line) for every command; reconcile's form is an option of
-it, and its lines are what they were: a repair labelled "re-patched" ("to re-patch" with --check),
+it, and its lines are what they were: a repair labelled "re-patched" ("would-re-patch" with --check),
 no added methods (reconcile's detail says what it did), everything else as `patch` prints it."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_reconcile_labels_a_repair_and_leaves_out_the_added_methods():
                                    "/root/sglang/python/sglang/srt/models/kimi_k25.py  "
                                    "- wiped: our block is gone: the file was replaced; re-patched")
     checked = HostResult("gpu01", "repaired", version="0.5.9", data={"check": True})
-    assert rc.host_line(checked) == "gpu01  to re-patch  sglang 0.5.9"
+    assert rc.host_line(checked) == "gpu01  would-re-patch  sglang 0.5.9"
 
 
 def test_patch_prints_the_same_row_with_the_added_methods():

@@ -294,7 +294,7 @@ def test_patch_answers():
     ans = {"ok": True, "state": "wiped", "action": "patch", "reason": "our block is gone", "sha": "P",
            "file": "/x.py"}
     checked = rc.result_from_answer("h", ans, check=True)
-    assert checked.verdict == "patched" and checked.data["check"] and rc.label(checked) == "to re-patch"
+    assert checked.verdict == "patched" and checked.data["check"] and rc.label(checked) == "would-re-patch"
     done = dict(ans, patch={"ok": True, "result": {"verdict": "patched", "sha_before": "P", "sha_after": "Q",
                                                    "added": list(M3), "file": "/x.py"}})
     r = rc.result_from_answer("h", done)
@@ -324,7 +324,7 @@ def test_summary_and_exit_codes():
     assert rc.summary_line(rs) == "reconcile: 4 hosts: 2 unchanged, 1 re-patched, 1 native; 0 failed"
     assert rc.exit_code(rs, check=False) == EXIT_OK
     checked = [HostResult("a", "unchanged"), HostResult("c", "patched", data={"check": True})]
-    assert rc.summary_line(checked) == "reconcile: 2 hosts: 1 unchanged, 1 to re-patch; 0 failed"
+    assert rc.summary_line(checked) == "reconcile: 2 hosts: 1 unchanged, 1 would-re-patch; 0 failed"
     assert rc.exit_code(checked, check=True) == EXIT_CHANGES
     assert rc.exit_code([HostResult("a", "unchanged")], check=True) == EXIT_OK
     bad = rs + [HostResult("e", "unreachable")]

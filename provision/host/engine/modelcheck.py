@@ -60,6 +60,8 @@ def arch_rows(what: str, cfg: dict, registry: dict | None, version: str | None, 
               overlay_classes: set | None = None) -> tuple[list[dict], str | None]:
     """(rows, the class SGLang will instantiate or None) for the target or the drafter."""
     label = "drafter" if draft else "model"
+    if cfg.get("missing"):  # a local folder that does not exist is the path check's fail row, said once
+        return [], None
     if cfg.get("skip"):
         return [_row("warn", "architecture", f"{label} {cfg.get('path')}: {cfg['skip']}")], None
     archs, why = _archs(cfg)

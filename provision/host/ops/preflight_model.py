@@ -113,8 +113,8 @@ def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | No
     else:
         path_on_host = path
     where = facts.resolve(path_on_host, env, revision)
-    if where["dir"] is None:
-        return {"path": path, "skip": where["error"]}
+    if where["dir"] is None:  # a local path that is not there: the path check (ops/checks.py) fails it, once
+        return {"path": path, "skip": where["error"], "missing": not where["hub"]}
     fact = dict(facts.config(where["dir"]), path=path, dir=where["dir"])
     heads = facts.shard_heads(where["dir"])
     if heads is not None:

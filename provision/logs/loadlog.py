@@ -375,21 +375,27 @@ class LoadLog:
             self._crash("exception", f"bad launch flags: {msg}", [line], None, events)
             return
         tb = self._tb
-        if tb is not None:
-            tb.lines.append(seg.rstrip())
-            if seg[:1].isspace():
-                if line.startswith("File "):
-                    tb.awaiting_exc = True
-                return
-            exc = _ANY_EXC_LINE.match(line) if tb.awaiting_exc else _EXC_LINE.match(line)
-            if exc and not line.startswith(("During handling", "The above exception")):
-                tb.exc_type = exc.group("type")
-                tb.exc_msg = exc.group("msg") or ""
-                tb.awaiting_exc = False
-                self._classify_traceback(events)
-            elif tb.exc_type is not None:
-                # continuation of a multi-line exception message
-                self._classify_traceback(events, update_only=True)
+        if tb is None:
+            # a tail that starts inside a traceback (its header was in an earlier chunk, or cut off
+            # by the tail's window): the fatal line itself still says the server is dead
+            dead = _RANK_DEAD.match(line)
+            if dead:
+                self._rank_dead(dead, line, [line], None, events)
+            return
+        tb.lines.append(seg.rstrip())
+        if seg[:1].isspace():
+            if line.startswith("File "):
+                tb.awaiting_exc = True
+            return
+        exc = _ANY_EXC_LINE.match(line) if tb.awaiting_exc else _EXC_LINE.match(line)
+        if exc and not line.startswith(("During handling", "The above exception")):
+            tb.exc_type = exc.group("type")
+            tb.exc_msg = exc.group("msg") or ""
+            tb.awaiting_exc = False
+            self._classify_traceback(events)
+        elif tb.exc_type is not None:
+            # continuation of a multi-line exception message
+            self._classify_traceback(events, update_only=True)
 
     def _on_message(self, rank: str, msg: str, line: str, events: list[Event]) -> None:
         if msg.startswith(_UVICORN_LEVELS):

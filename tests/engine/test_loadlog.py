@@ -302,6 +302,30 @@ def test_request_errors_after_ready_are_not_crashes():
     assert stt.ready and stt.crashed is None
 
 
+# sgl-project/sglang#25118 (0.5.11's wording): a tail that begins inside the traceback, its
+# `Traceback (most recent call last):` header in an earlier chunk the follower never saw
+RANK_DIED_MID_TRACEBACK = (
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/engine.py", line 846, in '
+    "_launch_subprocesses\n"
+    "    raise RuntimeError(\n"
+    "RuntimeError: Rank 0 scheduler died during initialization (exit code: -3). If exit code is -9 (SIGKILL), a "
+    "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.\n")
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_a_tail_that_starts_inside_the_traceback_is_still_a_crash(chunks):
+    log = LoadLog()
+    lines = RANK_DIED_MID_TRACEBACK.splitlines(keepends=True)
+    step = max(1, len(lines) // chunks)
+    for i in range(0, len(lines), step):
+        log.feed("".join(lines[i:i + step]))
+    log.flush()
+    crash = log.state.crashed
+    assert log.state.phase == "crashed" and crash is not None, log.state
+    assert crash.kind == "child-failed" and crash.exit_code == -3
+    assert "rank 0 scheduler died during initialization (exit code -3)" in crash.summary
+
+
 def test_sigquit_does_not_hide_the_attribute_error():
     log = LoadLog()
     events = log.feed(CRASH_EAGLE3)

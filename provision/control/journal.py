@@ -27,8 +27,12 @@ from provision import __version__
 CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
                    "staged", "removed"}  # (an overlay: `patch|unpatch --overlay`, reconcile)
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
-ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart"}
+ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart", "launch", "stop"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}
+# A server's lifecycle: a refusal is an attempt too (someone meant to start or stop a server there),
+# and so is a Ctrl-C that left its outcome to be read.
+SERVER_COMMANDS = {"launch", "stop"}
+SERVER_ATTEMPT_VERDICTS = ATTEMPT_VERDICTS | {"refused", "interrupted", "timeout"}
 # Commands whose every outcome is journaled: `history` shows a host's speed over time (bench).
 MEASURE_COMMANDS = {"bench"}
 
@@ -74,7 +78,8 @@ def _wanted(command: str, verdict: str, error_kind: str | None) -> bool:
         return True
     if verdict in CHANGE_VERDICTS:
         return True
-    if command in ATTEMPT_COMMANDS and verdict in ATTEMPT_VERDICTS:
+    wanted = SERVER_ATTEMPT_VERDICTS if command in SERVER_COMMANDS else ATTEMPT_VERDICTS
+    if command in ATTEMPT_COMMANDS and verdict in wanted:
         # a refused connection or a bad request never reached the file
         return error_kind not in ("connect", "auth", "hostkey", "config", "usage")
     return False
@@ -117,6 +122,9 @@ def _lines(common: dict, r, data: dict, command: str, items: list) -> list[dict]
             continue
         if cmd == "reconcile" and verdict == "failed" and data.get("action") != "patch":
             continue  # it failed before deciding to change anything (no install, unreadable file)
+        if cmd == command and cmd in SERVER_COMMANDS and verdict not in CHANGE_VERDICTS and any(
+                x.get("command") == cmd for x in data.get("journal_extra") or []):
+            continue  # the start's own line says it ("started pid ...; then failed"): one line per attempt
         rec = dict(common, command=cmd, spec=spec)
         if data.get("spec_hash") and spec == data.get("spec"):
             rec["spec_hash"] = data["spec_hash"]

@@ -294,3 +294,22 @@ def test_ctrl_c_in_text_mode_says_what_to_do_once(tmp_path, ssh_env, host, env):
     assert f"the server on {host.name} keeps loading" in err and "after the interrupt" not in out, (out, err)
     release(host)
     run("stop", "-i", inv, env=env, check_rc=0)
+
+
+# --------------------------------------------------------------------------- every attempt is journaled
+
+def test_a_refused_and_an_unknown_launch_each_leave_a_journal_line(tmp_path, ssh_env, host, env):
+    """issue 38, item 4: `history` shows every attempt to start a server, not only the ones that
+    got as far as starting."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    refused = run("launch", "-i", inv, "--arg", "model-path=/data/models/not-there", env=env)
+    assert refused.returncode == 3 and "refused" in refused.stdout, (refused.stdout, refused.stderr)
+    assert journal(env)[-1] == ("launch", "refused")
+    # the engine is SIGKILLed at its first atomic write: the outcome is unknown, and says so
+    unknown = run("launch", "-i", inv, env=dict(env, PROVISION_FAILPOINTS="atomic_before_rename"))
+    assert unknown.returncode == 3 and "unknown" in unknown.stdout, (unknown.stdout, unknown.stderr)
+    assert journal(env)[-1] == ("launch", "unknown")
+    with open(env["PROVISION_JOURNAL"]) as fh:
+        last = json.loads(fh.readlines()[-1])
+    assert last["host"] == host.name and last["detail"], last

@@ -64,4 +64,28 @@ def test_an_interrupted_launch_still_carries_its_patch_edits():
     run.stages["a"] = "started"
     run.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
     rows = interrupt_report([Host("a")], run, LaunchOptions())
-    assert [(r["command"], r["verdict"]) for r in journal.entries("launch", rows)] == [("patch", "patched")]
+    assert [(r["command"], r["verdict"]) for r in journal.entries("launch", rows)] == [
+        ("launch", "interrupted"), ("patch", "patched")]
+
+
+def test_every_launch_and_stop_attempt_is_a_line_refused_failed_unknown_included():
+    rows = [HostResult("a", "refused", "preflight: model /m does not exist (--force to start anyway)"),
+            HostResult("b", "failed", "start failed: no python3", error_kind="remote"),
+            HostResult("c", "unknown", "connection lost during the remote step", error_kind="unknown"),
+            HostResult("d", "running", "already running and healthy with this profile"),
+            HostResult("e", "failed", "cannot connect", error_kind="connect")]
+    got = [(r["host"], r["command"], r["verdict"]) for r in journal.entries("launch", rows)]
+    # a host never reached (connect) changed nothing; one already running was not an attempt to change it
+    assert got == [("a", "launch", "refused"), ("b", "launch", "failed"), ("c", "launch", "unknown")]
+    stops = [HostResult("a", "refused", "the process on port 30000 is not provision's"),
+             HostResult("b", "unknown", "connection lost", error_kind="unknown")]
+    assert [(r["command"], r["verdict"]) for r in journal.entries("stop", stops)] == [
+        ("stop", "refused"), ("stop", "unknown")]
+
+
+def test_a_start_that_then_failed_is_one_line_its_start():
+    row = HostResult("a", "failed", "crashed: rank 0 scheduler died", data={"journal_extra": [
+        {"command": "launch", "verdict": "started", "detail": "started pid 7 port 30000; then failed"}]})
+    got = journal.entries("launch", [row])
+    assert [(r["command"], r["verdict"], r["detail"]) for r in got] == [
+        ("launch", "started", "started pid 7 port 30000; then failed")]

@@ -37,7 +37,9 @@ def test_every_server_change_is_journaled():
         {"command": "launch", "verdict": "restarted", "detail": "restarted pid 3; then crashed"}]})
     refused = HostResult("c", "refused", "preflight: ...")
     lines = journal.entries("launch", [started, crashed, refused])
+    # a refused launch is an attempt, journaled too (issue 38, item 4)
     assert [(x["host"], x["command"], x["verdict"]) for x in lines] == [("a", "launch", "started"),
-                                                                        ("b", "launch", "restarted")]
+                                                                        ("b", "launch", "restarted"),
+                                                                        ("c", "launch", "refused")]
     stop = journal.entries("stop", [HostResult("a", "stopped", "stopped 10 processes")])
     assert [(x["command"], x["verdict"]) for x in stop] == [("stop", "stopped")]

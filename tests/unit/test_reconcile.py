@@ -360,12 +360,13 @@ def test_journal_records_changes_and_failed_attempts_only(tmp_path, monkeypatch)
     ]
     journal.record("patch", results)
     journal.record("status", [HostResult("a", "ok")])
-    journal.record("launch", [HostResult("a", "failed", "crash")])  # not a file change attempt
+    journal.record("launch", [HostResult("a", "failed", "crash")])  # a launch attempt (issue 38, item 4)
     journal.record("stop", [HostResult("a", "stopped")])
     recs, bad = journal.read()
     assert bad == []
     assert [(r["command"], r["host"], r["verdict"]) for r in recs] == [
-        ("patch", "a", "patched"), ("patch", "c", "failed"), ("patch", "f", "unknown"), ("stop", "a", "stopped")]
+        ("patch", "a", "patched"), ("patch", "c", "failed"), ("patch", "f", "unknown"), ("launch", "a", "failed"),
+        ("stop", "a", "stopped")]
     first = recs[0]
     assert set(first) >= {"time", "user", "control_host", "tool_version", "command", "spec", "host", "file",
                           "sha256_before", "sha256_after", "verdict", "detail"}
@@ -373,7 +374,7 @@ def test_journal_records_changes_and_failed_attempts_only(tmp_path, monkeypatch)
     datetime.fromisoformat(first["time"])
     assert "sekrit" not in where.read_text()
     assert oct(where.stat().st_mode & 0o777) == "0o600"
-    assert [r["host"] for r in journal.read(host="a")[0]] == ["a", "a"]
+    assert [r["host"] for r in journal.read(host="a")[0]] == ["a", "a", "a"]
     assert len(journal.read(limit=1)[0]) == 1 and journal.read(limit=1)[0][0]["command"] == "stop"
 
 

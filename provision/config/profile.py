@@ -233,15 +233,20 @@ def validate(p: Profile, path: str = "profile") -> None:
 
 
 def render_flags(args: dict) -> list[str]:
-    """SGLang flags as argv tokens. Booleans are store_true switches; mappings become JSON strings."""
+    """SGLang flags as argv tokens, as its argparse parser takes them: True is the bare switch,
+    False and None leave the flag out, a list is one token per item after its flag (`nargs`
+    flags: `--cuda-graph-bs 1 2 4 8`), a mapping one JSON string. Preflight holds each to the
+    installed release's own declaration (host/engine/serverargs.py `decide`)."""
     out: list[str] = []
     for k, v in args.items():
         if v is None or v is False:
             continue
         if v is True:
             out.append(f"--{k}")
-        elif isinstance(v, (dict, list)):
+        elif isinstance(v, dict):
             out += [f"--{k}", json.dumps(v)]
+        elif isinstance(v, (list, tuple)):
+            out += [f"--{k}", *(json.dumps(x) if isinstance(x, (dict, list)) else str(x) for x in v)]
         else:
             out += [f"--{k}", str(v)]
     return out

@@ -84,8 +84,10 @@ def test_every_flag_of_the_release_is_known(version):
     assert len(declared) > 300
     t = table(version)
     assert declared - set(t) == set()
-    for opt in declared:
-        assert serverargs.decide(opt, "1", {k: dict(v, choices=None) for k, v in t.items()}, version)[0] == "ok"
+    free = {k: dict(v, choices=None) for k, v in t.items()}
+    for opt in declared:  # a switch is given as True (the bare flag), a flag with a value a number
+        value = True if t[opt].get("switch") else "1"
+        assert serverargs.decide(opt, value, free, version) == ("ok", opt), opt
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -403,3 +405,47 @@ def test_a_model_folder_that_is_not_there_is_said_once_by_the_path_check(tmp_pat
     hub = _model_fact("org/not-cached-model", {"HF_HOME": str(tmp_path / "hf")}, None, None)
     rows, _ = modelcheck.arch_rows("model", hub, registry("0.5.9"), "0.5.9", False)
     assert [r["level"] for r in rows] == ["warn"]
+
+
+# --------------------------------------------------------------------------- flags as the parser takes them (issue 38, item 3)
+
+def test_lists_render_one_token_per_item_and_mappings_as_json():
+    from provision.config.profile import render_flags
+
+    assert render_flags({"cuda-graph-bs": [1, 2, 4, 8], "lora-target-modules": ["q_proj", "v_proj"],
+                         "enable-metrics": True, "disable-radix-cache": False, "json-model-override-args": {"a": 1},
+                         "tp-size": 8}) == [
+        "--cuda-graph-bs", "1", "2", "4", "8", "--lora-target-modules", "q_proj", "v_proj", "--enable-metrics",
+        "--json-model-override-args", '{"a": 1}', "--tp-size", "8"]
+
+
+@pytest.mark.parametrize("flag,value,fails_with", [
+    ("cuda-graph-bs", [1, 2, 4, 8], None),
+    ("cuda-graph-bs", 4, None),
+    ("cuda-graph-bs", [1, "two"], "invalid int value: 'two'"),
+    ("cuda-graph-bs", [], None),            # nargs "+" in 0.5.9: but an empty list is refused below
+    ("lora-target-modules", ["q_proj", "v_proj"], None),
+    ("tp-size", [1, 2], "takes one value"),
+    ("tp-size", "eight", "invalid int value: 'eight'"),
+    ("tp-size", True, "takes a value"),
+    ("mem-fraction-static", "0.85", None),
+    ("mem-fraction-static", "most", "invalid float value"),
+    ("enable-metrics", "yes", "is a switch"),
+    ("enable-metrics", True, None),
+])
+def test_a_value_is_judged_as_0_5_9s_parser_would(flag, value, fails_with):
+    level, msg = serverargs.decide(flag, value, table("0.5.9"), "0.5.9")
+    if flag == "cuda-graph-bs" and value == []:
+        assert level == "fail" and "at least one value" in msg
+    elif fails_with is None:
+        assert level == "ok", msg
+    else:
+        assert level == "fail" and fails_with in msg, msg
+
+
+def test_a_negatable_switch_that_is_on_by_default_says_how_to_turn_it_off():
+    t = table("0.5.23")
+    opt, hit = next((o, h) for o, h in t.items() if h.get("switch") == "BooleanOptionalAction" and h.get("default"))
+    level, msg = serverargs.decide(opt, False, t, "0.5.23")
+    assert level == "fail" and f"no-{opt[2:]}: true" in msg, msg
+    assert serverargs.decide("no-" + opt[2:], True, t, "0.5.23") == ("ok", "--no-" + opt[2:])

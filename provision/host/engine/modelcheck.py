@@ -34,8 +34,10 @@ def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: s
         return [_row("warn", "flags", f"flags not checked: {unreadable or 'the argument parser could not be read'}")]
     out = []
     for name, value in args.items():
-        if value is None or value is False:
+        if value is None:
             continue  # not rendered on the command line (profile.render_flags)
+        if value is False and not (table.get(f"--{name}") or {}).get("default") is True:
+            continue  # left out, as it is off by default; a negatable switch that is on is judged below
         level, msg = serverargs.decide(str(name), value, table, version)
         if level != "ok":
             out.append(_row(level, "flags", msg))

@@ -315,6 +315,29 @@ def _is_bool(tp: ast.AST) -> bool:
     return text in ("bool", "Optional[bool]", "bool|None", "None|bool")
 
 
+def _value_shape(tp: ast.AST, arg: dict) -> dict:
+    """What add_cli_args_from_dataclass gives a non-Literal, non-bool field (0.5.23,
+    arg_groups/arg_utils.py): ``list[X]`` -> nargs "+" (or the Arg's) of X's converter, unless a
+    ``type_parser`` takes the whole value; ``int``/``float`` -> that converter; Optional unwrapped."""
+    text = ast.unparse(tp).replace(" ", "")
+    for wrap in (("Optional[", "]"),):
+        if text.startswith(wrap[0]) and text.endswith(wrap[1]):
+            text = text[len(wrap[0]):-len(wrap[1])]
+    text = text.replace("|None", "").replace("None|", "")
+    if arg.get("type_parser") is not None:
+        return {}
+    low = text.lower()
+    for prefix in ("list[", "List["):
+        if text.startswith(prefix) and text.endswith("]"):
+            elem = text[len(prefix):-1]
+            nargs = arg.get("nargs")
+            return {"nargs": nargs if isinstance(nargs, (int, str)) else "+",
+                    **({"type": elem} if elem in ("int", "float", "str") else {})}
+    if low in ("int", "float"):
+        return {"type": low}
+    return {}
+
+
 def _class_field_flags(classes: list[ast.ClassDef], by_name: dict[str, ast.ClassDef], consts: dict,
                        _seen: set | None = None) -> list[FlagSpec]:
     """What add_cli_args_from_dataclass registers for the annotated fields of these classes
@@ -383,6 +406,8 @@ def _class_field_flags(classes: list[ast.ClassDef], by_name: dict[str, ast.Class
                     kw["choices"] = choices
                 if _is_bool(tp) and literal is None:
                     kw["action"] = "store_true"
+                elif literal is None:
+                    kw.update(_value_shape(tp, arg))
                 if arg.get("nargs") not in (None, _UNKNOWN):
                     kw["nargs"] = arg["nargs"]
             if stmt.value is not None:
@@ -432,21 +457,43 @@ def _jsonable(v):
     return None
 
 
+# argparse's own type converters, as a release names them; a value they would refuse is a fail row
+CONVERTERS = {"int": int, "float": float}
+
+
+def _shape(f: FlagSpec) -> dict:
+    """What the parser takes after the flag: "switch" (store_true/store_false/
+    BooleanOptionalAction: nothing), else "nargs" (None: one value; "?", "*", "+" or a count) and
+    "type" (the converter's name, when a literal name). None where the reader cannot tell."""
+    act = f.kw.get("action")
+    name = act.rsplit(".", 1)[-1] if isinstance(act, str) else None
+    if name in ("store_true", "store_false", "store_const", "BooleanOptionalAction", "count"):
+        default = f.kw.get("default")
+        return {"switch": name, "default": default if isinstance(default, bool) else None}
+    if act is not None and act not in ("store",) and name not in ("store",):
+        return {"custom": True}  # a release's own Action (LoRAPathAction, DeprecatedAction): not judged
+    nargs = f.kw.get("nargs")
+    tp = f.kw.get("type")
+    return {"nargs": nargs if isinstance(nargs, (int, str)) else None, "type": tp if isinstance(tp, str) else None}
+
+
 def flag_table(spec: ServerArgsSpec) -> dict:
-    """{option string: {"dest", "choices" (a list, or None when any value goes or they are not known)}},
-    every ``--`` option of the parser, including ``--no-X`` of a BooleanOptionalAction. JSON-able (cached)."""
+    """{option string: {"dest", "choices" (a list, or None when any value goes or they are not known),
+    and the flag's shape (:func:`_shape`)}}, every ``--`` option of the parser, including ``--no-X``
+    of a BooleanOptionalAction. JSON-able (cached)."""
     table: dict[str, dict] = {}
     for f in spec.flags:
         ch = f.kw.get("choices")
         choices = _jsonable(ch) if ch is not None else None
         act = f.kw.get("action")
         boolean_opt = isinstance(act, str) and act.rsplit(".", 1)[-1] == "BooleanOptionalAction"
+        shape = _shape(f)
         for opt in f.options:
             if not opt.startswith("-"):
                 continue
-            table.setdefault(opt, {"dest": f.dest, "choices": choices})
+            table.setdefault(opt, {"dest": f.dest, "choices": choices, **shape})
             if boolean_opt and opt.startswith("--"):
-                table.setdefault("--no-" + opt[2:], {"dest": f.dest, "choices": None})
+                table.setdefault("--no-" + opt[2:], {"dest": f.dest, "choices": None, "switch": "negation"})
     table.setdefault("--help", {"dest": "help", "choices": None})
     table.setdefault("-h", {"dest": "help", "choices": None})
     return table
@@ -485,7 +532,7 @@ def decide(flag: str, value, table: dict, version: str | None = None) -> tuple[s
         if len(matches) == 1:
             full = matches[0]
             hit = table[full]
-            bad = _choice_problem(opt, value, hit, where)
+            bad = _shape_problem(full, value, hit, where) or _choice_problem(opt, value, hit, where)
             if bad:
                 return bad
             return "warn", (f"{opt} is taken by {where} as {full} (argparse accepts a unique prefix); "
@@ -498,8 +545,54 @@ def decide(flag: str, value, table: dict, version: str | None = None) -> tuple[s
         near = closest(opt, table)
         return "fail", (f"{opt} is not a flag of {where}"
                         + (f": did you mean {' or '.join(near)}?" if near else ""))
-    bad = _choice_problem(opt, value, hit, where)
+    bad = _shape_problem(opt, value, hit, where) or _choice_problem(opt, value, hit, where)
     return bad or ("ok", f"{opt}")
+
+
+def _shape_problem(opt: str, value, hit: dict, where: str) -> tuple[str, str] | None:
+    """What argparse would say of the tokens provision renders for ``value`` (profile.render_flags:
+    True is the bare flag, False nothing, a list one token per item, anything else one token)."""
+    if hit.get("custom"):
+        return None
+    switch = hit.get("switch")
+    if switch is not None:
+        if value is False and switch == "BooleanOptionalAction" and hit.get("default") is True:
+            return "fail", (f"{opt} is on by default in {where}, and false only leaves it out: turn it off "
+                            f"with no-{opt[2:]}: true")
+        if value is True or value is False:
+            return None
+        return "fail", (f"{opt} is a switch in {where} (it takes no value): write {opt[2:]}: true, not "
+                        f"{value!r}")
+    if value is False:
+        return None  # left out of the argv
+    nargs = hit.get("nargs")
+    if value is True:
+        if nargs in ("?", "*"):
+            return None
+        return "fail", f"{opt} takes a value in {where}: `{opt[2:]}: true` would give it none"
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if isinstance(value, (list, tuple)):
+        if nargs is None or nargs == "?":
+            return "fail", (f"{opt} takes one value in {where}, not a list; a JSON value is written as a "
+                            f"string: {opt[2:]}: '{_json_text(value)}'")
+        if nargs == "+" and not items:
+            return "fail", f"{opt} takes at least one value in {where}; the list is empty"
+        if isinstance(nargs, int) and len(items) != nargs:
+            return "fail", f"{opt} takes {nargs} values in {where}, not {len(items)}"
+    conv = CONVERTERS.get(hit.get("type") or "")
+    if conv is not None and not isinstance(value, dict):
+        for item in items:
+            try:
+                conv(str(item))
+            except ValueError:
+                return "fail", f"{opt}: invalid {hit['type']} value: {str(item)!r} ({where}'s parser exits 2)"
+    return None
+
+
+def _json_text(value) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 def _choice_problem(opt: str, value, hit: dict, where: str) -> tuple[str, str] | None:

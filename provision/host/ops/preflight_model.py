@@ -22,7 +22,7 @@ from provision.host.engine import modelcheck, safetensors, serverargs
 from provision.host.facts import model as facts
 from provision.host.lib import atomic
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the flag table has each flag's shape (nargs, type, switch)
 
 
 def _cache_path(state_dir: str, sglang_dir: str) -> str:

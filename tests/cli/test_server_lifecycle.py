@@ -340,3 +340,20 @@ def test_launch_smoke_on_a_server_already_running_runs_the_smoke(tmp_path, ssh_e
     assert row["verdict"] == "running", row
     assert any(n.startswith("smoke: ") and " tokens in " in n for n in row["notes"]), row
     run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def test_a_second_server_on_another_port_is_not_a_leftover_of_the_first(tmp_path, ssh_env, host, env):
+    """issue 38, item 1: servers are per port. A second server on port 30001 starts beside the one
+    on 30000 (before, preflight refused it: "leftover SGLang processes ... provision did not start
+    them: kill them", of provision's own healthy server); stopping 30001 leaves 30000 as it was."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, env=env, check_rc=0)
+    run("launch", "-i", inv, "--poll", "0.5", env=env, check_rc=0, timeout=240)
+    first = record(host)["pid"]
+    second = run("launch", "-i", inv, "--server-port", "30001", "--poll", "0.5", env=env, timeout=240)
+    assert second.returncode == 0 and "ready" in second.stdout, (second.stdout, second.stderr)
+    assert "leftover" not in second.stdout + second.stderr
+    stop = run("stop", "-i", inv, "--server-port", "30001", env=env)
+    assert stop.returncode == 0 and "stopped" in stop.stdout, (stop.stdout, stop.stderr)
+    assert record(host)["pid"] == first and http(host, "/health") == 200
+    run("stop", "-i", inv, env=env, check_rc=0)

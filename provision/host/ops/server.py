@@ -24,7 +24,7 @@ from provision.host.lib import procfs
 from provision.host.ops import server_secrets
 from provision.host.ops.backends import identity, lock, select, tree
 from provision.host.ops.backends.base import health, port_open
-from provision.host.ops.backends.record import log_root, read_record, state_root, write_record
+from provision.host.ops.backends.record import log_root, other_ports, read_record, state_root, write_record
 from provision.host.ops.backends.systemd import (RESTART_SEC, render_server_unit, systemd_available,  # noqa: F401
                                                  systemd_quote, unit_name)
 from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher, for its tests
@@ -163,11 +163,17 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
                                   f"{len(left)} processes of its tree are still alive: {_describe_pids(left)}; they "
                                   "hold GPU memory: `provision stop` ends them (launch --restart stops them first)"})
         mine |= set(left)
+    # provision's servers on the host's other ports (one record and one lock per port): their
+    # processes are theirs, named as such, never "leftovers"
+    theirs: dict[int, int] = {}
+    for other, rec in other_ports(req, port).items():
+        for pid in identity.owned(rec):
+            theirs[pid] = other
     strays = []
     for s in installs.running_servers():
-        if s["pid"] not in mine:
+        if s["pid"] not in mine and s["pid"] not in theirs:
             strays.append(s)
-    for pid in _sglang_children_orphans(mine):
+    for pid in _sglang_children_orphans(mine | set(theirs)):
         strays.append({"pid": pid, "argv": procfs.cmdline(str(pid))})
     gpu = _nvidia()
     if gpu["available"]:
@@ -176,19 +182,21 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
             checks.append({"level": "fail", "check": "gpus", "message": f"{gpu['gpus']} GPUs visible, tp-size is {tp}"})
         busy = [b for b in gpu["busy"] if b["pid"] not in mine]
         if busy:
+            whose = [f"pid {b['pid']} {b['name']} ({b['memory']}"
+                     + (f", provision's server on port {theirs[b['pid']]})" if b["pid"] in theirs else
+                        ", started by nobody provision knows)") for b in busy]
             checks.append({"level": "fail", "check": "gpu-memory",
-                           "message": "GPU memory held by leftover processes: "
-                                      + ", ".join(f"pid {b['pid']} {b['name']} ({b['memory']})" for b in busy)
-                                      + " (stop them: `provision stop`, or kill them)"})
+                           "message": "GPU memory held by other processes: " + ", ".join(whose)
+                                      + " (`provision stop --server-port N` stops provision's; kill the others)"})
         else:
             checks.append({"level": "ok", "check": "gpus", "message": f"{gpu.get('gpus')} GPUs visible, none busy"})
     else:
         checks.append({"level": "info", "check": "gpus", "message": f"{gpu['why']}: GPU checks skipped"})
     if strays:
         checks.append({"level": "fail", "check": "strays",
-                       "message": "leftover SGLang processes from an earlier server: "
+                       "message": "leftover SGLang processes that no record of provision's claims: "
                                   + ", ".join(f"pid {s['pid']}" for s in strays[:8])
-                                  + " (they hold GPU memory; provision did not start them: kill them)"})
+                                  + " (they may hold GPU memory; provision did not start them: kill them)"})
     target = str(args.get("model-path", "/"))
     probe = target if target.startswith("/") and os.path.exists(target) else "/"
     du = shutil.disk_usage(probe)

@@ -56,3 +56,26 @@ def mark_stopped(req: dict, port: int, rec: dict, when: float) -> dict:
     rec = dict(rec, stopped_at=when)
     write_record(req, port, rec)
     return rec
+
+
+def other_ports(req: dict, port: int) -> dict[int, dict]:
+    """The records of provision's servers on the host's other ports ({port: record}): a process
+    of one of those trees is that server's, never a leftover of this one."""
+    out: dict[int, dict] = {}
+    try:
+        names = os.listdir(state_root(req))
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith("server-") and name.endswith(".json")):
+            continue
+        try:
+            other = int(name[len("server-"):-len(".json")])
+        except ValueError:
+            continue
+        if other == port:
+            continue
+        rec = read_record(req, other)
+        if rec:
+            out[other] = rec
+    return out

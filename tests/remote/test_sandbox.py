@@ -298,7 +298,11 @@ def test_down_leaves_nothing(tmp_path, sandbox_factory, ssh_env):
         assert time.monotonic() - t0 < 10
         assert not [p for p in pids if _live(p)]
         for pid_ns, mnt_ns in namespaces:
-            assert _ns_members(pid_ns) == [] and _ns_members(mnt_ns) == []
+            # a process SIGKILLed by down() is gone once the kernel has reaped it: on a loaded
+            # machine (CI's 4 workers) that can lag the kill by a moment, so give it 5 s, then name it
+            assert _wait_for(lambda: _ns_members(pid_ns) == [] and _ns_members(mnt_ns) == [], 5.0), [
+                (p, open(f"/proc/{p}/cmdline", "rb").read()) for p in _ns_members(pid_ns) + _ns_members(mnt_ns)
+                if os.path.exists(f"/proc/{p}")]
         assert session.wait(timeout=10) == 255
     finally:
         session.kill()

@@ -428,7 +428,7 @@ def main():
     check()  # a test-only switch (PROVISION_FAILPOINTS, ...) outside test mode: exit 2, nothing done
 
 
-def renamed(old: str, new: str, dest: str, *, multiple: bool = False, what: str = ""):
+def renamed(old: str, new: str, dest: str, *, multiple: bool = False):
     """A retired spelling kept working: ``old`` is a hidden option that fills ``dest`` (the
     option now spelled ``new``) and says so on stderr, so no script breaks and its author learns
     the one name. Both given: exit 2. Apply above the option it stands for."""
@@ -440,13 +440,12 @@ def renamed(old: str, new: str, dest: str, *, multiple: bool = False, what: str 
             value = kw.pop(hidden_dest)
             if value not in (None, ()):
                 if kw.get(dest) not in (None, ()):
-                    raise UsageError(f"{old} and {new} are one option{what}: give {new} only")
-                click.echo(f"note: {old} is now spelled {new}{what}; the old spelling still works", err=True)
+                    raise UsageError(f"{old} and {new} are one option: give {new} only")
+                click.echo(f"note: {old} is now spelled {new}; the old spelling still works", err=True)
                 kw[dest] = value
             return fn(*args, **kw)
 
-        return click.option(old, hidden_dest, hidden=True, multiple=multiple,
-                            metavar="PLAYBOOK" if "playbook" in new else None)(wrapper)
+        return click.option(old, hidden_dest, hidden=True, multiple=multiple)(wrapper)
     return deco
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
 
 
 class _Unknown:
@@ -319,22 +320,17 @@ def _value_shape(tp: ast.AST, arg: dict) -> dict:
     """What add_cli_args_from_dataclass gives a non-Literal, non-bool field (0.5.23,
     arg_groups/arg_utils.py): ``list[X]`` -> nargs "+" (or the Arg's) of X's converter, unless a
     ``type_parser`` takes the whole value; ``int``/``float`` -> that converter; Optional unwrapped."""
-    text = ast.unparse(tp).replace(" ", "")
-    for wrap in (("Optional[", "]"),):
-        if text.startswith(wrap[0]) and text.endswith(wrap[1]):
-            text = text[len(wrap[0]):-len(wrap[1])]
-    text = text.replace("|None", "").replace("None|", "")
     if arg.get("type_parser") is not None:
         return {}
-    low = text.lower()
-    for prefix in ("list[", "List["):
-        if text.startswith(prefix) and text.endswith("]"):
-            elem = text[len(prefix):-1]
-            nargs = arg.get("nargs")
-            return {"nargs": nargs if isinstance(nargs, (int, str)) else "+",
-                    **({"type": elem} if elem in ("int", "float", "str") else {})}
-    if low in ("int", "float"):
-        return {"type": low}
+    text = ast.unparse(tp).replace(" ", "").replace("|None", "").replace("None|", "")
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text[len("Optional["):-1]
+    if text[:5].lower() == "list[" and text.endswith("]"):
+        elem, nargs = text[5:-1], arg.get("nargs")
+        return {"nargs": nargs if isinstance(nargs, (int, str)) else "+",
+                **({"type": elem} if elem in ("int", "float", "str") else {})}
+    if text in ("int", "float"):
+        return {"type": text}
     return {}
 
 
@@ -470,7 +466,7 @@ def _shape(f: FlagSpec) -> dict:
     if name in ("store_true", "store_false", "store_const", "BooleanOptionalAction", "count"):
         default = f.kw.get("default")
         return {"switch": name, "default": default if isinstance(default, bool) else None}
-    if act is not None and act not in ("store",) and name not in ("store",):
+    if act is not None and name != "store":
         return {"custom": True}  # a release's own Action (LoRAPathAction, DeprecatedAction): not judged
     nargs = f.kw.get("nargs")
     tp = f.kw.get("type")
@@ -574,7 +570,7 @@ def _shape_problem(opt: str, value, hit: dict, where: str) -> tuple[str, str] | 
     if isinstance(value, (list, tuple)):
         if nargs is None or nargs == "?":
             return "fail", (f"{opt} takes one value in {where}, not a list; a JSON value is written as a "
-                            f"string: {opt[2:]}: '{_json_text(value)}'")
+                            f"string: {opt[2:]}: '{json.dumps(value)}'")
         if nargs == "+" and not items:
             return "fail", f"{opt} takes at least one value in {where}; the list is empty"
         if isinstance(nargs, int) and len(items) != nargs:
@@ -587,12 +583,6 @@ def _shape_problem(opt: str, value, hit: dict, where: str) -> tuple[str, str] | 
             except ValueError:
                 return "fail", f"{opt}: invalid {hit['type']} value: {str(item)!r} ({where}'s parser exits 2)"
     return None
-
-
-def _json_text(value) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 def _choice_problem(opt: str, value, hit: dict, where: str) -> tuple[str, str] | None:

@@ -135,6 +135,14 @@ class Profile:
             body["container"] = self.container.to_request()
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+    def to_launch(self) -> dict:
+        """The profile as a playbook's `launch:` mapping, host variables and --arg already in it: what
+        a server's record keeps, so a restart replays it (`from_record`) on any control machine."""
+        return {"module": self.module, "python": self.python, "args": dict(self.args), "env": dict(self.env),
+                "log_dir": self.log_dir, "keep_logs": self.keep_logs, "health_timeout": self.health_timeout,
+                "grace": self.grace, "fix": self.fix, "requires": list(self.requires),
+                "container": self.container.to_request() if self.container is not None else None}
+
 
 def _norm_args(args: dict, where: str) -> dict:
     out = {}
@@ -204,6 +212,13 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
                                                                          f"{path}: launch.container", prof.port)})
     validate(prof, path)
     return prof
+
+
+def from_record(launch: dict, name: str, where: str, overrides: dict | None = None) -> Profile:
+    """The profile a server's record keeps (`Profile.to_launch`), with this run's --arg over it,
+    validated as a playbook's is."""
+    launch = {k: v for k, v in launch.items() if v is not None or k not in ("python", "log_dir", "container")}
+    return build_profile(launch, where, name, None, overrides)
 
 
 def validate(p: Profile, path: str = "profile") -> None:

@@ -1,5 +1,5 @@
 """`launch` for one host: required and candidate specs, preflight (with --patch), the start, then
-the follow (tasks/follow.py); a restart may replay the running server's record.
+the follow (tasks/follow.py); a restart replays the running server's record.
 
 The options are tasks/options.py's, what the run got to per host is tasks/interrupt.py's RunState
 (the Ctrl-C report), the multi-node coordinator is tasks/multinode.py, and the verbs on a started
@@ -73,22 +73,42 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
     state = run if run is not None else RunState()
 
     def replayed(host: Host, session, sudo: bool, prof: Profile, spec):
-        """(profile, spec, persistent) of a restart that replays the running server's record: its
-        --arg overrides under this run's, its backend, its fix."""
+        """(profile, spec, persistent, note) of a restart: the running server's record replayed. With
+        no --playbook it starts the recorded launch (its argv and environment; this run's --arg over
+        it); an explicit --playbook replaces it. Either way its backend and its fix are kept."""
         from dataclasses import replace
+
+        from provision.config.profile import from_record
 
         st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port},
                                               timeout=prof.health_timeout + 30, sudo=sudo)
         rec = st.get("record") or {}
         if not rec or rec.get("stopped_at"):
-            return prof, spec, opts.persistent
-        recorded = rec.get("overrides") or {}
-        if recorded:
-            prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), multinode)
+            return prof, spec, opts.persistent, None
+        mine = {k: v for k, v in opts.overrides.items() if k != "port"}  # --server-port finds; it changes nothing
+        if multinode is not None:
+            mine.update(multinode.args_for(host))
+        said = ", ".join(f"{k}={v}" for k, v in mine.items() if k in opts.overrides)
+        launch, name = rec.get("launch"), rec.get("profile") or "unnamed"
+        note = None
+        if opts.profile is not None:
+            if rec.get("profile_digest") != prof.digest():
+                note = (f"restart: --playbook {opts.profile} replaces the recorded launch (playbook {name}, "
+                        f"profile {rec.get('profile_digest')})")
+        elif isinstance(launch, dict):
+            prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
+            note = (f"restart: replaying the recorded launch (playbook {name})"
+                    + (f", with --arg {said} over it" if said else ""))
+        else:  # a record written before records kept the launch: the profile is re-resolved here
+            recorded = rec.get("overrides") or {}
+            if recorded:
+                prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), multinode)
+            note = (f"restart: the record of port {prof.port} predates recorded launches; playbook {prof.name} "
+                    "was resolved here with its recorded --arg")
         if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
             prof = replace(prof, fix="overlay")
         persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))
-        return prof, spec, persistent
+        return prof, spec, persistent, note
 
     def fn(host: Host, session, fleet) -> HostResult:
         try:
@@ -119,10 +139,13 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             multinode.resolve_addresses(lambda h: getattr(fleet.target(h), "hostname", None))
         prof, spec = resolve(host, opts, multinode)
         persistent = opts.persistent
-        if opts.replay:
-            prof, spec, persistent = replayed(host, session, sudo, prof, spec)
-        t0 = time.monotonic()
         notes: list[str] = []
+        if opts.restart:
+            prof, spec, persistent, note = replayed(host, session, sudo, prof, spec)
+            if note:
+                display.message(host.name, note)
+                notes.append(note)
+        t0 = time.monotonic()
         state.stages[host.name] = "preflight"
         wanted = required_specs(spec, prof)
         checked, skipped = wanted, []
@@ -226,6 +249,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
                                                          overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
                                                          patch_specs=[s.to_engine() for s in checked],
                                                          force=opts.force, overrides=dict(opts.overrides),
+                                                         launch=prof.to_launch(),
                                                          lock_wait=START_LOCK_WAIT, pull_timeout=pull, **extra),
                              timeout=120 + START_LOCK_WAIT + pull + (prof.grace + 120 if opts.restart else 0),
                              sudo=sudo)

@@ -23,7 +23,7 @@ class LaunchOptions:
     overrides: dict = field(default_factory=dict)
     patch: bool = False
     force: bool = False
-    restart: bool = False
+    restart: bool = False       # replace the running server: its record is replayed (tasks/launch.py)
     deadline: float = 3600.0
     poll: float = 2.0
     smoke: bool = False
@@ -41,8 +41,6 @@ class LaunchOptions:
     overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
     overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
-    replay: bool = False        # a restart replays the running server's record: its --arg overrides, its
-                                # backend (persistent), its fix (reconcile --restart)
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):

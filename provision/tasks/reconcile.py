@@ -313,9 +313,10 @@ def run_restarts(fleet, batches: list[list], results: list[HostResult], *, profi
     # overlay is the delegation spec's (the other kinds have none).
     if isinstance(spec, list):
         spec = next((s for s in spec if getattr(s, "kind", "delegate") == "delegate"), None)
-    # A restart replays each server's record (its --arg overrides, its backend, its fix); the host keeps
-    # its secrets (the 0600 files its record names): this run has none of its own.
-    opts = LaunchOptions(profile=profile, restart=True, replay=True, deadline=deadline, poll=1.0, overlay_spec=spec,
+    # A restart replays each server's record (its launch, its backend, its fix; --restart-playbook
+    # replaces the launch); the host keeps its secrets (the 0600 files its record names): this run has
+    # none of its own.
+    opts = LaunchOptions(profile=profile, restart=True, deadline=deadline, poll=1.0, overlay_spec=spec,
                          overlay_hosts={r.host for r in results if r.data.get("overlay_mode")})
     done: set[str] = set()
 

@@ -357,3 +357,54 @@ def test_a_second_server_on_another_port_is_not_a_leftover_of_the_first(tmp_path
     assert stop.returncode == 0 and "stopped" in stop.stdout, (stop.stdout, stop.stderr)
     assert record(host)["pid"] == first and http(host, "/health") == 200
     run("stop", "-i", inv, env=env, check_rc=0)
+
+
+def _proc(host, pid: int, what: str) -> list[str]:
+    return host.run(f"cat /proc/{pid}/{what}", check=False).stdout.split("\0")
+
+
+def test_a_restart_without_a_playbook_replays_the_recorded_launch(tmp_path, ssh_env, host, env):
+    """issue 38, item 2: a server launched with the user's own playbook (its own model path, flags and
+    environment) comes back from `launch --restart` and `reconcile --restart`, neither naming a
+    playbook, with the same argv and environment (read from /proc). Before, the restart re-resolved
+    the default playbook on the control machine: another model (the hub id), --mem-fraction-static
+    0.9, no --enable-metrics and none of the environment."""
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {host.name: {"address": host.address, "port": host.port}}}
+    (tmp_path / "inv.yaml").write_text(json.dumps(inv))
+    mine = tmp_path / "my.yaml"
+    mine.write_text(json.dumps({"name": "my-kimi", "launch": {
+        "args": {"model-path": "/data/models/Kimi-K2.5", "speculative-algorithm": "EAGLE3",
+                 "speculative-draft-model-path": "/data/models/Kimi-K25-eagle3", "tp-size": 8,
+                 "trust-remote-code": True, "enable-metrics": True, "mem-fraction-static": 0.85,
+                 "cuda-graph-bs": [1, 2, 4, 8]},
+        "env": {"PROVISION_STANDIN_LOAD_SECONDS": "1", "PROVISION_STANDIN_WARMUP_SECONDS": "0.2",
+                "MY_FLEET_SETTING": "kept"}}}))
+    inv_path = str(tmp_path / "inv.yaml")
+    run("patch", "-i", inv_path, env=env, check_rc=0)
+    run("launch", "-i", inv_path, "--playbook", str(mine), "--poll", "0.5", env=env, check_rc=0, timeout=240)
+    first = record(host)["pid"]
+    argv, environ = _proc(host, first, "cmdline"), _proc(host, first, "environ")
+    assert "--enable-metrics" in argv and "MY_FLEET_SETTING=kept" in environ
+
+    again = run("launch", "-i", inv_path, "--restart", "--poll", "0.5", env=env, timeout=240)
+    assert again.returncode == 0, (again.stdout, again.stderr)
+    assert "replaying the recorded launch (playbook my-kimi)" in again.stdout + again.stderr
+    second = record(host)["pid"]
+    assert second != first
+    assert _proc(host, second, "cmdline") == argv
+    assert "MY_FLEET_SETTING=kept" in _proc(host, second, "environ")
+
+    install_release(host, "0.5.9")  # SGLang re-written under the running server: reconcile restarts it
+    proc, doc = run_json("reconcile", "-i", inv_path, "--restart", "--restart-deadline", "120", env=env, timeout=300)
+    assert proc.returncode == 0, doc
+    third = record(host)["pid"]
+    assert third != second and _proc(host, third, "cmdline") == argv
+
+    changed = run("launch", "-i", inv_path, "--restart", "--arg", "mem-fraction-static=0.8", "--poll", "0.5",
+                  env=env, timeout=240)
+    assert changed.returncode == 0, (changed.stdout, changed.stderr)
+    assert "with --arg mem-fraction-static=0.8 over it" in changed.stdout + changed.stderr
+    fourth = _proc(host, record(host)["pid"], "cmdline")
+    assert fourth[fourth.index("--mem-fraction-static") + 1] == "0.8" and "--enable-metrics" in fourth
+    run("stop", "-i", inv_path, env=env, check_rc=0)

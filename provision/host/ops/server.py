@@ -432,6 +432,7 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     if not out.get("ok"):
         return out
     common = {"backend": backend.name, "boot_id": identity.boot_id(), "overrides": dict(req.get("overrides") or {}),
+              "launch": req.get("launch"),  # what a restart without --playbook replays (tasks/launch.py)
               "persistent": backend.name == "systemd", "fix": req.get("fix") or ("overlay" if req.get("overlay_stage")
                                                                                  else None)}
     names = server_secrets.names(secrets)

@@ -2,7 +2,8 @@
 replays and a stop trusts.  STDLIB ONLY.
 
 Besides what status shows (pid, log, model...) it holds what replaying the launch needs: the argv
-(secret values are never in it: they are in 0600 files), the launch's ``--arg`` overrides, the
+(secret values are never in it: they are in 0600 files), the whole profile as started (``launch``:
+a playbook's ``launch:`` mapping, host variables and ``--arg`` in it), the launch's ``--arg`` overrides, the
 backend, the fix, and which secrets were set and the file the server reads each from. Every
 whole-file write goes through lib/atomic.py.
 """

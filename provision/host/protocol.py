@@ -211,6 +211,7 @@ class StatusAnswer(Answer, total=False):
     server_fixes: Dict[str, str]       # pid -> the fix that server uses (engine/overlay.fix_in_use)
     restart_needed: List[int]
     server: Dict[str, Any]
+    other_servers: List[Dict[str, Any]]  # provision's servers on the host's other ports (their statuses)
     state: Dict[str, Any]
     state_error: str
 

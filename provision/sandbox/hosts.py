@@ -844,13 +844,22 @@ _PY_VERSION: list[str] = []
 
 # The stand-in nvidia-smi of a sandbox host with a GPU capability: what provision asks of the
 # real one (the GPUs' compute capability; the GPU list and busy processes for the launch
-# preflight), for 8 GPUs, none busy. There are no GPUs: it says so in its own name only.
+# preflight), for 8 GPUs. Busy: each live rank of a stand-in server holds memory on the GPU it
+# wrote into GPU_APPS_DIR (standin_ranks.py: base-gpu-id, gpu-id-step, CUDA_VISIBLE_DEVICES), as
+# SGLang's ranks do on theirs. There are no GPUs: it says so in its own name only.
+GPU_APPS_DIR = "/run/provision-standin/gpu-apps"
 NVIDIA_SMI = """#!/bin/sh
 # provision sandbox: a stand-in nvidia-smi (there is no GPU here; see provision/sandbox/hosts.py)
 case "$*" in
   *--query-gpu=compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo "{cap}"; done ;;
   *--query-gpu=name*) for i in 0 1 2 3 4 5 6 7; do echo "NVIDIA RTX PRO 6000 Blackwell Server Edition"; done ;;
-  *--query-compute-apps*) ;;
+  *--query-compute-apps*)
+    for f in {apps}/*; do
+      [ -f "$f" ] || continue
+      pid=${{f##*/}}
+      [ -d "/proc/$pid" ] || continue
+      echo "$(cat "$f"), $pid, $(readlink "/proc/$pid/exe"), 71234 MiB"
+    done ;;
   *-L*) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sandbox-$i)"; done ;;
   *) echo "NVIDIA-SMI stand-in (provision sandbox): 8 GPUs, compute capability {cap}" ;;
 esac
@@ -861,7 +870,7 @@ def _standin_nvidia_smi(directory: Path, capability: str) -> None:
     directory.mkdir(mode=0o755)
     os.chmod(directory, 0o755)
     smi = directory / "nvidia-smi"
-    smi.write_text(NVIDIA_SMI.format(cap=capability))
+    smi.write_text(NVIDIA_SMI.format(cap=capability, apps=GPU_APPS_DIR))
     os.chmod(smi, 0o755)
 
 

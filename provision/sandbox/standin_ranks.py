@@ -192,6 +192,18 @@ class Launch:
         self.probe: ModelProbe | None = None
         self.version = _sglang_version(sglang_dir)
         self.server_args: dict = {}  # as ServerArgs holds them (standin.py fills it in)
+        per_node = max(1, self.tp * int(g("pp_size", None) or g("pipeline_parallel_size", None) or 1)
+                       // max(1, int(g("nnodes", 1) or 1)))
+        self.devices = [int(g("base_gpu_id", 0) or 0) + r * int(g("gpu_id_step", 1) or 1) for r in range(per_node)]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.visible = [v.strip() for v in visible.split(",")] if visible else None
+
+    def gpu_of(self, rank: int) -> str:
+        """The UUID of the GPU a TP rank runs on: CUDA device base-gpu-id + local rank * gpu-id-step,
+        through CUDA_VISIBLE_DEVICES when it is set (the stand-in nvidia-smi's GPU-sandbox-N)."""
+        dev = self.devices[rank % len(self.devices)]
+        entry = self.visible[dev] if self.visible and dev < len(self.visible) else str(dev)
+        return entry if not entry.isdigit() else f"GPU-sandbox-{entry}"
 
 
 class _Rank:
@@ -200,7 +212,8 @@ class _Rank:
         self.rank = rank
         self.ready_fd = ready_fd
         self.go_fd = go_fd
-        self.gpu = rank
+        self.gpu = rank  # its CUDA device index as torch names it in an error
+        self.gpu_uuid = launch.gpu_of(rank)
         self.ppid = os.getppid()
 
     def orphaned(self) -> None:
@@ -311,9 +324,19 @@ class _Rank:
         except Exception as e:  # noqa: BLE001 - whatever the model raises is the crash
             self.fail(_frames(self.L.sglang_dir, chain) + _real_frames(e, self.L.sglang_dir), _exc_line(e))
 
+    def hold_gpu(self) -> None:
+        """Say which GPU this rank holds memory on, where the sandbox's stand-in nvidia-smi reads it."""
+        try:
+            os.makedirs(GPU_APPS_DIR, exist_ok=True)
+            with open(os.path.join(GPU_APPS_DIR, str(os.getpid())), "w") as fh:
+                fh.write(self.gpu_uuid)
+        except OSError:
+            pass
+
     def run(self) -> None:
         L = self.L
         ls = L.load_seconds
+        self.hold_gpu()
         self.load_weights(L.shards, ls, L.probe.arch if L.probe else DEFAULT_ARCH, draft=False)
         self.barrier("loaded")
         self.sleep(min(0.05 + ls * 0.02, 0.5))
@@ -350,6 +373,7 @@ class _Rank:
         self.hang()
 
 
+GPU_APPS_DIR = "/run/provision-standin/gpu-apps"  # hosts.py GPU_APPS_DIR: the stand-in nvidia-smi reads it
 RANKS_OUTLIVE = os.environ.get("PROVISION_STANDIN_RANKS_OUTLIVE", "") == "1"
 
 

@@ -246,6 +246,18 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
     notes = list(overlay_notes)
+    others = [o for o in answer.get("other_servers") or [] if o.get("running") or o.get("survivors")]
+    for o in others:
+        orec = o.get("record") or {}
+        notes.append(f"also on this host: provision's server on port {orec.get('port')}: "
+                     + (f"pid {orec.get('pid')} health {o.get('health') if o.get('health') is not None else 'no answer'}"
+                        f" up {o.get('uptime')} s model {orec.get('model')}" if o.get("running")
+                        else server_survivors_text(o))
+                     + f" (`--server-port {orec.get('port')}` for its verbs)")
+    listed = ([{"port": rec.get("port"), "pid": rec.get("pid"), "health": ours.get("health")}]
+              if ours.get("running") else [])
+    listed += [{"port": (o.get("record") or {}).get("port"), "pid": (o.get("record") or {}).get("pid"),
+                "health": o.get("health")} for o in others if o.get("running")]
     pkg = p.get("package") or {}
     if pkg and pkg.get("name") != "sglang":
         notes.append(package_note(pkg))
@@ -259,7 +271,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
-            "package": pkg or None, "containers": containers,
+            "package": pkg or None, "containers": containers, "servers": listed,
             "server_port": rec.get("port") if ours.get("running") else (servers[0].get("port") if servers else None)}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]

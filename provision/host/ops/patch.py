@@ -101,9 +101,15 @@ def op_status(req: StatusRequest, bundle: bytes) -> StatusAnswer:
                 out[key] = one[key]
     if req.get("port"):
         from provision.host.ops import server
+        from provision.host.ops.backends.record import other_ports
 
         out["server"] = server.op_server_status({"port": req["port"], "state_dir": req.get("state_dir"),
                                                      "health_timeout": req.get("health_timeout", 30)}, b"")
+        # provision's servers on the host's other ports (servers are per port): each one's status
+        out["other_servers"] = [server.op_server_status({"port": port, "state_dir": req.get("state_dir"),
+                                                         "health_timeout": req.get("health_timeout", 30)}, b"")
+                                for port, rec in sorted(other_ports(dict(req), int(req["port"])).items())
+                                if not rec.get("stopped_at")]
     try:
         out["state"] = read_state(state_dir)
     except Exception as exc:  # noqa: BLE001 - status must never crash on a bad state file

@@ -14,7 +14,6 @@ TYPE_CHECKING = False  # not typing's: a host never imports typing (see provisio
 import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -50,29 +49,6 @@ def _describe_pids(pids: list[int]) -> str:
 
 
 # -- preflight ---------------------------------------------------------------
-def _nvidia() -> dict:
-    from provision.host.lib.trust import SAFE_ENV, trusted_binary  # the one policy for binaries run as root
-
-    smi, why = trusted_binary("nvidia-smi")
-    if not smi or why:
-        return {"available": False, "why": why if smi else "nvidia-smi not found"}
-    out = {"available": True, "gpus": None, "busy": []}
-    run = {"capture_output": True, "text": True, "timeout": 20, "env": dict(SAFE_ENV), "cwd": "/",
-           "stdin": subprocess.DEVNULL}
-    try:
-        p = subprocess.run([smi, "-L"], **run)  # type: ignore[call-overload]
-        out["gpus"] = len([x for x in p.stdout.splitlines() if x.startswith("GPU ")])
-        q = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-                           **run)  # type: ignore[call-overload]
-        for line in q.stdout.splitlines():
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) >= 3 and parts[0].isdigit():
-                out["busy"].append({"pid": int(parts[0]), "name": parts[1], "memory": parts[2]})
-    except (OSError, subprocess.SubprocessError) as exc:
-        out["error"] = str(exc)
-    return out
-
-
 def _patch_check(spec: dict, inst: dict) -> tuple:
     """(the preflight check of one spec: is its fix in place, ours or native, in the chosen
     install?, the fix the server will use: "native", "edited file" or "none")."""
@@ -175,23 +151,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
             strays.append(s)
     for pid in _sglang_children_orphans(mine | set(theirs)):
         strays.append({"pid": pid, "argv": procfs.cmdline(str(pid))})
-    gpu = _nvidia()
-    if gpu["available"]:
-        tp = int(args.get("tp-size", 1))
-        if gpu.get("gpus") is not None and gpu["gpus"] < tp:
-            checks.append({"level": "fail", "check": "gpus", "message": f"{gpu['gpus']} GPUs visible, tp-size is {tp}"})
-        busy = [b for b in gpu["busy"] if b["pid"] not in mine]
-        if busy:
-            whose = [f"pid {b['pid']} {b['name']} ({b['memory']}"
-                     + (f", provision's server on port {theirs[b['pid']]})" if b["pid"] in theirs else
-                        ", started by nobody provision knows)") for b in busy]
-            checks.append({"level": "fail", "check": "gpu-memory",
-                           "message": "GPU memory held by other processes: " + ", ".join(whose)
-                                      + " (`provision stop --server-port N` stops provision's; kill the others)"})
-        else:
-            checks.append({"level": "ok", "check": "gpus", "message": f"{gpu.get('gpus')} GPUs visible, none busy"})
-    else:
-        checks.append({"level": "info", "check": "gpus", "message": f"{gpu['why']}: GPU checks skipped"})
+    checks += _gpu_checks(args, _server_env(req, inst).get("CUDA_VISIBLE_DEVICES"), mine, theirs)
     if strays:
         checks.append({"level": "fail", "check": "strays",
                        "message": "leftover SGLang processes that no record of provision's claims: "
@@ -203,6 +163,34 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
     return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
             "record": st["record"], "install": inst, "survivors": left, "fix": fix, "overlay": staged}
+
+
+def _gpu_checks(args: dict, visible: str | None, mine: set, theirs: dict) -> list:
+    """GPU memory judged on the GPUs this server will use (facts/gpu_use.py), each holder named:
+    this server's own tree, provision's server on another port, or nobody provision knows."""
+    from provision.host.facts import gpu_use
+
+    gpu = gpu_use.read()
+    if not gpu["available"]:
+        return [{"level": "info", "check": "gpus", "message": f"{gpu['why']}: GPU checks skipped"}]
+    used, why = gpu_use.server_gpus(args, visible, gpu["gpus"])
+    if why:
+        return [{"level": "fail", "check": "gpus", "message": why}]
+    uuids = {g["uuid"]: g["index"] for g in gpu["gpus"]}
+    ours = {g["uuid"] for g in used}
+    # an app on a GPU nvidia-smi -L did not list is counted as on ours: never passed over unseen
+    busy = [b for b in gpu["apps"] if b["pid"] not in mine and (b["uuid"] in ours or b["uuid"] not in uuids)]
+    where = gpu_use.describe(used)
+    if not busy:
+        return [{"level": "ok", "check": "gpus", "message": f"{len(gpu['gpus'])} GPUs visible; this server's "
+                 f"{where}: none busy"}]
+    whose = [f"pid {b['pid']} {b['name']} (GPU {uuids.get(b['uuid'], b['uuid'])}, {b['memory']}"
+             + (f", provision's server on port {theirs[b['pid']]})" if b["pid"] in theirs else
+                ", started by nobody provision knows)") for b in busy]
+    return [{"level": "fail", "check": "gpu-memory",
+             "message": f"GPU memory on this server's {where} is held by other processes: " + ", ".join(whose)
+                        + " (`provision stop --server-port N` stops provision's; kill the others, or give this "
+                          "server other GPUs: base-gpu-id, CUDA_VISIBLE_DEVICES)"}]
 
 
 def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:

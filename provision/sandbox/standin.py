@@ -8,8 +8,11 @@ from ``sys.argv[1:]``.
 
 What it reproduces, and how
 ---------------------------
-* Flags: the flag set is read with ``ast`` from the INSTALLED ``<sglang_dir>/srt/server_args.py``
-  by the product's reader (provision/host/engine/serverargs.py: every ``parser.add_argument(...)``
+* Flags: argv is parsed by the INSTALLED release's own ``ServerArgs.add_cli_args``, run from its
+  ``server_args.py`` with its imports stubbed (``standin_flags.py``): every flag, nargs, action, type
+  and default is the release's, never provision's reader's.  For releases that derive flags from
+  dataclass fields (0.5.14+), and for ``--config`` merging and the server-args dump, the flag set is
+  read with ``ast`` from the INSTALLED ``<sglang_dir>/srt/server_args.py`` by the product's reader (provision/host/engine/serverargs.py: every ``parser.add_argument(...)``
   call, and 0.5.23's dataclass fields: names, aliases, actions, choices, nargs, literal
   types/defaults) and fed to a real ``argparse`` parser, so unknown flags exit 2 with an
   argparse usage error exactly like SGLang.  ``--config FILE`` is merged like 0.5.9's
@@ -136,6 +139,7 @@ host (``hosts.STANDIN_MODULES`` copies every ``standin_*.py``) and imported flat
 ``provision.sandbox`` in a checkout:
 
 * ``standin_log.py``         SGLang's log format, uvicorn's lines, each release's wording;
+* ``standin_flags.py``       the release's own ``add_cli_args``, run with stubbed imports;
 * ``standin_yaml.py``        ``--config FILE`` (PyYAML, or the built-in flat-YAML parser);
 * ``standin_stubs.py``       the model file executed with stubbed imports (the EAGLE-3 probe);
 * ``standin_tracebacks.py``  tracebacks forged from the installed SGLang's source lines;
@@ -157,6 +161,7 @@ from pathlib import Path
 from typing import NoReturn
 
 if __package__:  # provision.sandbox in a checkout
+    from provision.sandbox.standin_flags import own_parser
     from provision.sandbox.standin_http import Main
     from provision.sandbox.standin_log import log
     from provision.sandbox.standin_ranks import Launch
@@ -164,6 +169,7 @@ if __package__:  # provision.sandbox in a checkout
     from provision.sandbox.standin_tracebacks import _exc_line, _print_traceback
     from provision.sandbox.standin_yaml import merge_config
 else:  # flat, beside the stand-in (/opt/provision-standin on a host, or run as a script)
+    from standin_flags import own_parser
     from standin_http import Main
     from standin_log import log
     from standin_ranks import Launch
@@ -438,7 +444,9 @@ def _main(sglang_dir: Path, argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _early_stop)
     server_args_py = sglang_dir / "srt" / "server_args.py"
     spec = read_server_args(server_args_py)
-    parser = build_parser(spec)
+    # the release's own add_cli_args (standin_flags.py), never provision's reader where it runs;
+    # dataclass-derived releases (0.5.14+) fall back to the reader's parser
+    parser = own_parser(server_args_py) or build_parser(spec)
     prep = [("launch_server.py", "server_args = prepare_server_args(sys.argv[1:])")]
     if "--config" in argv:
         try:

@@ -92,3 +92,35 @@ def test_every_rendered_argv_is_judged_as_the_real_parser_judges_it(version, bas
             assert {k: got["ns"][k] for k in want} == want, (what, got["ns"])
         if want is None and what.startswith("--arg"):
             assert got["rc"] == 2, (what, got)
+
+
+SIGNATURE = r'''
+import argparse, json, sys, warnings
+warnings.simplefilter("ignore")
+if sys.argv[1] == "real":
+    from sglang.srt.server_args import ServerArgs
+    p = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(p)
+else:
+    sys.path.insert(0, sys.argv[2])
+    from provision.sandbox.standin_flags import own_parser
+    p = own_parser(sys.argv[3])
+print(json.dumps({",".join(a.option_strings): [a.dest, str(a.nargs), getattr(a.type, "__name__", repr(a.type)),
+                  type(a).__name__, repr(a.default)] for a in p._actions}))
+'''
+
+
+def test_the_standins_parser_is_the_releases_own(base_059):
+    """The sandbox's stand-in server parses its argv with 0.5.9's own `add_cli_args`, run from the
+    installed server_args.py with its imports stubbed (sandbox/standin_flags.py), not with
+    provision's reader: every flag has the real parser's dest, nargs, type, action and default."""
+    repo = Path(__file__).resolve().parents[2]
+    srt = rv.site_packages(base_059) / "sglang" / "srt"
+
+    def sig(*argv: str) -> dict:
+        proc = subprocess.run([str(base_059 / "bin" / "python"), "-c", SIGNATURE, *argv], capture_output=True,
+                              text=True, timeout=600, cwd="/", env=CLEAN_ENV)
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    real, own = sig("real"), sig("own", str(repo), str(srt / "server_args.py"))
+    assert len(real) > 300 and own == real

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from provision.config.keys import check_keys
 from provision.errors import ConfigError
+from provision.host import inference
 
-PROFILE_KEYS = {"python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
+PROFILE_KEYS = {"engine", "python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
                 "offline", "fix", "container", "requires"}
 CONTAINER_KEYS = {"runtime", "image", "name", "gpus", "ipc", "shm_size", "network", "volumes", "run_args"}
 RUNTIMES = ("docker", "podman")
@@ -103,6 +104,7 @@ def build_container(raw: object, where: str, port: int) -> Container:
 class Profile:
     name: str
     module: str = "sglang.launch_server"
+    engine: str = inference.DEFAULT   # the inference engine (host/inference): asked by every verb
     python: str | None = None
     args: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
@@ -131,6 +133,8 @@ class Profile:
         body = {"module": self.module, "python": self.python, "args": self.args, "env": sorted(self.env)}
         if self.fix != "edit":  # (the digest of an edit-mode profile is as before)
             body["fix"] = self.fix
+        if self.engine != inference.DEFAULT:  # (and of an SGLang one)
+            body["engine"] = self.engine
         if self.container is not None:
             body["container"] = self.container.to_request()
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -138,7 +142,7 @@ class Profile:
     def to_launch(self) -> dict:
         """The profile as a playbook's `launch:` mapping, host variables and --arg already in it: what
         a server's record keeps, so a restart replays it (`from_record`) on any control machine."""
-        return {"module": self.module, "python": self.python, "args": dict(self.args), "env": dict(self.env),
+        return {"engine": self.engine, "module": self.module, "python": self.python, "args": dict(self.args), "env": dict(self.env),
                 "log_dir": self.log_dir, "keep_logs": self.keep_logs, "health_timeout": self.health_timeout,
                 "grace": self.grace, "fix": self.fix, "requires": list(self.requires),
                 "container": self.container.to_request() if self.container is not None else None}
@@ -202,7 +206,12 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         raise ConfigError(f"{path}: launch.fix: edit changes files on the host, and this profile's server runs in a "
                           "container: use overlay (the default for containers), or bake the fix into the image "
                           "(`RUN provision patch --local`)")
-    prof = Profile(name=name, module=str(launch.get("module") or "sglang.launch_server"), fix=fix,
+    engine = launch.get("engine", inference.DEFAULT)
+    why = inference.refusal(engine)
+    if why:
+        raise ConfigError(f"{path}: launch.engine: {why}")
+    prof = Profile(name=name, engine=engine, module=str(launch.get("module") or inference.get(engine).launch_module),
+                   fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
                    health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)),

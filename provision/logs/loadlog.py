@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from provision.host import inference
 from provision.logs.redact import redact
 
 PHASES = (
@@ -52,7 +53,8 @@ CRASH_KINDS = (
     "sm120-flashinfer-allreduce-fusion",  # flashinfer's "No supported CUDA architectures ..."
     "exception",
 )
-EAGLE3_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
+_ENGINE = inference.get("sglang")  # this reader's engine: the methods its EAGLE-3 worker calls
+EAGLE3_METHODS = _ENGINE.eagle3_methods + (_ENGINE.eagle3_parity_method,)
 # Crashes a shipped hotfix spec fixes: crash kind -> the spec's name (playbooks/).
 SPEC_FIXES = {"sm120-torch-symm-mem": "sm120-torch-symm-mem",
               "sm120-flashinfer-allreduce-fusion": "sm120-flashinfer-allreduce-fusion"}

@@ -92,11 +92,13 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
     `overlay_package`: the server runs with that overlay; SGLang skipping one of its modules
     (``Ignore import error when loading PKG...``) is a crash of its own, and the server is
     stopped at once instead of loading weights for a class without the methods."""
-    from provision.logs.loadlog import LoadLog, hint
+    from provision.logs.readers import reader_for
     from provision.logs.redact import redact
 
+    reader = reader_for(prof.engine)
+    hint = reader.hint
     secrets = secret_values(opts.secrets)
-    parser = LoadLog(secrets=secrets, overlay_package=overlay_package)
+    parser = reader.LoadLog(secrets=secrets, overlay_package=overlay_package)
     seen = {"phases": [], "progress": {}}
     t0 = t_start or time.monotonic()
     st = {"offset": offset, "ok_in_row": 0, "errors_open": 0, "seen_200": False, "bad_after_200": 0,

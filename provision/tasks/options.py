@@ -81,6 +81,7 @@ def server_request(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw
 
     req = {"op": op, "port": prof.port, "profile": {"args": prof.args, "flags": render_flags(prof.args),
                                                       "env": prof.env, "module": prof.module,
+                                                      "engine": prof.engine,
                                                       "python": prof.python, "keep_logs": prof.keep_logs,
                                                       "grace": prof.grace,
                                                       "container": prof.container.to_request() if prof.container

@@ -13,9 +13,10 @@ is a ``warn`` naming the file.
 
 from __future__ import annotations
 
+from provision.host import inference
 from provision.host.engine import serverargs
 
-TARGET_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head")
+TARGET_METHODS = inference.get().eagle3_methods  # SGLang's (the engine preflight checks an install of)
 # What SGLang calls on the target, per algorithm (SGLANG_NOTES: set_eagle3_layers_to_capture during
 # target graph capture for EAGLE3; get_embed_and_head after the draft loads).
 CALLED = {"EAGLE3": TARGET_METHODS}

@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import re
 
+from provision.host import inference
 from provision.host.engine import core
 from provision.host.lib.modules import module_name
 
 PACKAGE = "provision_overlay"          # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
-ENV_PACKAGE = "SGLANG_EXTERNAL_MODEL_PACKAGE"
+ENV_PACKAGE = inference.get().overlay_env  # the engine's (SGLang's: the only one with an overlay so far)
 MIN_VERSION = (0, 5, 6)                # SGLANG_EXTERNAL_MODEL_PACKAGE appeared in 0.5.6 (PR #13429)
 ENV_FILE = "overlay.env"               # KEY=VALUE lines, for a unit's EnvironmentFile=
 

@@ -19,7 +19,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from provision.host.lib import procfs
-from provision.host.lib.procfs import is_sglang_server
+from provision.host import inference
 from provision.host.lib.redact import redact_argv
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
@@ -40,7 +40,7 @@ def foreign_root_servers() -> list[int]:
         return []
     for pid in pids:
         argv = procfs.cmdline(pid)
-        if argv and is_sglang_server(argv) and procfs.same_root(pid) is False:
+        if argv and inference.get().is_server(argv) and procfs.same_root(pid) is False:
             out.append(int(pid))
     return out
 
@@ -93,7 +93,7 @@ def parse_ps(runtime: str, text: str) -> list[SglangContainer]:
         if not isinstance(d, dict):
             continue
         argv = _command(d.get("Command"))
-        if not is_sglang_server(argv):
+        if not inference.get().is_server(argv):
             continue
         names = _names(d.get("Names"))
         out.append({"runtime": runtime, "name": names[0] if names else str(d.get("ID") or d.get("Id") or "")[:12],

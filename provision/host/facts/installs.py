@@ -37,13 +37,14 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
+from provision.host import inference
 from provision.host.facts import packages
 from provision.host.lib import trust
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
 from provision.host.lib.procfs import uids as _proc_uids
-from provision.host.lib.procfs import is_sglang_server, same_root, sees_our_file
+from provision.host.lib.procfs import same_root, sees_our_file
 
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
@@ -243,7 +244,7 @@ def running_servers() -> list[dict]:
         argv = _proc_cmdline(pid)
         if not argv:
             continue
-        if is_sglang_server(argv):
+        if inference.get().is_server(argv):
             if same_root(pid) is False:
                 continue  # in a container: its files are not ours (facts/containers.py names it)
             by_pid[pid] = argv

@@ -15,6 +15,8 @@ import json
 import os
 import struct
 
+from provision.host import inference
+
 HEAD_LIMIT = 100 * 1024 * 1024  # the safetensors header-size limit
 
 
@@ -131,22 +133,6 @@ def shard_heads(model_dir: str) -> dict | None:
     return {"index": index, "error": None, "files": files}
 
 
-def source_files(sglang_dir: str) -> dict:
-    """The files of an install that preflight reads: {"server_args", "fields": {name: path},
-    "choices", "models": [paths]} (paths that exist)."""
-    srt = os.path.join(sglang_dir, "srt")
-    fields_dir = os.path.join(srt, "arg_groups", "fields")
-    choices = os.path.join(srt, "arg_groups", "choices.py")
-    try:
-        models = sorted(os.path.join(srt, "models", n) for n in os.listdir(os.path.join(srt, "models"))
-                        if n.endswith(".py"))
-    except OSError:
-        models = []
-    return {"server_args": os.path.join(srt, "server_args.py"),
-            "fields": {os.path.basename(p): p for p in sorted(glob.glob(os.path.join(fields_dir, "*.py")))},
-            "choices": choices if os.path.isfile(choices) else None, "models": models}
-
-
 def mtimes(paths: list[str]) -> list:
     """[path, mtime_ns, size] per path (None for a missing one): the cache key of what was read."""
     out = []
@@ -186,7 +172,7 @@ def transformers_has(sglang_dir: str, arch: str) -> bool:
 
 def external_package(env: dict) -> tuple[str | None, str | None]:
     """(the folder of SGLANG_EXTERNAL_MODEL_PACKAGE found on the server's PYTHONPATH, its name)."""
-    name = (env.get("SGLANG_EXTERNAL_MODEL_PACKAGE") or "").strip()
+    name = (env.get(inference.get().overlay_env) or "").strip()
     if not name:
         return None, None
     rel = name.replace(".", os.sep)

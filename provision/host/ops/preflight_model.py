@@ -18,6 +18,7 @@ import json
 import os
 from typing import Callable
 
+from provision.host import inference
 from provision.host.engine import modelcheck, safetensors, serverargs
 from provision.host.facts import model as facts
 from provision.host.lib import atomic
@@ -64,7 +65,7 @@ def _read_tables(sglang_dir: str, src: dict) -> dict:
 
 def install_tables(sglang_dir: str, state_dir: str | None) -> dict:
     """The registry and the flag table of an install, from the cache when no file it read changed."""
-    src = facts.source_files(sglang_dir)
+    src = inference.get().source_files(sglang_dir)
     key = {"v": CACHE_VERSION, "dir": os.path.abspath(sglang_dir),
            "files": facts.mtimes([src["server_args"], *src["fields"].values(), *([src["choices"]] if src["choices"]
                                                                                  else []), *src["models"]])}

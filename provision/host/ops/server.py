@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
+from provision.host import inference
 from provision.host.facts import installs
 from provision.host.lib import procfs
 from provision.host.ops import server_secrets
@@ -315,18 +316,19 @@ def _host_launch(req: dict, port: int, secrets: dict) -> dict:
     logdir = log_root(req)
     os.makedirs(logdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    log = os.path.join(logdir, f"sglang-{port}-{stamp}.log")
+    engine = inference.get(prof.get("engine"))
     n = 1
+    log = os.path.join(logdir, engine.log_name(port, stamp))
     while os.path.exists(log):
         n += 1
-        log = os.path.join(logdir, f"sglang-{port}-{stamp}-{n}.log")
+        log = os.path.join(logdir, engine.log_name(port, stamp, n))
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
-    flags = [str(f) for f in prof["flags"]]  # rendered on the control side (profile.render_flags)
-    argv = [python, "-m", prof.get("module") or "sglang.launch_server"] + flags
+    # the flags were rendered on the control side (profile.render_flags)
+    argv = engine.start_argv(python, prof.get("module"), prof["flags"])
     cfg, token, files = server_secrets.write_host_files(req, port, secrets)
     if cfg:
-        argv += ["--config", cfg]  # the separate-token form: `--config=FILE` is silently ignored by SGLang
+        argv += [engine.config_flag, cfg]  # the separate-token form: SGLang silently ignores `--config=FILE`
     env = _server_env(req, inst)  # type: ignore[arg-type]
     for k in server_secrets.TOKEN_ENV:
         env.pop(k, None)
@@ -419,7 +421,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
         out = backend.start(req, launch)
     if not out.get("ok"):
         return out
-    common = {"backend": backend.name, "boot_id": identity.boot_id(), "overrides": dict(req.get("overrides") or {}),
+    common = {"backend": backend.name, "engine": (req.get("profile") or {}).get("engine") or inference.DEFAULT,
+              "boot_id": identity.boot_id(), "overrides": dict(req.get("overrides") or {}),
               "launch": req.get("launch"),  # what a restart without --playbook replays (tasks/launch.py)
               "persistent": backend.name == "systemd", "fix": req.get("fix") or ("overlay" if req.get("overlay_stage")
                                                                                  else None)}

@@ -21,6 +21,7 @@ import subprocess
 import time
 TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
+from provision.host import inference
 from provision.host.facts import installs
 from provision.host.lib import atomic
 from provision.host.ops.backends.base import ServerBackend
@@ -162,7 +163,7 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
     mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
     python = "python3"  # the image's (the host's `python:` setting is a host path, not the image's)
     argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
-                    module=prof.get("module") or "sglang.launch_server", flags=[str(f) for f in prof["flags"]],
+                    module=prof.get("module") or inference.get(prof.get("engine")).launch_module, flags=[str(f) for f in prof["flags"]],
                     env=env, mounts=mounts, config_file=config_file)
     t0 = time.time()
     p = _run(argv, timeout=600)

@@ -1,0 +1,54 @@
+"""The one interface of an inference engine: what every verb asks of the server it launches.  STDLIB ONLY.
+
+An implementation is data and pure functions (sglang.py): the layers above (facts, the patch
+engine, ops, and on the control side config and tasks) ask it and do the work themselves. The
+methods, by concern:
+
+- install: ``package`` (the Python package an install is), ``title`` (its name in a sentence)
+- flags: ``source_files`` (where an install declares its flags and model classes, read by
+  host/engine/serverargs.py and modelcheck.py)
+- start: ``launch_module`` (``python -m MODULE``), ``start_argv``, ``config_flag`` (how secrets reach
+  it: a file its parser reads, never the command line), ``log_name``
+- processes: ``is_server`` (a command line of its server's main process)
+- readiness: ``health_path``
+- EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
+  ``eagle3_parity_method`` (what it calls on the draft)
+- overlay: ``overlay_env`` (the variable naming a package of model classes it imports on purpose)
+- bench: ``completions_path`` and ``server_info_path`` (where the speculative-decoding figures are read)
+"""
+
+from __future__ import annotations
+
+
+class InferenceEngine:
+    """What one inference engine is. Subclasses set the attributes and may override the functions."""
+
+    name = "base"                 # the value of a profile's `launch.engine`, kept in the record
+    title = "an inference engine"  # its name in a sentence
+    package = ""                  # the Python package an install of it is (discovery)
+    launch_module = ""            # `python -m launch_module FLAGS...`: the default start command
+    config_flag = "--config"      # a file of flags its parser reads: how secrets reach it off the command line
+    health_path = "/health"       # readiness: 200 when it serves
+    completions_path = "/v1/completions"
+    server_info_path = "/server_info"   # the live state, where speculative-decoding figures are read
+    overlay_env = ""              # the variable naming a package of model classes it imports on purpose
+    eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
+    eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")
+
+    def start_argv(self, python: str, module: str | None, flags: list[str]) -> list[str]:
+        """The server's command line: the interpreter, the module (the profile's, else the engine's), the flags."""
+        return [python, "-m", module or self.launch_module] + [str(f) for f in flags]
+
+    def log_name(self, port: int, stamp: str, n: int = 1) -> str:
+        """The start-up log's file name for a server on `port` started at `stamp` (the n-th that second)."""
+        return f"{self.name}-{port}-{stamp}.log" if n <= 1 else f"{self.name}-{port}-{stamp}-{n}.log"
+
+    def source_files(self, install_dir: str) -> dict:
+        """The files of an install (its package directory) preflight reads: {"server_args": where it
+        declares its server's flags, "fields": {name: path} (flags declared elsewhere), "choices"
+        (a file of choices or None), "models": [the model classes' files]} (paths that exist)."""
+        raise NotImplementedError
+
+    def is_server(self, argv: list[str]) -> bool:
+        """Is this command line its server's main process (not a shell that names it)?"""
+        raise NotImplementedError

@@ -1,0 +1,71 @@
+"""The inference engines behind one interface (provision/host/inference): picked once from a
+profile's `launch.engine`, SGLang the first implementation, an unknown engine refused with a
+sentence that names the ones provision knows (issue 39)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from provision.config.playbook import load_playbook
+from provision.config.profile import build_profile, from_record
+from provision.errors import ConfigError
+from provision.host import inference
+from provision.logs.readers import reader_for
+
+
+def base():
+    pb = load_playbook(None)
+    return dict(pb.launch), pb.path
+
+
+def test_the_default_engine_is_sglang_and_says_what_provision_always_did():
+    e = inference.get()
+    assert e is inference.get("sglang") and e.name == "sglang" and e.title == "SGLang"
+    assert e.start_argv("/opt/venv/bin/python3", None, ["--tp-size", 8]) == [
+        "/opt/venv/bin/python3", "-m", "sglang.launch_server", "--tp-size", "8"]
+    assert e.start_argv("python3", "my.launcher", []) == ["python3", "-m", "my.launcher"]
+    assert e.log_name(30000, "20261205-031500") == "sglang-30000-20261205-031500.log"
+    assert e.log_name(30000, "20261205-031500", 2) == "sglang-30000-20261205-031500-2.log"
+    assert e.config_flag == "--config" and e.health_path == "/health"
+    assert e.overlay_env == "SGLANG_EXTERNAL_MODEL_PACKAGE"
+    assert e.eagle3_methods == ("set_eagle3_layers_to_capture", "get_embed_and_head")
+    assert e.source_files("/nonexistent/sglang")["server_args"] == "/nonexistent/sglang/srt/server_args.py"
+    assert e.is_server(["python3", "-m", "sglang.launch_server", "--port", "30000"])
+    assert not e.is_server(["bash", "-c", "python3 -m sglang.launch_server"])
+
+
+@pytest.mark.parametrize("name", ["vllm", "SGLang", "", 3])
+def test_an_engine_provision_does_not_know_is_refused_with_the_ones_it_knows(name):
+    with pytest.raises(inference.UnknownEngine, match=r"is not one provision knows: sglang"):
+        inference.get(name)
+
+
+def test_a_profile_names_its_engine_and_an_unknown_one_is_a_config_error():
+    launch, path = base()
+    assert build_profile(launch, path, "kimi").engine == "sglang"
+    assert build_profile(dict(launch, engine="sglang"), path, "kimi").module == "sglang.launch_server"
+    with pytest.raises(ConfigError, match=r"launch.engine: engine 'vllm' is not one provision knows: sglang"):
+        build_profile(dict(launch, engine="vllm"), path, "kimi")
+
+
+def test_naming_the_default_engine_changes_no_digest_and_the_record_replays_it():
+    launch, path = base()
+    implicit, explicit = build_profile(launch, path, "kimi"), build_profile(dict(launch, engine="sglang"), path, "kimi")
+    assert implicit.digest() == explicit.digest()
+    kept = implicit.to_launch()
+    assert kept["engine"] == "sglang"
+    again = from_record(kept, "kimi", "the record")
+    assert again.engine == "sglang" and again.digest() == implicit.digest()
+
+
+def test_every_engine_provision_knows_has_a_log_reader():
+    for name in inference.KNOWN:
+        assert hasattr(reader_for(name), "LoadLog")
+
+
+def test_the_engines_package_loads_no_implementation_until_one_is_asked_for():
+    """The hot path stays light: importing the interface (as config/profile.py does) imports no engine."""
+    code = ("import sys, provision.host.inference as i; assert 'provision.host.inference.sglang' not in sys.modules; "
+            "i.get('sglang'); assert 'provision.host.inference.sglang' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -27,7 +27,8 @@ def test_the_default_engine_is_sglang_and_says_what_provision_always_did():
     assert e.start_argv("python3", "my.launcher", []) == ["python3", "-m", "my.launcher"]
     assert e.log_name(30000, "20261205-031500") == "sglang-30000-20261205-031500.log"
     assert e.log_name(30000, "20261205-031500", 2) == "sglang-30000-20261205-031500-2.log"
-    assert e.config_flag == "--config" and e.health_path == "/health"
+    assert e.config_flag == "--config" and e.health_path == "/health" and e.generate_path == "/generate"
+    assert e.server_info_paths == ("/server_info", "/get_server_info")
     assert e.overlay_env == "SGLANG_EXTERNAL_MODEL_PACKAGE"
     assert e.eagle3_methods == ("set_eagle3_layers_to_capture", "get_embed_and_head")
     assert e.source_files("/nonexistent/sglang")["server_args"] == "/nonexistent/sglang/srt/server_args.py"

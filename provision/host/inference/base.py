@@ -14,7 +14,8 @@ methods, by concern:
 - EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
   ``eagle3_parity_method`` (what it calls on the draft)
 - overlay: ``overlay_env`` (the variable naming a package of model classes it imports on purpose)
-- bench: ``completions_path`` and ``server_info_path`` (where the speculative-decoding figures are read)
+- bench: ``generate_path`` (the streamed request it times) and ``server_info_paths`` (where the
+  speculative-decoding figures are read, newest name first)
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class InferenceEngine:
     launch_module = ""            # `python -m launch_module FLAGS...`: the default start command
     config_flag = "--config"      # a file of flags its parser reads: how secrets reach it off the command line
     health_path = "/health"       # readiness: 200 when it serves
-    completions_path = "/v1/completions"
-    server_info_path = "/server_info"   # the live state, where speculative-decoding figures are read
+    generate_path = "/generate"   # the bench's streamed generation request
+    server_info_paths: tuple[str, ...] = ("/server_info",)  # the live state (the speculative-decoding
+                                                            # figures), newest name first
     overlay_env = ""              # the variable naming a package of model classes it imports on purpose
     eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
     eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")

@@ -23,8 +23,8 @@ class SGLang(InferenceEngine):
     launch_module = "sglang.launch_server"
     config_flag = "--config"
     health_path = "/health"
-    completions_path = "/v1/completions"
-    server_info_path = "/server_info"
+    generate_path = "/generate"    # native, streamed: the bench's figures per chunk
+    server_info_paths = ("/server_info", "/get_server_info")  # 0.5.x renamed it; older keep the second
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"

@@ -30,6 +30,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from provision.host import inference
 from provision.host.bootstrap import emit
 from provision.host.facts.gpu_name import gpu_name
 from provision.host.ops import server
@@ -70,8 +71,9 @@ def config_api_key(path: str | None) -> str | None:
 
 
 class Client:
-    def __init__(self, host: str, port: int, key: str | None, timeout: float):
+    def __init__(self, host: str, port: int, key: str | None, timeout: float, engine=None):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
+        self.engine = engine or inference.get()  # the server's engine: its endpoints
 
     def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
@@ -118,7 +120,7 @@ class Client:
         last: dict = {}
         chunks = 0
         try:
-            conn.request("POST", "/generate", body=json.dumps(body).encode(), headers=self._headers())
+            conn.request("POST", self.engine.generate_path, body=json.dumps(body).encode(), headers=self._headers())
             resp = conn.getresponse()
             if resp.status != 200:
                 detail = resp.read(400).decode("utf-8", "replace").strip()
@@ -212,7 +214,7 @@ def _where(req: dict) -> tuple[str, int, dict]:
 def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     host, port, rec = _where(dict(req))
     key = ((req.get("secrets") or {}).get("args") or {}).get("api-key") or config_api_key(rec.get("config"))
-    client = Client(host, port, key, float(req.get("read_timeout", 120)))
+    client = Client(host, port, key, float(req.get("read_timeout", 120)), inference.get(rec.get("engine")))
     out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}
     try:
         _run(client, req, out)
@@ -240,9 +242,12 @@ def progress(stage: str, done: int, of: int, one: dict, steps: int) -> dict:
 
 
 def _run(client: Client, req: dict, out: dict) -> None:
-    status, info = client.get_json("/server_info")
-    if status == 404:
-        status, info = client.get_json("/get_server_info")
+    first, *older = client.engine.server_info_paths
+    status, info = client.get_json(first)
+    for path in older:  # an older release's name for it
+        if status != 404:
+            break
+        status, info = client.get_json(path)
     if status != 200:
         raise status_failure(status, "GET /server_info")
     out["server_info"] = _trim_info(info)
@@ -279,7 +284,7 @@ def _run(client: Client, req: dict, out: dict) -> None:
         one["prompt"] = name
         out["requests"].append(one)
         emit(progress("request", i + 1, measured, one, warmup + measured))
-    status, after = client.get_json("/server_info")
+    status, after = client.get_json(client.engine.server_info_paths[0])
     if status == 200:
         out["server_info_after"] = _trim_info(after)
 

@@ -527,7 +527,8 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
     if rec and st["running"]:
         host = rec.get("host", "127.0.0.1")
         out["port_open"] = port_open(host, port)
-        out["health"] = health(host, port, float(req.get("health_timeout", 30))) if out["port_open"] else None
+        out["health"] = health(host, port, float(req.get("health_timeout", 30)), None,
+                               inference.get(rec.get("engine")).health_path) if out["port_open"] else None
         out["uptime"] = round(time.time() - rec["started_at"], 1)
     return out  # type: ignore[return-value]
 

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
+from provision.host import inference
 from provision.host.facts import installs
 
 
@@ -18,10 +19,12 @@ def port_open(host: str, port: int) -> bool:
     return installs.port_open(host, port, timeout=0.3)
 
 
-def health(host: str, port: int, timeout: float, url: str | None = None) -> int | None:
+def health(host: str, port: int, timeout: float, url: str | None = None, path: str = "/health") -> int | None:
+    """The HTTP status of the server's readiness endpoint (`path`, its engine's), or of `url`; None
+    when nothing answers."""
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
-    url = url or f"http://{host}:{port}/health"
+    url = url or f"http://{host}:{port}{path}"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status
@@ -71,12 +74,13 @@ class ServerBackend:
         host = rec.get("host", "127.0.0.1")
         up = port_open(host, port)
         timeout = float(req.get("health_timeout", 30))
-        code = health(host, port, timeout, req.get("health_url")) if up and st["running"] else None
+        ready = inference.get(rec.get("engine")).health_path  # the server's engine, from its record
+        code = health(host, port, timeout, req.get("health_url"), ready) if up and st["running"] else None
         confirm = None
         if code == 200 and req.get("confirm"):
             # A second look on the host, not a second round trip: one 200 can be a flap.
             time.sleep(float(req["confirm"]))
-            confirm = health(host, port, timeout, req.get("health_url"))
+            confirm = health(host, port, timeout, req.get("health_url"), ready)
         # A persistent server that systemd is about to restart counts as starting, not as gone.
         running = st["running"] or bool(st.get("restarting"))
         out = {"ok": True, "running": running, "exit": st.get("exit"), "chunk": chunk, "offset": offset,

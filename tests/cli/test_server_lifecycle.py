@@ -154,6 +154,12 @@ def _reuse_pid(host, pid: int) -> int:
         out = host.run(["/bin/bash", "-c", f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid; "
                         "setsid sleep 4242 </dev/null >/dev/null 2>&1 & echo $!"], check=False).stdout.strip()
         if out == str(pid):
+            # `echo $!` can answer before the child has run setsid(): until then its pgid and sid are
+            # bash's, outside this pid namespace (read as 0). Wait for the session of its own.
+            for _ in range(50):
+                if _stat(host, pid) == (pid, pid):
+                    break
+                time.sleep(0.1)
             return pid
         host.run("pkill -9 -f 'sleep 4242'", check=False)
     raise AssertionError(f"could not get pid {pid} for the sleep")

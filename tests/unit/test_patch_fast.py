@@ -31,7 +31,7 @@ def site(tmp_path, monkeypatch):
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
     # this machine's own processes (other sessions' servers) are not this test's subject
     monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
-    monkeypatch.setattr(installs, "running_servers", lambda: [])
+    monkeypatch.setattr(installs, "running_servers", lambda *engine: [])
     probes: list = []
     real = installs.probe_interpreter
     monkeypatch.setattr(installs, "probe_interpreter", lambda p, *a, **kw: probes.append(p) or real(p, *a, **kw))

@@ -1,9 +1,10 @@
-"""Find SGLang installs on this host without importing sglang.  STDLIB ONLY.
+"""Find an inference engine's installs on this host without importing them.  STDLIB ONLY.
 
-Runs on the GPU host (shipped as text by provision). Importing sglang pulls in
-torch and takes seconds, so each candidate interpreter is asked only for
-``importlib.util.find_spec("sglang")`` and ``importlib.metadata``; source
-checkouts are found on disk. Installs are de-duplicated by real path.
+Runs on the GPU host (shipped as text by provision). What an install is comes from the engine
+(host/inference: its ``package``, ``is_install`` and ``checkout_globs``; SGLang by default).
+Importing the package pulls in torch and takes seconds, so each candidate interpreter is asked only
+for ``importlib.util.find_spec(PACKAGE)`` and ``importlib.metadata``; source checkouts are found on
+disk. Installs are de-duplicated by real path.
 
 This runs as root on the host, so it runs no one else's code: an interpreter is
 probed only when ``untrusted_reason`` finds it (and every directory above it) owned
@@ -35,7 +36,7 @@ import shutil
 import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from provision.host import inference
 from provision.host.facts import packages
@@ -46,18 +47,22 @@ from provision.host.lib.procfs import environ as _proc_environ
 from provision.host.lib.procfs import uids as _proc_uids
 from provision.host.lib.procfs import same_root, sees_our_file
 
+if TYPE_CHECKING:
+    from provision.host.inference.base import InferenceEngine
+
 # Asked of each candidate interpreter, run as `python -I -S -c PROBE '<json list of dirs>'`:
 # isolated from the environment (no PYTHONPATH, PYTHONHOME, user site) and without the
 # site module, so no code from any site-packages (.pth files, sitecustomize) or from the
 # listed dirs ever runs. The search path a normal start would build (the venv's
 # site-packages, plain-path lines of .pth files) is rebuilt here as data, and the dirs
 # given as argv[1] (a server's cwd and PYTHONPATH) are put in front. Then only
-# `find_spec` (which does not import sglang) and `importlib.metadata` read files.
-# Prints one JSON line.
+# `find_spec` (which does not import the package named as argv[2]) and `importlib.metadata` read
+# files. Prints one JSON line; "package" is where the package is found.
 PROBE = r"""
 import json, os, sys
 out = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3]}
 extra = [p for p in (json.loads(sys.argv[1]) if len(sys.argv) > 1 else []) if isinstance(p, str) and p]
+name = sys.argv[2] if len(sys.argv) > 2 else "sglang"
 exe_dir = os.path.dirname(os.path.abspath(sys.executable))
 prefix, system_site = sys.prefix, True
 for cfg in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
@@ -109,14 +114,14 @@ sys.path[:] = extra + sys.path + dirs + more
 out["search_path"] = [p for p in sys.path if p]
 try:
     import importlib.util
-    spec = importlib.util.find_spec("sglang")
+    spec = importlib.util.find_spec(name)
 except Exception as exc:
     spec = None
     out["error"] = repr(exc)
 dist = None
 try:
     import importlib.metadata as md
-    dist = md.distribution("sglang")
+    dist = md.distribution(name)
 except Exception:
     pass
 if spec is None and dist is not None:
@@ -124,15 +129,15 @@ if spec is None and dist is not None:
         du = json.loads(dist.read_text("direct_url.json") or "{}")
         if (du.get("dir_info") or {}).get("editable") and du.get("url", "").startswith("file://"):
             root = du["url"][len("file://"):]
-            for cand in (os.path.join(root, "sglang"), os.path.join(root, "python", "sglang")):
+            for cand in (os.path.join(root, name), os.path.join(root, "python", name)):
                 if os.path.isfile(os.path.join(cand, "__init__.py")):
-                    out["sglang"] = cand
+                    out["package"] = cand
                     break
     except Exception:
         pass
 if spec is not None and spec.submodule_search_locations:
-    out["sglang"] = list(spec.submodule_search_locations)[0]
-if out.get("sglang") and dist is not None:
+    out["package"] = list(spec.submodule_search_locations)[0]
+if out.get("package") and dist is not None:
     try:
         out["dist_version"] = dist.version
         p = getattr(dist, "_path", None)
@@ -159,18 +164,6 @@ INTERPRETER_GLOBS = [
     "/workspace/*/bin/python3", "/workspace/.venv/bin/python3",
 ]
 
-CHECKOUT_GLOBS = [
-    "/root/sglang/python/sglang", "/root/*/sglang/python/sglang", "/root/*/python/sglang",
-    "/opt/sglang/python/sglang", "/opt/*/sglang/python/sglang", "/opt/*/python/sglang",
-    "/home/*/sglang/python/sglang", "/home/*/*/sglang/python/sglang",
-    "/data/sglang/python/sglang", "/data/*/sglang/python/sglang",
-    "/workspace/sglang/python/sglang", "/workspace/*/sglang/python/sglang",
-    "/sgl-workspace/sglang/python/sglang",
-]
-
-
-def _is_sglang_pkg(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "__init__.py")) and os.path.isdir(os.path.join(path, "srt", "models"))
 
 
 # --------------------------------------------------------------------------- who may run code here
@@ -180,11 +173,13 @@ untrusted_reason = trust.untrusted_reason
 _owner_name = trust.owner_name
 
 
-def probe_interpreter(python: str, extra_paths: list | None = None, timeout: float = 15) -> dict | None:
+def probe_interpreter(python: str, extra_paths: list | None = None, timeout: float = 15,
+                      package: str = inference.DEFAULT) -> dict | None:
     """Ask `python` (already checked with untrusted_reason, or named by the user) where it
-    finds sglang. Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel as data."""
+    finds `package` (its "package"). Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel
+    as data."""
     try:
-        proc = subprocess.run([python, "-I", "-S", "-c", PROBE, json.dumps(list(extra_paths or []))],
+        proc = subprocess.run([python, "-I", "-S", "-c", PROBE, json.dumps(list(extra_paths or [])), package],
                               capture_output=True, text=True, timeout=timeout, env=dict(PROBE_ENV), cwd="/",
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
@@ -234,9 +229,10 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def running_servers() -> list[dict]:
-    """SGLang launch_server processes on this host (the main process of each tree); a server
-    in a container (its root is not ours) is not the host's."""
+def running_servers(engine: "InferenceEngine | None" = None) -> list[dict]:
+    """The engine's server processes on this host (the main process of each tree; SGLang's
+    launch_server by default); a server in a container (its root is not ours) is not the host's."""
+    engine = engine or inference.get()
     found = []
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
     by_pid = {}
@@ -244,7 +240,7 @@ def running_servers() -> list[dict]:
         argv = _proc_cmdline(pid)
         if not argv:
             continue
-        if inference.get().is_server(argv):
+        if engine.is_server(argv):
             if same_root(pid) is False:
                 continue  # in a container: its files are not ours (facts/containers.py names it)
             by_pid[pid] = argv
@@ -269,7 +265,7 @@ def running_servers() -> list[dict]:
     return found
 
 
-def _server_install(server: dict) -> str | None:
+def _server_install(server: dict, engine: "InferenceEngine | None" = None) -> str | None:
     """The install a running server imports, asked of its interpreter (if that passes
     untrusted_reason; else ``server["skipped"]`` says why). Its cwd and PYTHONPATH, read
     from /proc, are handed to the probe as data: nothing in them is ever executed."""
@@ -287,15 +283,16 @@ def _server_install(server: dict) -> str | None:
     for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
         if entry:
             extra.append(entry if os.path.isabs(entry) or not cwd else os.path.join(cwd, entry))
-    res = probe_interpreter(python, extra)
-    if res and res.get("sglang"):
-        return os.path.realpath(res["sglang"])
+    res = probe_interpreter(python, extra, package=(engine or inference.get()).package)
+    if res and res.get("package"):
+        return os.path.realpath(res["package"])
     return None
 
 
 def discover(extra_interpreters: list[str] | None = None, pinned: str | None = None,
-             configured_python: str | None = None) -> dict:
-    """All SGLang installs, the running servers, and which install to act on."""
+             configured_python: str | None = None, engine: str | None = None) -> dict:
+    """All installs of the engine (SGLang by default), its running servers, and which install to act on."""
+    eng = inference.get(engine)
     installs: dict[str, dict] = {}
     warnings: list[str] = []
     if configured_python and not pinned and not (os.path.isfile(configured_python)
@@ -337,29 +334,29 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
         else:
             skipped.append({"path": python, "reason": why})
     with ThreadPoolExecutor(max_workers=8) as pool:
-        probes = list(pool.map(probe_interpreter, interpreters))
+        probes = list(pool.map(lambda py: probe_interpreter(py, package=eng.package), interpreters))
     for python, res in zip(interpreters, probes):
-        if not res or not res.get("sglang"):
+        if not res or not res.get("package"):
             continue
-        pkg = res["sglang"]
-        if not _is_sglang_pkg(pkg):
+        pkg = res["package"]
+        if not eng.is_install(pkg):
             continue
         dist_info = res.get("dist_info")
         kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
         add(pkg, kind, python, res.get("dist_version") or package_version(pkg), dist_info, res.get("direct_url"),
             res.get("search_path"))
 
-    for pattern in CHECKOUT_GLOBS:
+    for pattern in eng.checkout_globs:
         for pkg in sorted(glob.glob(pattern)):
-            if _is_sglang_pkg(pkg):
+            if eng.is_install(pkg):
                 add(pkg, "source", None, package_version(pkg))
 
     if pinned:
-        if not _is_sglang_pkg(pinned):
+        if not eng.is_install(pinned):
             return {"installs": list(installs.values()), "servers": [], "chosen": None, "warnings": warnings,
                     "skipped": skipped, "error": {"kind": "pinned-missing",
-                              "message": f"--sglang-path {pinned}: not an sglang package directory "
-                                         "(expected the dir holding __init__.py and srt/models/)"}}
+                              "message": f"--sglang-path {pinned}: not an {eng.package} package directory "
+                                         f"(expected {eng.install_shape})"}}
         add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
 
     # The install rule (lib/trust.py): an install that is not root's (and its user's) alone is
@@ -395,15 +392,15 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             # An un-installed source checkout: python3 runs it with PYTHONPATH set.
             rec["pythonpath"] = os.path.dirname(rec["path"])
         if rec["dist_info"] is None and rec["kind"] == "site-packages":
-            for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), "sglang-*.dist-info")):
+            for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), f"{eng.package}-*.dist-info")):
                 rec["dist_info"] = cand
 
     # A running server chooses the install only when it runs as root (or as the agent's own
     # user) and imports a trusted install: another user's server never steers root.
-    servers = sorted(running_servers(), key=lambda s: s["pid"])
+    servers = sorted(running_servers(eng), key=lambda s: s["pid"])
     ours = trust.trusted_uids()
     for s in servers:
-        s["install"] = _server_install(s)
+        s["install"] = _server_install(s, eng)
         if s.get("skipped") and s["skipped"]["path"] not in [k["path"] for k in skipped]:
             skipped.append(s["skipped"])
         uids = _proc_uids(s["pid"])[:2]
@@ -423,7 +420,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
 
     chosen, rule, reason, error = choose(list(installs.values()), servers, pinned=pinned_real,
                                          configured_python=configured_python, python3=shutil.which("python3"),
-                                         skipped=skipped)
+                                         skipped=skipped, engine=eng)
     return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
             "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
             "skipped": skipped}
@@ -433,11 +430,13 @@ SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")
 
 
 def choose(installs: list, servers: list, *, pinned: str | None = None, configured_python: str | None = None,
-           python3: str | None = None, skipped: list | None = None) -> tuple:
+           python3: str | None = None, skipped: list | None = None,
+           engine: "InferenceEngine | None" = None) -> tuple:
     """Which install to act on: (path, rule, reason, None) for the first rule of SELECTION_ORDER that
     names one, or (None, None, None, error). `installs` are the trusted ones (and any named
     explicitly); a server counts when it ``chooses`` (run by a trusted uid, a trusted install):
-    the lowest pid's. Pure."""
+    the lowest pid's. `engine` (SGLang by default) names the engine in the sentences. Pure."""
+    eng = engine or inference.get()
     by_python = [r["path"] for r in installs if configured_python and configured_python in r["interpreters"]]
     live = sorted((s for s in servers if s.get("chooses") and s.get("install")), key=lambda s: s["pid"])
     by_py3 = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
@@ -456,14 +455,14 @@ def choose(installs: list, servers: list, *, pinned: str | None = None, configur
     if installs:
         return None, None, None, {
             "kind": "ambiguous",
-            "message": "several SGLang installs and none is imported by python3 on PATH: "
+            "message": f"several {eng.title} installs and none is imported by python3 on PATH: "
                        + "; ".join(f"{r['path']} ({r['version']})" for r in installs)
                        + ". Pin one with --sglang-path or set `python:` for the host"}
     untrusted = [k for k in skipped or [] if k.get("what") == "install"]
     return None, None, None, {
         "kind": "not-found",
-        "message": "no SGLang install found (looked at python3 on PATH, venvs and conda envs "
-                   "under /opt, /root, /home, and source checkouts */sglang/python/sglang)"
+        "message": f"no {eng.title} install found (looked at python3 on PATH, venvs and conda envs "
+                   f"under /opt, /root, /home, and source checkouts {eng.checkout_hint})"
                    + ("; skipped as not root's alone: " + "; ".join(f"{k['path']} ({k['reason']})" for k in untrusted)
                       + " (name one with --sglang-path to use it anyway)" if untrusted else "")}
 
@@ -473,7 +472,7 @@ def for_request(req: Mapping[str, Any]) -> Any:
     with `packages`: where the chosen install's interpreter finds each package the request's
     specs name (their `package` and `applies` keys) or its `packages` list asks for."""
     facts = discover(extra_interpreters=req.get("interpreters") or [],
-                     pinned=req.get("sglang_path"), configured_python=req.get("python"))
+                     pinned=req.get("sglang_path"), configured_python=req.get("python"), engine=inference.of_request(req))
     specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
     names = packages.wanted(specs, req.get("packages"))
     facts["packages"] = packages.for_install(chosen_install(facts), names) if not facts.get("error") else {}
@@ -510,7 +509,7 @@ def _layout_python(pkg: str) -> str | None:
 def owning_interpreter(install: dict) -> tuple[str | None, dict, str | None]:
     """(interpreter, extra env, None) that imports this install as its server would: an interpreter
     discovery found importing it; else, for a site-packages install, the venv its layout names
-    (subject to untrusted_reason, and asked where it finds sglang); else, for a source checkout,
+    (subject to untrusted_reason, and asked where it finds the package); else, for a source checkout,
     python3 with PYTHONPATH. (None, {}, why) when no interpreter owns a site-packages install:
     python3 with PYTHONPATH would skip the venv's .pth files, so it is never guessed."""
     if install["interpreters"]:
@@ -523,10 +522,11 @@ def owning_interpreter(install: dict) -> tuple[str | None, dict, str | None]:
     why = untrusted_reason(exe)
     if why:
         return None, {}, f"{exe}, whose venv holds {install['path']}, is not trusted here: {why}"
-    res = probe_interpreter(exe)
-    if not res or not res.get("sglang") or os.path.realpath(res["sglang"]) != os.path.realpath(install["path"]):
+    package = os.path.basename(install["path"].rstrip("/"))  # the package directory is named for it
+    res = probe_interpreter(exe, package=package)
+    if not res or not res.get("package") or os.path.realpath(res["package"]) != os.path.realpath(install["path"]):
         return None, {}, f"{exe}, whose venv holds {install['path']}, imports " \
-                         f"{(res or {}).get('sglang') or 'no sglang'} instead"
+                         f"{(res or {}).get('package') or 'no ' + package} instead"
     return exe, {}, None
 
 

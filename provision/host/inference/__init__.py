@@ -47,3 +47,12 @@ def get(name: str | None = None) -> "InferenceEngine":
     if why:
         raise UnknownEngine(why)
     return importlib.import_module(_MODULES[name]).ENGINE
+
+
+def of_request(req: object) -> str | None:
+    """The engine a host request names: its own "engine", else its profile's (a launch), else None
+    (the default). Pure."""
+    if not isinstance(req, dict):
+        return None
+    name = req.get("engine") or (req.get("profile") or {}).get("engine")
+    return name if isinstance(name, str) else None

@@ -4,9 +4,12 @@ An implementation is data and pure functions (sglang.py): the layers above (fact
 engine, ops, and on the control side config and tasks) ask it and do the work themselves. The
 methods, by concern:
 
-- install: ``package`` (the Python package an install is), ``title`` (its name in a sentence)
-- flags: ``source_files`` (where an install declares its flags and model classes, read by
-  host/engine/serverargs.py and modelcheck.py)
+- install: ``package`` (the Python package an install is), ``title`` (its name in a sentence),
+  ``is_install`` / ``install_marks`` (a package directory that is a real install), ``checkout_globs``
+  (where source checkouts live; discovery in host/facts/installs.py)
+- flags: ``source_files`` (where an install declares its flags and model classes), ``flag_reader``
+  (which reader takes them: host/ops/preflight_model.py's FLAG_READERS, the parsers live in
+  host/engine/), ``models_subdir`` (its model classes' folder: the registry)
 - start: ``launch_module`` (``python -m MODULE``), ``start_argv``, ``config_flag`` (how secrets reach
   it: a file its parser reads, never the command line), ``log_name``
 - processes: ``is_server`` (a command line of its server's main process)
@@ -20,6 +23,8 @@ methods, by concern:
 
 from __future__ import annotations
 
+import os
+
 
 class InferenceEngine:
     """What one inference engine is. Subclasses set the attributes and may override the functions."""
@@ -27,6 +32,9 @@ class InferenceEngine:
     name = "base"                 # the value of a profile's `launch.engine`, kept in the record
     title = "an inference engine"  # its name in a sentence
     package = ""                  # the Python package an install of it is (discovery)
+    install_marks: tuple[str, ...] = ()  # directories inside the package that make it an install (not a stub)
+    checkout_globs: tuple[str, ...] = ()  # where source checkouts of it live on a host (discovery)
+    checkout_hint = ""            # those places, in a sentence
     launch_module = ""            # `python -m launch_module FLAGS...`: the default start command
     config_flag = "--config"      # a file of flags its parser reads: how secrets reach it off the command line
     health_path = "/health"       # readiness: 200 when it serves
@@ -44,6 +52,19 @@ class InferenceEngine:
     def log_name(self, port: int, stamp: str, n: int = 1) -> str:
         """The start-up log's file name for a server on `port` started at `stamp` (the n-th that second)."""
         return f"{self.name}-{port}-{stamp}.log" if n <= 1 else f"{self.name}-{port}-{stamp}-{n}.log"
+
+    @property
+    def install_shape(self) -> str:
+        """What an install's package directory holds, in a sentence."""
+        return "the dir holding " + " and ".join(("__init__.py",) + tuple(m + "/" for m in self.install_marks))
+
+    def is_install(self, path: str) -> bool:
+        """Is `path` a package directory of this engine (``__init__.py`` and every ``install_marks``)?"""
+        return os.path.isfile(os.path.join(path, "__init__.py")) and \
+            all(os.path.isdir(os.path.join(path, m)) for m in self.install_marks)
+
+    flag_reader = ""              # which reader of host/ops/preflight_model.py reads its flag declarations
+    models_subdir = ""            # where an install keeps its model classes (the registry), relative to it
 
     def source_files(self, install_dir: str) -> dict:
         """The files of an install (its package directory) preflight reads: {"server_args": where it

@@ -20,11 +20,23 @@ class SGLang(InferenceEngine):
     name = "sglang"
     title = "SGLang"
     package = "sglang"
+    install_marks = ("srt/models",)
+    checkout_globs = (
+        "/root/sglang/python/sglang", "/root/*/sglang/python/sglang", "/root/*/python/sglang",
+        "/opt/sglang/python/sglang", "/opt/*/sglang/python/sglang", "/opt/*/python/sglang",
+        "/home/*/sglang/python/sglang", "/home/*/*/sglang/python/sglang",
+        "/data/sglang/python/sglang", "/data/*/sglang/python/sglang",
+        "/workspace/sglang/python/sglang", "/workspace/*/sglang/python/sglang",
+        "/sgl-workspace/sglang/python/sglang",
+    )
+    checkout_hint = "*/sglang/python/sglang"
     launch_module = "sglang.launch_server"
     config_flag = "--config"
     health_path = "/health"
     generate_path = "/generate"    # native, streamed: the bench's figures per chunk
     server_info_paths = ("/server_info", "/get_server_info")  # 0.5.x renamed it; older keep the second
+    flag_reader = "sglang-server-args"  # srt/server_args.py (+ 0.5.14's arg_groups): host/engine/serverargs.py
+    models_subdir = "srt/models"
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"
@@ -36,8 +48,8 @@ class SGLang(InferenceEngine):
         fields_dir = os.path.join(srt, "arg_groups", "fields")
         choices = os.path.join(srt, "arg_groups", "choices.py")
         try:
-            models = sorted(os.path.join(srt, "models", n) for n in os.listdir(os.path.join(srt, "models"))
-                            if n.endswith(".py"))
+            models_dir = os.path.join(install_dir, self.models_subdir)
+            models = sorted(os.path.join(models_dir, n) for n in os.listdir(models_dir) if n.endswith(".py"))
         except OSError:
             models = []
         return {"server_args": os.path.join(srt, "server_args.py"),

@@ -1,12 +1,13 @@
-"""Preflight of the model: will the installed SGLang load what the profile names?  STDLIB ONLY.
+"""Preflight of the model: will the installed engine (SGLang by default) load what the profile names?  STDLIB ONLY.
 
 One entry point, :func:`model_checks`, called by the preflight of a host's server
 (ops/server.py) and of a container's (ops/container.py, on the image's files). It reads
 (facts/model.py), judges (engine/modelcheck.py) and returns check rows; it starts nothing and
 does not look at the port, so a restart can run it while the old server still holds the port.
 
-The two costly reads of an install, its model registry (engine/audit.py's index of
-``srt/models/*.py``) and its argument parser (engine/serverargs.py), are cached per install in
+The two costly reads of an install, its model registry (engine/audit.py's index of the engine's
+``models_subdir``, SGLang's ``srt/models/*.py``) and its argument parser (the engine's
+``flag_reader`` in FLAG_READERS: SGLang's is engine/serverargs.py), are cached per install in
 ``<state>/cache/preflight-<hash of the install path>.json``, keyed by the path, mtime and size of
 every file they read.
 """
@@ -16,12 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from provision.host import inference
 from provision.host.engine import modelcheck, safetensors, serverargs
 from provision.host.facts import model as facts
 from provision.host.lib import atomic
+
+if TYPE_CHECKING:
+    from provision.host.inference.base import InferenceEngine
 
 CACHE_VERSION = 2  # 2: the flag table has each flag's shape (nargs, type, switch)
 
@@ -31,31 +35,38 @@ def _cache_path(state_dir: str, sglang_dir: str) -> str:
     return os.path.join(state_dir, "cache", f"preflight-{key}.json")
 
 
-def _read_tables(sglang_dir: str, src: dict) -> dict:
+def _sglang_flags(src: dict) -> tuple[dict | None, str | None]:
+    """SGLang's flag table from srt/server_args.py (and 0.5.14+'s arg_groups): (table, None) or (None, why)."""
+    text, err = facts.read_text(src["server_args"])
+    if text is None:
+        return None, err
+    fields = {}
+    for name, path in src["fields"].items():
+        t, _ = facts.read_text(path)
+        if t is not None:
+            fields[name] = t
+    choices = facts.read_text(src["choices"])[0] if src.get("choices") else None
+    try:
+        return serverargs.flag_table(serverargs.parse_server_args(text, src["server_args"], fields or None, choices)), None
+    except serverargs.ServerArgsUnreadable as exc:
+        return None, str(exc)
+    except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # a parser this reader does not know
+        return None, f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
+
+
+# An engine's `flag_reader` -> the function reading its flag declarations (the parsers are host/engine/'s)
+FLAG_READERS: dict[str, Callable[[dict], tuple[dict | None, str | None]]] = {"sglang-server-args": _sglang_flags}
+
+
+def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine") -> dict:
     from provision.host.engine import audit
 
     out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
-    text, err = facts.read_text(src["server_args"])
-    if text is None:
-        out["flags_error"] = err
-    else:
-        fields = {}
-        for name, path in src["fields"].items():
-            t, _ = facts.read_text(path)
-            if t is not None:
-                fields[name] = t
-        choices = facts.read_text(src["choices"])[0] if src.get("choices") else None
-        try:
-            spec = serverargs.parse_server_args(text, src["server_args"], fields or None, choices)
-            out["flags"] = serverargs.flag_table(spec)
-        except serverargs.ServerArgsUnreadable as exc:
-            out["flags_error"] = str(exc)
-        except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # a parser this reader does not know
-            out["flags_error"] = f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
-    models_dir = os.path.join(sglang_dir, "srt", "models")
+    out["flags"], out["flags_error"] = FLAG_READERS[engine.flag_reader](src)
+    models_dir = os.path.join(install_dir, engine.models_subdir)
     try:
         out["registry"] = {k: {"missing": v["missing"], "getattr": v["getattr"]}
-                           for k, v in audit.registry_of(models_dir, sglang_dir).items()}
+                           for k, v in audit.registry_of(models_dir, install_dir).items()}
         if not out["registry"]:
             out["registry"], out["registry_error"] = None, f"{models_dir}: no EntryClass found"
     except (OSError, RecursionError, ValueError) as exc:
@@ -63,13 +74,15 @@ def _read_tables(sglang_dir: str, src: dict) -> dict:
     return out
 
 
-def install_tables(sglang_dir: str, state_dir: str | None) -> dict:
-    """The registry and the flag table of an install, from the cache when no file it read changed."""
-    src = inference.get().source_files(sglang_dir)
-    key = {"v": CACHE_VERSION, "dir": os.path.abspath(sglang_dir),
+def install_tables(install_dir: str, state_dir: str | None, engine: str | None = None) -> dict:
+    """The registry and the flag table of an install of `engine` (SGLang by default), from the cache
+    when no file it read changed."""
+    eng = inference.get(engine)
+    src = eng.source_files(install_dir)
+    key = {"v": CACHE_VERSION, "dir": os.path.abspath(install_dir), "engine": eng.name,
            "files": facts.mtimes([src["server_args"], *src["fields"].values(), *([src["choices"]] if src["choices"]
                                                                                  else []), *src["models"]])}
-    path = _cache_path(state_dir, sglang_dir) if state_dir else None
+    path = _cache_path(state_dir, install_dir) if state_dir else None
     if path:
         try:
             with open(path) as fh:
@@ -78,7 +91,7 @@ def install_tables(sglang_dir: str, state_dir: str | None) -> dict:
                 return dict(doc["tables"], cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    tables = _read_tables(sglang_dir, src)
+    tables = _read_tables(install_dir, src, eng)
     if path:
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -154,7 +167,7 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
                   locate, tables: dict | None) -> list[dict]:
     args = dict((req.get("profile") or {}).get("args") or {})
     if tables is None:
-        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir())
+        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir(), inference.of_request(req))
     registry = tables.get("registry")
     overlay_classes, overlay_err = _overlay_classes(env)
     revision = args.get("revision")

@@ -98,7 +98,8 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
-        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
+        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message":
+                                                 f"no {inference.get(inference.of_request(req)).title} install"}
         return {"ok": False, "facts": facts, "error": err, "checks": []}
     prof = req["profile"]
     args = prof["args"]
@@ -309,7 +310,8 @@ def _host_launch(req: dict, port: int, secrets: dict) -> dict:
     facts = installs.for_request(req)
     inst = installs.chosen_install(facts)
     if inst is None:
-        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message": "no SGLang install"}
+        err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message":
+                                                 f"no {inference.get(inference.of_request(req)).title} install"}
         return {"ok": False, "error": err}
     owner, _env_extra = installs.owner_python(inst)
     python = prof.get("python") or owner

@@ -56,13 +56,13 @@ if TYPE_CHECKING:
 # listed dirs ever runs. The search path a normal start would build (the venv's
 # site-packages, plain-path lines of .pth files) is rebuilt here as data, and the dirs
 # given as argv[1] (a server's cwd and PYTHONPATH) are put in front. Then only
-# `find_spec` (which does not import the package named as argv[2]) and `importlib.metadata` read
-# files. Prints one JSON line; "package" is where the package is found.
+# `find_spec` (which does not import the package, PACKAGE: probe_text() names it) and
+# `importlib.metadata` read files. Prints one JSON line; "package" is where the package is found.
 PROBE = r"""
 import json, os, sys
 out = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3]}
 extra = [p for p in (json.loads(sys.argv[1]) if len(sys.argv) > 1 else []) if isinstance(p, str) and p]
-name = sys.argv[2] if len(sys.argv) > 2 else "sglang"
+name = PACKAGE
 exe_dir = os.path.dirname(os.path.abspath(sys.executable))
 prefix, system_site = sys.prefix, True
 for cfg in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
@@ -150,6 +150,13 @@ if out.get("package") and dist is not None:
 print(json.dumps(out))
 """
 
+
+
+def probe_text(package: str = inference.DEFAULT) -> str:
+    """The probe's source asking for `package` (an engine's, as a literal: nothing of it is run)."""
+    return f"PACKAGE = {package!r}\n" + PROBE
+
+
 # The probe's whole environment: nothing of the caller's (or a server's) is inherited.
 PROBE_ENV = trust.SAFE_ENV
 
@@ -179,7 +186,7 @@ def probe_interpreter(python: str, extra_paths: list | None = None, timeout: flo
     finds `package` (its "package"). Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel
     as data."""
     try:
-        proc = subprocess.run([python, "-I", "-S", "-c", PROBE, json.dumps(list(extra_paths or [])), package],
+        proc = subprocess.run([python, "-I", "-S", "-c", probe_text(package), json.dumps(list(extra_paths or []))],
                               capture_output=True, text=True, timeout=timeout, env=dict(PROBE_ENV), cwd="/",
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):

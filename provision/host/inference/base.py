@@ -17,8 +17,10 @@ methods, by concern:
 - EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
   ``eagle3_parity_method`` (what it calls on the draft)
 - overlay: ``overlay_env`` (the variable naming a package of model classes it imports on purpose)
-- bench: ``generate_path`` (the streamed request it times) and ``server_info_paths`` (where the
-  speculative-decoding figures are read, newest name first)
+- bench: ``generate_path`` and ``generate_body`` (the streamed request it times), ``chunk_figures``
+  (a chunk's tokens and speculative-decoding counts), ``server_info_paths`` and ``server_info``
+  (the live state: version, tp size, the speculative settings and acceptance, newest name first),
+  ``model_info_paths``, ``flush_path`` (host/ops/bench.py asks these)
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class InferenceEngine:
     generate_path = "/generate"   # the bench's streamed generation request
     server_info_paths: tuple[str, ...] = ("/server_info",)  # the live state (the speculative-decoding
                                                             # figures), newest name first
+    model_info_paths: tuple[str, ...] = ("/model_info",)  # the served model's path and class, newest name first
+    flush_path = "/flush_cache"   # empties the cache before the bench (400: busy serving others)
     overlay_env = ""              # the variable naming a package of model classes it imports on purpose
     eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
     eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")
@@ -70,6 +74,20 @@ class InferenceEngine:
         """The files of an install (its package directory) preflight reads: {"server_args": where it
         declares its server's flags, "fields": {name: path} (flags declared elsewhere), "choices"
         (a file of choices or None), "models": [the model classes' files]} (paths that exist)."""
+        raise NotImplementedError
+
+    def generate_body(self, text: str, max_new_tokens: int) -> dict:
+        """The bench's request: `text` greedy (temperature 0), `max_new_tokens`, streamed."""
+        raise NotImplementedError
+
+    def chunk_figures(self, chunk: dict) -> dict:
+        """The figures one streamed chunk carries (completion_tokens, and the speculative-decoding
+        counts where the engine reports them per request); {} for none."""
+        raise NotImplementedError
+
+    def server_info(self, info: object) -> dict:
+        """The fields of the server-info answer the bench keeps (never the server's args: they can
+        hold the API key); {} for an answer that is not an object."""
         raise NotImplementedError
 
     def is_server(self, argv: list[str]) -> bool:

@@ -16,6 +16,11 @@ from provision.host.inference.base import InferenceEngine
 from provision.host.lib.procfs import is_sglang_server
 
 
+META_FIELDS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
+               "spec_accept_token_num", "spec_draft_token_num", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+INFO_FIELDS = ("version", "tp_size", "tensor_parallel_size", "model_path", "served_model_name")
+
+
 class SGLang(InferenceEngine):
     name = "sglang"
     title = "SGLang"
@@ -37,6 +42,8 @@ class SGLang(InferenceEngine):
     server_info_paths = ("/server_info", "/get_server_info")  # 0.5.x renamed it; older keep the second
     flag_reader = "sglang-server-args"  # srt/server_args.py (+ 0.5.14's arg_groups): host/engine/serverargs.py
     models_subdir = "srt/models"
+    model_info_paths = ("/model_info", "/get_model_info")
+    flush_path = "/flush_cache"
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"
@@ -55,6 +62,29 @@ class SGLang(InferenceEngine):
         return {"server_args": os.path.join(srt, "server_args.py"),
                 "fields": {os.path.basename(p): p for p in sorted(glob.glob(os.path.join(fields_dir, "*.py")))},
                 "choices": choices if os.path.isfile(choices) else None, "models": models}
+
+    def generate_body(self, text: str, max_new_tokens: int) -> dict:
+        """Native /generate: `sampling_params`, streamed as `data:` lines ending in [DONE]."""
+        return {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}, "stream": True}
+
+    def chunk_figures(self, chunk: dict) -> dict:
+        """A chunk's `meta_info`: completion tokens, and per request the verify count and the
+        release's draft counts (names vary by release: all kept, the control side picks)."""
+        meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
+        return {k: meta[k] for k in META_FIELDS if k in meta} if isinstance(meta, dict) else {}
+
+    def server_info(self, info: object) -> dict:
+        """Version, tp size, model, every `speculative_*` setting, and each rank's
+        avg_spec_accept_length and last_gen_throughput."""
+        if not isinstance(info, dict):
+            return {}
+        out = {k: info[k] for k in INFO_FIELDS if k in info}
+        out.update({k: v for k, v in info.items() if k.startswith("speculative_")})
+        states = info.get("internal_states")
+        if isinstance(states, list):
+            out["internal_states"] = [{k: s.get(k) for k in ("avg_spec_accept_length", "last_gen_throughput")}
+                                      for s in states if isinstance(s, dict)]
+        return out
 
     def is_server(self, argv: list[str]) -> bool:
         return is_sglang_server(argv)

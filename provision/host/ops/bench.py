@@ -1,4 +1,7 @@
-"""The `bench` op: time a running SGLang server from the host itself.  STDLIB ONLY.
+"""The `bench` op: time a running server from the host itself.  STDLIB ONLY.
+
+The endpoints, the request's body and the figures each answer carries are the server's engine's
+(host/inference, named by the server's record); what follows is SGLang's.
 
 The server's port is usually bound to 127.0.0.1, so the requests go from here (the host side
 of the SSH call), and the timings are the host's clock: the network to the control machine is
@@ -40,9 +43,6 @@ from provision.host.ops.bench_prompts import PROMPTS
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import BenchAnswer, BenchRequest
 
-META_FIELDS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
-               "spec_accept_token_num", "spec_draft_token_num", "spec_num_correct_drafts", "spec_num_proposed_drafts")
-INFO_FIELDS = ("version", "tp_size", "tensor_parallel_size", "model_path", "served_model_name")
 
 
 class BenchFailure(Exception):
@@ -111,8 +111,8 @@ class Client:
 
     def stream(self, text: str, max_new_tokens: int, deadline_s: float) -> dict:
         """One streaming /generate; the figures of it, or BenchFailure."""
-        body = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
-                "stream": True}
+        body = self.engine.generate_body(text, max_new_tokens)
+        gen = self.engine.generate_path
         conn = self._conn()
         t0 = time.monotonic()
         t_first = t_last = None
@@ -124,15 +124,15 @@ class Client:
             resp = conn.getresponse()
             if resp.status != 200:
                 detail = resp.read(400).decode("utf-8", "replace").strip()
-                raise status_failure(resp.status, "POST /generate", detail)
+                raise status_failure(resp.status, f"POST {gen}", detail)
             while True:
                 if time.monotonic() - t0 > deadline_s:
-                    raise BenchFailure("timeout", f"a /generate stream did not finish in {deadline_s:g} s "
+                    raise BenchFailure("timeout", f"a {gen} stream did not finish in {deadline_s:g} s "
                                                   f"({chunks} chunks so far)")
                 line = resp.readline(1 << 22)
                 if not line:
-                    toks = (last.get("meta_info") or {}).get("completion_tokens")
-                    raise BenchFailure("stream", f"the /generate stream was cut after {chunks} chunks"
+                    toks = self.engine.chunk_figures(last).get("completion_tokens")
+                    raise BenchFailure("stream", f"the {gen} stream was cut after {chunks} chunks"
                                                  f"{f' ({toks} tokens)' if toks else ''}, before its [DONE]")
                 line = line.strip()
                 if not line.startswith(b"data:"):
@@ -143,10 +143,10 @@ class Client:
                 try:
                     obj = json.loads(payload)
                 except ValueError:
-                    raise BenchFailure("stream", "a /generate stream chunk was not JSON: "
+                    raise BenchFailure("stream", f"a {gen} stream chunk was not JSON: "
                                                  f"{payload[:80].decode('utf-8', 'replace')!r}") from None
                 if not isinstance(obj, dict):
-                    raise BenchFailure("stream", "a /generate stream chunk was JSON but not an object")
+                    raise BenchFailure("stream", f"a {gen} stream chunk was JSON but not an object")
                 if obj.get("error"):
                     err = obj["error"]
                     msg = err.get("message") if isinstance(err, dict) else err
@@ -155,28 +155,25 @@ class Client:
                 chunks += 1
                 if t_first is None:
                     t_first = now
-                    ct = (obj.get("meta_info") or {}).get("completion_tokens")
+                    ct = self.engine.chunk_figures(obj).get("completion_tokens")
                     first_tokens = ct if isinstance(ct, int) and ct > 0 else 1
                 t_last = now
                 last = obj
         except socket.timeout:
-            raise BenchFailure("timeout", f"the /generate stream stalled for {self.timeout:g} s "
+            raise BenchFailure("timeout", f"the {gen} stream stalled for {self.timeout:g} s "
                                           f"after {chunks} chunks") from None
         except ConnectionRefusedError:
             raise BenchFailure("down", f"nothing answers on {self.host}:{self.port} (connection refused)") from None
         except (OSError, http.client.HTTPException) as exc:
-            raise BenchFailure("stream", f"the /generate stream broke after {chunks} chunks: "
+            raise BenchFailure("stream", f"the {gen} stream broke after {chunks} chunks: "
                                          f"{exc or type(exc).__name__}") from None
         finally:
             conn.close()
-        meta = last.get("meta_info") if isinstance(last.get("meta_info"), dict) else {}
         out: dict = {"ok": True, "chunks": chunks,
                      "ttft_s": round(t_first - t0, 5) if t_first is not None else None,
                      "decode_s": round(t_last - t_first, 5) if t_first is not None and t_last is not None else None,
                      "first_chunk_tokens": first_tokens}
-        for k in META_FIELDS:
-            if k in meta:
-                out[k] = meta[k]
+        out.update(self.engine.chunk_figures(last))
         return out
 
 
@@ -188,18 +185,6 @@ def status_failure(status: int, what: str, detail: str = "") -> BenchFailure:
     if status == 503:
         return BenchFailure("loading", f"{what} answered 503: the server is still starting (or shutting down)")
     return BenchFailure("http", f"{what} answered HTTP {status}" + (f": {detail[:200]}" if detail else ""))
-
-
-def _trim_info(info: Any) -> dict:
-    if not isinstance(info, dict):
-        return {}
-    out = {k: info[k] for k in INFO_FIELDS if k in info}
-    out.update({k: v for k, v in info.items() if k.startswith("speculative_")})
-    states = info.get("internal_states")
-    if isinstance(states, list):
-        out["internal_states"] = [{k: s.get(k) for k in ("avg_spec_accept_length", "last_gen_throughput")}
-                                  for s in states if isinstance(s, dict)]
-    return out
 
 
 def _where(req: dict) -> tuple[str, int, dict]:
@@ -249,24 +234,28 @@ def _run(client: Client, req: dict, out: dict) -> None:
             break
         status, info = client.get_json(path)
     if status != 200:
-        raise status_failure(status, "GET /server_info")
-    out["server_info"] = _trim_info(info)
-    status, model = client.get_json("/model_info")
-    if status == 404:
-        status, model = client.get_json("/get_model_info")
+        raise status_failure(status, f"GET {first}")
+    out["server_info"] = client.engine.server_info(info)
+    first, *older = client.engine.model_info_paths
+    status, model = client.get_json(first)
+    for path in older:
+        if status != 404:
+            break
+        status, model = client.get_json(path)
     if status == 200 and isinstance(model, dict):
         out["model_info"] = {k: model.get(k) for k in ("model_path", "architectures", "weight_version")}
-    status, body = client.request("POST", "/flush_cache")
+    status, body = client.request("POST", client.engine.flush_path)
     if status == 200:
         out["flushed"] = True
     elif status == 400:
         out["flushed"] = False
         if not req.get("force"):
-            raise BenchFailure("busy", "the server is serving traffic (/flush_cache answered 400): not measured; "
+            raise BenchFailure("busy", f"the server is serving traffic ({client.engine.flush_path} answered 400): "
+                                       "not measured; "
                                        "--force measures anyway, and the figures then include that traffic")
         out["busy_forced"] = True
     elif status == 401:
-        raise status_failure(status, "POST /flush_cache")
+        raise status_failure(status, f"POST {client.engine.flush_path}")
     else:
         out["flushed"] = False
         out["flush_status"] = status
@@ -286,7 +275,7 @@ def _run(client: Client, req: dict, out: dict) -> None:
         emit(progress("request", i + 1, measured, one, warmup + measured))
     status, after = client.get_json(client.engine.server_info_paths[0])
     if status == 200:
-        out["server_info_after"] = _trim_info(after)
+        out["server_info_after"] = client.engine.server_info(after)
 
 
 OPS = {"bench": op_bench}

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
 OVERLAY_DIR = "/run/provision-overlay"  # in the container, read-only: the overlay root (PYTHONPATH first)
 
 # Run in the image as `python3 -I -S -c IMAGE_PROBE '[]' '<json list of files>'`: the discovery
-# probe, then the specs' files (relative to the sglang package it found), base64, in one JSON line.
+# probe, then the specs' files (relative to the package it found), base64, in one JSON line.
 IMAGE_PROBE = """
 import base64, contextlib, io, json, os, sys
 buf = io.StringIO()
@@ -49,13 +49,13 @@ with contextlib.redirect_stdout(buf):
 out = json.loads(buf.getvalue().strip().splitlines()[-1])
 out["files"], out["file_errors"] = {}, {}
 for rel in (json.loads(sys.argv[2]) if len(sys.argv) > 2 else []):
-    if not out.get("sglang"):
+    if not out.get("package"):
         break
     try:
-        with open(os.path.join(out["sglang"], rel), "rb") as fh:
+        with open(os.path.join(out["package"], rel), "rb") as fh:
             out["files"][rel] = base64.b64encode(fh.read()).decode()
     except OSError as exc:
-        out["file_errors"][rel] = "%s: %s" % (os.path.join(out["sglang"], rel), exc.strerror)
+        out["file_errors"][rel] = "%s: %s" % (os.path.join(out["package"], rel), exc.strerror)
 print(json.dumps(out))
 """
 
@@ -144,7 +144,7 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
                 or sorted(set(cached.get("files") or {}) | set(cached.get("file_errors") or {})) == want:
             cached["cached"] = True
             return cached
-    script = f"PROBE = {installs.PROBE!r}\n" + IMAGE_PROBE
+    script = f"PROBE = {installs.probe_text()!r}\n" + IMAGE_PROBE
     p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
               "[]", json.dumps(want)], timeout=300)
     if p.returncode != 0:
@@ -155,12 +155,12 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
         found = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         found = {}
-    if not found.get("sglang"):
+    if not found.get("package"):
         return {"image_id": iid, "error": {"kind": "not-found",
                                            "message": f"image {image} has no SGLang that python3 imports"}}
     pythonpath = next((e.split("=", 1)[1] for e in image_env if isinstance(e, str) and e.startswith("PYTHONPATH=")),
                       None)
-    out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["sglang"],
+    out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["package"],
                            "version": found.get("dist_version"), "python": found.get("version"),
                            "files": found.get("files") or {}, "file_errors": found.get("file_errors") or {},
                            "pythonpath": pythonpath, "pulled": pulled}

@@ -17,7 +17,7 @@ from provision.errors import EXIT_GAPS, EXIT_OK, UsageError
 @click.option("--playbook", "spec", metavar="PLAYBOOK",
               help="Also count this playbook's spec as coverage (besides the shipped playbooks).")
 @install_options
-def audit(ctx, spec, sglang_path, python_):
+def audit(ctx, spec, install_path, python_):
     """Find every SGLang wrapper model whose EAGLE-3 methods are missing.
 
     Reads every file of the host's installed sglang/srt/models/ with `ast`
@@ -31,7 +31,7 @@ def audit(ctx, spec, sglang_path, python_):
     from provision.tasks.audit import audit_fn, known_specs
 
     collected: list = []
-    one = audit_fn(known_specs(spec), sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+    one = audit_fn(known_specs(spec), install_path=install_path, python=python_, timeout=ctx.conn.command_timeout)
 
     def fn(host, session, fleet):
         r = one(host, session, fleet)
@@ -69,7 +69,7 @@ def spec():
 @click.option("--allow-conditional", is_flag=True,
               help="Also write specs for conditionally fixable wrappers (right only for some inner models).")
 @install_options
-def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
+def spec_new(ctx, class_name, allow_conditional, install_path, python_):
     """Write a patch spec for CLASS from the host's SGLang source (to stdout).
 
     \b
@@ -86,7 +86,7 @@ def spec_new(ctx, class_name, allow_conditional, sglang_path, python_):
     fleet = Fleet(ctx.conn)
     try:
         with fleet.session(hosts[0]).open() as session:
-            ans = session.call({"op": "audit", "specs": [], "sglang_path": sglang_path or hosts[0].get("sglang_path"),
+            ans = session.call({"op": "audit", "specs": [], "install_path": hosts[0].install_path(install_path),
                                 "python": python_ or hosts[0].get("python")},
                                timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(hosts[0], session))
     finally:

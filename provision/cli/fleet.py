@@ -34,7 +34,7 @@ from provision.errors import EXIT_NOTHING, EXIT_OK, UsageError
 @click.option("--restart-deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="With --restart: seconds to wait for each restarted server to be healthy.")
 @click.option("--full", is_flag=True, hidden=True, help="Skip the fast path (always discover).")
-def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, include_held, restart, serial, window,
+def reconcile(ctx, spec, gpu_capability, install_path, python_, check, force, include_held, restart, serial, window,
               profile, restart_deadline, full):
     """Bring every host back to the patched state; meant for cron / systemd timers.
 
@@ -105,7 +105,7 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
         writer = None if check else journal_writer("reconcile")
         try:
             results = run_hosts(fleet, hosts, rc.reconcile_fn(
-                pspec, check=check, force=force, sglang_path=sglang_path, python=python_,
+                pspec, check=check, force=force, install_path=install_path, python=python_,
                 timeout=ctx.conn.command_timeout, full=full, include_held=include_held,
                 gpu_capability=gpu_capability), on_result=writer)
             batches, notes = rc.plan_restarts(results, hosts, restart=restart, window=win, serial=serial)
@@ -164,7 +164,7 @@ def reconcile(ctx, spec, gpu_capability, sglang_path, python_, check, force, inc
 @diff_option
 @click.option("--force", is_flag=True, help="Restore even a backup taken under another SGLang version, or over a "
                                             "file that changed since provision last wrote it.")
-def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, diff, force):
+def restore(ctx, spec, install_path, python_, backup_id, file_, list_, check, diff, force):
     """Put a backup of the model file back, from the host's provision state dir.
 
     Backups are taken before every change provision makes; the first one of a
@@ -186,7 +186,7 @@ def restore(ctx, spec, sglang_path, python_, backup_id, file_, list_, check, dif
 
     collected: list = []
     one = restore_fn(pspec, list_=list_, backup_id=backup_id, file_=file_, check=check, diff=diff, force=force,
-                     sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+                     install_path=install_path, python=python_, timeout=ctx.conn.command_timeout)
 
     def fn(host, session, fleet):
         r = one(host, session, fleet)
@@ -285,7 +285,7 @@ NOT_FORWARDED = {"check", "full"}
 # Local files: made absolute, since the timer does not run in this directory.
 LOCAL_PATHS = {"inventory", "identity", "ssh_config", "known_hosts", "sudo_password_file", "state_dir"}
 # With --local the host is this machine, so its paths are local files too.
-HOST_PATHS = {"sglang_path", "python_"}
+HOST_PATHS = {"install_path", "python_"}
 LOCAL_PATHS_OR_NAMES = {"spec", "profile"}  # a path when such a file exists, else a shipped name
 
 

@@ -141,7 +141,7 @@ def transport_options(*, container: bool = True):
                 import os
 
                 ctx.conn.state_dir = os.path.abspath(state_dir) if state_dir else None
-                for key in ("sglang_path", "python_"):  # the step runs in /, as on a host
+                for key in ("install_path", "python_"):  # the step runs in /, as on a host
                     if kw.get(key) and os.sep in kw[key]:
                         kw[key] = os.path.abspath(kw[key])
             return fn(ctx, **kw)
@@ -488,7 +488,7 @@ def _capability(ctx, param, value):
 
 def install_options(fn):
     """--sglang-path and --python: which SGLang install on the host a command acts on."""
-    fn = click.option("--sglang-path", metavar="DIR",
+    fn = click.option("--sglang-path", "install_path", metavar="DIR",
                       help="Pin the install: the `sglang` package directory itself (the one holding srt/).")(fn)
     fn = click.option("--python", "python_", metavar="PATH",
                       help="Interpreter whose SGLang to act on (default: the host's `python:`, then discovery: "

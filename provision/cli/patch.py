@@ -34,7 +34,7 @@ def _patch_like(command: str):
         @click.option("--force", is_flag=True, help="Act even while an SGLang server is loading from this install.")
         @click.option("--overlay", is_flag=True, help=OVERLAY_HELP[command])
         @functools.wraps(fn)
-        def wrapped(ctx, spec, sglang_path, python_, check, diff, force, overlay, gpu_capability=None, **kw):
+        def wrapped(ctx, spec, install_path, python_, check, diff, force, overlay, gpu_capability=None, **kw):
             from provision.tasks.patch import do_patch
 
             pspec = load_spec(spec)
@@ -49,9 +49,9 @@ def _patch_like(command: str):
                 if pspec is not None and len(pspec) > 1:
                     raise UsageError("--overlay stages one delegation spec's overlay: give one --playbook")
                 op_fn = do_overlay(pspec[0] if pspec else None, check=check, remove=command == "unpatch",
-                                   sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout)
+                                   install_path=install_path, python=python_, timeout=ctx.conn.command_timeout)
             else:
-                op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, sglang_path=sglang_path,
+                op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, install_path=install_path,
                                  python=python_, timeout=ctx.conn.command_timeout, gpu_capability=gpu_capability,
                                  **extra)
             code = run_fleet(ctx, command, op_fn, check=check, show_diff=diff,
@@ -101,7 +101,7 @@ def unpatch(ctx):
 @gpu_option
 @install_options
 @metrics_options
-def status(ctx, spec, gpu_capability, sglang_path, python_, metrics_file):
+def status(ctx, spec, gpu_capability, install_path, python_, metrics_file):
     """Show each host's SGLang version, install, patch state and server.
 
     \b
@@ -130,7 +130,7 @@ def status(ctx, spec, gpu_capability, sglang_path, python_, metrics_file):
 
     pspec = load_spec(spec)
     check_specs(ctx, pspec)
-    fn = do_status(pspec, sglang_path=sglang_path, python=python_, timeout=ctx.conn.command_timeout,
+    fn = do_status(pspec, install_path=install_path, python=python_, timeout=ctx.conn.command_timeout,
                    gpu_capability=gpu_capability)
     code = run_fleet(ctx, "status", fn, columns=["host", "spec", "verdict", "version", "install_kind",
                                                  "server_state", "elapsed"], journal=False,

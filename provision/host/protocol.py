@@ -95,7 +95,7 @@ class Request(TypedDict, total=False):
     check: bool
     diff: bool
     force: bool
-    sglang_path: Optional[str]
+    install_path: Optional[str]
     python: Optional[str]
     interpreters: List[str]
     timeout: float

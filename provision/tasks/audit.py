@@ -57,11 +57,11 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
 
 
-def audit_fn(specs: list, *, sglang_path=None, python=None, timeout=300.0):
+def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0):
     """The per-host audit: one remote call, the answer as a HostResult (gaps or ok)."""
     def fn(host, session, fleet) -> HostResult:
         ans: AuditAnswer = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
-                            "sglang_path": sglang_path or host.get("sglang_path"),
+                            "install_path": host.install_path(install_path),
                             "python": python or host.get("python")},
                            timeout=timeout, sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):

@@ -48,7 +48,7 @@ def container_status(host: str, answer: StatusAnswer) -> HostResult:
         short = "stopped"
     else:
         short = f"exited {ours.get('exit')}" if ours.get("exit") is not None else "gone"
-    return HostResult(host, verdict, f"{state}; server: {server}", version=c.get("sglang"), install=c.get("sglang_path"),
+    return HostResult(host, verdict, f"{state}; server: {server}", version=c.get("sglang"), install=c.get("install_path"),
                       file=fix.get("file"), data={"patch": verdict, "patch_state": state, "server": server,
                                                   "server_state": short, "install_kind": "container",
                                                   "fix": rec.get("fix"), "overlay": rec.get("overlay"),

@@ -108,7 +108,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
         t_probe = time.monotonic()
         ans: ProbeAnswer = steady_call(session, {"op": "probe", "port": prof.port, "offset": st["offset"],
                                     "health_timeout": prof.health_timeout, "health_url": opts.health_url,
-                                    "confirm": 0.3 if opts.ready_checks > 1 else 0, "sglang_path": None},
+                                    "confirm": 0.3 if opts.ready_checks > 1 else 0, "install_path": None},
                           timeout=2 * prof.health_timeout + 30, sudo=sudo, opts=opts, display=display, host=host,
                           st=st, budget=opts.deadline - (time.monotonic() - t0))
         st["probe_time"] = time.monotonic() - t_probe

@@ -151,12 +151,12 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
         checked, skipped = wanted, []
         if any(multi.applies_of(s) for s in wanted):
             checked, skipped, _ = multi.applicable(session, host, fleet, wanted, opts.gpu_capability,
-                                                   sglang_path=opts.sglang_path, python=opts.python)
+                                                   install_path=opts.install_path, python=opts.python)
         for r in skipped:
             display.message(host.name, f"requires {r.data['spec']}: not applicable ({r.detail})")
         if opts.patch and checked:
             state.stages[host.name] = "patching"
-            rows = do_patch("patch", checked, sglang_path=opts.sglang_path, python=opts.python,
+            rows = do_patch("patch", checked, install_path=opts.install_path, python=opts.python,
                             decided=True)(host, session, fleet)
             state.patched[host.name] = rows
             for pres in rows:
@@ -189,7 +189,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             # apply that spec, then check again
             state.stages[host.name] = "patching"
             found = [s for s in candidate_objects(spec) if s.name in covering]
-            for pres in do_patch("patch", found, sglang_path=opts.sglang_path, python=opts.python,
+            for pres in do_patch("patch", found, install_path=opts.install_path, python=opts.python,
                                  decided=True)(host, session, fleet):
                 if pres.failed:
                     pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"

@@ -32,7 +32,7 @@ class LaunchOptions:
     secrets: dict = field(default_factory=lambda: {"args": {}, "env": {}})
     error_cap: int = 5
     ready_checks: int = 2
-    sglang_path: str | None = None
+    install_path: str | None = None
     python: str | None = None
     max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
     tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
@@ -87,7 +87,7 @@ def server_request(op: str, host: Host, prof: Profile, opts: LaunchOptions, **kw
                                                       "container": prof.container.to_request() if prof.container
                                                       else None},
            "profile_digest": prof.digest(), "profile_name": prof.name, "offline": bool(host.get("offline")),
-           "sglang_path": opts.sglang_path or host.get("sglang_path"), "python": opts.python or host.get("python"),
+           "install_path": host.install_path(opts.install_path), "python": opts.python or host.get("python"),
            "log_dir": prof.log_dir, "health_timeout": prof.health_timeout, "grace": prof.grace}
     req.update(kw)
     return req

@@ -22,9 +22,9 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 
 
 def request_for(host: Host, spec: PatchSpec, *, check: bool = False, remove: bool = False,
-                sglang_path: str | None = None, python: str | None = None) -> OverlayRequest:
+                install_path: str | None = None, python: str | None = None) -> OverlayRequest:
     return {"op": "overlay", "check": check, "remove": remove, "spec": spec.to_engine(),
-            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python")}
+            "install_path": host.install_path(install_path), "python": python or host.get("python")}
 
 
 def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False) -> HostResult:
@@ -61,11 +61,11 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
                       data=data)
 
 
-def do_overlay(spec: PatchSpec | None, *, check=False, remove=False, sglang_path=None, python=None,
+def do_overlay(spec: PatchSpec | None, *, check=False, remove=False, install_path=None, python=None,
                timeout=300.0):
     def fn(host: Host, session, fleet) -> HostResult:
         hspec = spec or load_patch_spec(host.get("spec"))
-        req = request_for(host, hspec, check=check, remove=remove, sglang_path=sglang_path, python=python)
+        req = request_for(host, hspec, check=check, remove=remove, install_path=install_path, python=python)
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         res = result_from_answer(host.name, answer, check=check)
         res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal

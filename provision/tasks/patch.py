@@ -21,10 +21,10 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 
 
 def request_for(op: str, host: Host, spec: PatchSpec | None, *, check: bool = False, diff: bool = False,
-                force: bool = False, sglang_path: str | None = None, python: str | None = None,
+                force: bool = False, install_path: str | None = None, python: str | None = None,
                 verify_import: bool = False) -> PatchRequest:
     req: PatchRequest = {"op": op, "check": check, "diff": diff, "force": force,
-           "sglang_path": sglang_path or host.get("sglang_path"),
+           "install_path": host.install_path(install_path),
            "python": python or host.get("python"), "verify_import": verify_import}
     if spec is not None:
         req["spec"] = spec.to_engine()
@@ -321,7 +321,7 @@ def _spec_rows(host: str, answer: dict, specs: list[PatchSpec], one) -> list[Hos
 
 
 def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False, diff=False, force=False,
-             sglang_path=None, python=None, verify_import=False, timeout=300.0, gpu_capability=None, decided=False):
+             install_path=None, python=None, verify_import=False, timeout=300.0, gpu_capability=None, decided=False):
     """patch / unpatch of every spec a host carries: one row per host and spec. Specs whose
     `applies:` rule them out are `not-applicable` (patch only: unpatch takes our edit out
     wherever it is; `decided`: the caller has already ruled them out)."""
@@ -334,10 +334,10 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
         rows: list[HostResult] = []
         todo = hspecs
         if op == "patch" and not decided:
-            todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, sglang_path=sglang_path,
+            todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, install_path=install_path,
                                              python=python)
         if todo:
-            req = request_for(op, host, None, check=check, diff=diff, force=force, sglang_path=sglang_path,
+            req = request_for(op, host, None, check=check, diff=diff, force=force, install_path=install_path,
                               python=python, verify_import=verify_import)
             req["specs"] = [s.to_engine() for s in todo]
             req["spec_block_shas"] = {s.name: list(multi.block_shas(s)) for s in todo}  # the fast path's check
@@ -349,7 +349,7 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
     return fn
 
 
-def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, sglang_path=None, python=None, timeout=120.0,
+def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, python=None, timeout=120.0,
               gpu_capability=None):
     """status of every spec a host carries, in one call (with the facts `applies:` needs):
     one row per host and spec."""
@@ -359,7 +359,7 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, sglang_path=None, p
 
     def fn(host: Host, session, fleet) -> list[HostResult]:
         hspecs = multi.specs_for(host, given)
-        req: StatusRequest = {"op": "status", "sglang_path": sglang_path or host.get("sglang_path"),
+        req: StatusRequest = {"op": "status", "install_path": host.install_path(install_path),
                               "python": python or host.get("python"), "specs": [s.to_engine() for s in hspecs],
                               "gpu": multi.wants_gpu(hspecs, host, gpu_capability)}
         pk = multi.packages_wanted(hspecs)

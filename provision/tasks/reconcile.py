@@ -81,16 +81,16 @@ def _spec(name: str | None):
     return load_patch_spec(name)
 
 
-def request(spec, host, *, check: bool, force: bool, sglang_path=None, python=None, full=False,
+def request(spec, host, *, check: bool, force: bool, install_path=None, python=None, full=False,
             include_held: bool = False) -> dict:
     """The reconcile request: the spec, its block sha and the host's pinned install, if any."""
     return {"op": "reconcile", "spec": spec.to_engine(), "check": check, "force": force,
             "include_held": include_held,
-            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
+            "install_path": host.install_path(install_path), "python": python or host.get("python"),
             "full": full, "block_shas": list(block_shas(spec))}
 
 
-def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, python=None, timeout=300.0,
+def reconcile_fn(spec=None, *, check=False, force=False, install_path=None, python=None, timeout=300.0,
                  full=False, include_held=False, gpu_capability=None):
     """Every spec a host carries, in one reconcile call: one row per host and spec.
 
@@ -103,7 +103,7 @@ def reconcile_fn(spec=None, *, check=False, force=False, sglang_path=None, pytho
     given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
 
     def call(host, session, fleet, todo, pending=()) -> dict:
-        req = request(todo[0], host, check=check, force=force, sglang_path=sglang_path, python=python,
+        req = request(todo[0], host, check=check, force=force, install_path=install_path, python=python,
                       full=full, include_held=include_held)
         del req["spec"], req["block_shas"]
         req["specs"] = [s.to_engine() for s in todo]

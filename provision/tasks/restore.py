@@ -58,7 +58,7 @@ def _restore_result(host: str, ans: RestoreAnswer, spec, listing: bool) -> HostR
 
 
 def restore_fn(spec=None, *, list_=False, backup_id=None, file_=None, check=False, diff=False, force=False,
-               sglang_path=None, python=None, timeout=300.0):
+               install_path=None, python=None, timeout=300.0):
     """The per-host restore (or backup listing): one remote call; `spec` None is each host's own."""
     from provision.tasks.reconcile import _spec
 
@@ -66,7 +66,7 @@ def restore_fn(spec=None, *, list_=False, backup_id=None, file_=None, check=Fals
         hspec = spec or _spec(host.get("spec"))
         req = {"op": "backups" if list_ else "restore", "spec": hspec.to_engine(), "file": file_,
                "backup": backup_id, "original": not backup_id, "check": check, "diff": diff, "force": force,
-               "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python"),
+               "install_path": host.install_path(install_path), "python": python or host.get("python"),
                "journal_last": last_change(host.name)}
         ans = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         return _restore_result(host.name, ans, hspec, list_)

@@ -104,10 +104,10 @@ def packages_wanted(specs: list[PatchSpec]) -> list[str]:
     return out
 
 
-def facts_request(host: Host, specs: list[PatchSpec], override: str | None, *, sglang_path=None,
+def facts_request(host: Host, specs: list[PatchSpec], override: str | None, *, install_path=None,
                   python=None) -> FactsRequest:
     return {"op": "facts", "gpu": wants_gpu(specs, host, override), "packages": packages_wanted(specs),
-            "sglang_path": sglang_path or host.get("sglang_path"), "python": python or host.get("python")}
+            "install_path": host.install_path(install_path), "python": python or host.get("python")}
 
 
 def chosen_install(facts: dict | None) -> dict:
@@ -157,7 +157,7 @@ def not_applicable(host: str, spec: PatchSpec, why: str, facts: dict | None = No
                                             "install_kind": inst.get("kind")})
 
 
-def applicable(session, host: Host, fleet, specs: list[PatchSpec], override: str | None, *, sglang_path=None,
+def applicable(session, host: Host, fleet, specs: list[PatchSpec], override: str | None, *, install_path=None,
                python=None, timeout: float = 120.0) -> tuple[list[PatchSpec], list[HostResult], dict | None]:
     """(the specs that apply, a not-applicable row for each other, the facts answer or None).
     Asks the host (the `facts` op, one extra call on this session) only when a spec's
@@ -167,7 +167,7 @@ def applicable(session, host: Host, fleet, specs: list[PatchSpec], override: str
     answer: FactsAnswer | None = None
     view = None
     if must_ask(specs, host, override):
-        answer = session.call(facts_request(host, specs, override, sglang_path=sglang_path, python=python),
+        answer = session.call(facts_request(host, specs, override, install_path=install_path, python=python),
                               timeout=timeout, sudo=fleet.uses_sudo(host, session), exclude=facts_exclude())
         if not answer.get("ok"):  # no install to judge: the act call reports the same error per spec
             return specs, [], answer

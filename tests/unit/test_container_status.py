@@ -24,7 +24,7 @@ def test_image_fix_without_a_judgement_is_none():
 def _answer(kind, *, fix=None, overlay=None, running=True, health=200, missing=("get_embed_and_head",)):
     rec = {"port": 30000, "fix": fix, "overlay": overlay,
            "container": {"name": "sglang-30000", "runtime": "podman", "id": "abc123", "image": "img:1",
-                         "sglang": "0.5.9", "sglang_path": "/sgl-workspace/sglang/python/sglang",
+                         "sglang": "0.5.9", "install_path": "/sgl-workspace/sglang/python/sglang",
                          "fix": {"kind": kind, "missing": list(missing) if kind == "missing" else [],
                                  "file": "/sgl-workspace/sglang/python/sglang/srt/models/kimi_k25.py"}}}
     return {"ok": False, "error": {"kind": "not-found", "message": "no SGLang install"},

@@ -35,7 +35,7 @@ def site(tmp_path, monkeypatch):
     probes: list = []
     real = installs.probe_interpreter
     monkeypatch.setattr(installs, "probe_interpreter", lambda p, *a, **kw: probes.append(p) or real(p, *a, **kw))
-    req = {"op": "patch", "check": False, "diff": False, "force": False, "sglang_path": str(pkg), "python": None,
+    req = {"op": "patch", "check": False, "diff": False, "force": False, "install_path": str(pkg), "python": None,
            "verify_import": False, "specs": [spec], "state_dir": str(tmp_path / "state")}
     return req, target, probes
 

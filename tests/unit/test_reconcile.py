@@ -496,7 +496,7 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     assert not (state / "lock").exists() or True  # the fast path takes no lock (an old one may exist)
     # the same through the light entry point, as the control side runs it (`python3 -S -c ...`)
-    req = {"op": "reconcile", "spec": spec, "state_dir": str(state), "sglang_path": str(pkg), "block_shas": shas}
+    req = {"op": "reconcile", "spec": spec, "state_dir": str(state), "install_path": str(pkg), "block_shas": shas}
     from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code
     from provision.control.transport.bundle import payload
 

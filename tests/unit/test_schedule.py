@@ -17,7 +17,7 @@ INVENTORY = "hosts:\n  gpu01: {address: 10.0.0.1}\n"
 def _value(opt: click.Option):
     """A value for an option, as the user would type it and as reconcile should parse it."""
     special = {"inventory": "inv.yaml", "window": "02:00-05:00", "serial": "2",
-               "spec": "kimi-vl-eagle3", "profile": "kimi-k25-eagle3", "sglang_path": "/opt/x/sglang",
+               "spec": "kimi-vl-eagle3", "profile": "kimi-k25-eagle3", "install_path": "/opt/x/sglang",
                "python_": "/opt/venv/bin/python", "identity": "keys/id_ed25519", "ssh_config": "ssh/config",
                "known_hosts": "ssh/known_hosts", "sudo_password_file": "secret/sudo.txt", "user": "ops",
                "gpu_capability": "12.0"}

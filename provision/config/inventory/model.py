@@ -45,6 +45,11 @@ class Host:
     def get(self, key: str, default: Any = None) -> Any:
         return self.vars.get(key, default)
 
+    def install_path(self, given: str | None = None) -> str | None:
+        """The install a command acts on when pinned: `given` (--sglang-path), else the host's
+        `sglang_path:` (the inventory key keeps the engine's name: it is the user's)."""
+        return given or self.vars.get("sglang_path")
+
 
 @dataclass
 class Inventory:

@@ -479,7 +479,7 @@ def for_request(req: Mapping[str, Any]) -> Any:
     with `packages`: where the chosen install's interpreter finds each package the request's
     specs name (their `package` and `applies` keys) or its `packages` list asks for."""
     facts = discover(extra_interpreters=req.get("interpreters") or [],
-                     pinned=req.get("sglang_path"), configured_python=req.get("python"), engine=inference.of_request(req))
+                     pinned=req.get("install_path"), configured_python=req.get("python"), engine=inference.of_request(req))
     specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
     names = packages.wanted(specs, req.get("packages"))
     facts["packages"] = packages.for_install(chosen_install(facts), names) if not facts.get("error") else {}

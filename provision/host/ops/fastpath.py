@@ -47,8 +47,8 @@ def fast(req: dict, spec: dict, state_dir: str) -> dict | None:
     rel = spec["file"]
     cands = [(p, e) for p, e in state.items()
              if isinstance(e, dict) and e.get("spec") == spec["name"] and p.endswith("/" + rel)]
-    if req.get("sglang_path"):
-        want = os.path.realpath(os.path.join(req["sglang_path"], rel))
+    if req.get("install_path"):
+        want = os.path.realpath(os.path.join(req["install_path"], rel))
         cands = [(p, e) for p, e in cands if p == want]
     if len(cands) != 1:
         return None

@@ -136,7 +136,7 @@ def _owner_reexec(req: dict, bundle: bytes, inst: dict) -> dict | None:
         return None
     if os.path.realpath(owner) == os.path.realpath(sys.executable):
         return None
-    sub = dict(req, _stage="owner", sglang_path=inst["path"])
+    sub = dict(req, _stage="owner", install_path=inst["path"])
     # -I -S and no PYTHONPATH: the engine only reads the install's files, it never imports
     # them, so nothing on a checkout's path (which a user may own) is put on sys.path.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

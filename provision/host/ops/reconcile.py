@@ -309,7 +309,7 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | N
     check = bool(req.get("check"))
     action = decision["action"]
     if action == "patch" and not check:
-        sub = dict(req, op="patch", sglang_path=inst["path"], check=False, force=False)
+        sub = dict(req, op="patch", install_path=inst["path"], check=False, force=False)
         ans = patch.op_patch(sub, bundle)
         ans.pop("facts", None)
         base["patch"] = ans

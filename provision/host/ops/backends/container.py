@@ -174,7 +174,7 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
     now = summary(inspect(conf["runtime"], conf["name"]))
     rec = {"container": {"runtime": conf["runtime"], "name": conf["name"], "id": cid[:12] or now.get("id"),
                          "image": conf["image"], "image_id": image.get("image_id"), "sglang": image.get("version"),
-                         "sglang_path": image.get("sglang"), "secrets_dir": sdir},
+                         "install_path": image.get("sglang"), "secrets_dir": sdir},
            "pid": now.get("pid"), "port": port, "host": str(args.get("host", "127.0.0.1")),
            "log": f"{conf['runtime']} logs {conf['name']}", "log_offset": 0, "started_at": t0,
            "run_seconds": round(time.time() - t0, 3),

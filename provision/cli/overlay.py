@@ -26,9 +26,9 @@ def overlay():
               help="Directory to write the package into (DIR/provision_overlay/), e.g. a shared emptyDir volume.")
 @click.option("--mount-path", metavar="PATH",
               help="Where the SGLang container sees DIR (its PYTHONPATH entry); default: DIR itself.")
-@click.option("--sglang-version", metavar="VERSION",
+@click.option("--sglang-version", "version", metavar="VERSION",
               help="The SGLang release the overlay is for: refused below 0.5.6 (no SGLANG_EXTERNAL_MODEL_PACKAGE).")
-def write(specs, out, mount_path, sglang_version):
+def write(specs, out, mount_path, version):
     """Write the overlay into DIR and print the environment the SGLang container needs.
 
     For a Kubernetes init container that fills a shared volume, or a Dockerfile step. Every
@@ -45,7 +45,7 @@ def write(specs, out, mount_path, sglang_version):
     from provision.tasks.overlay import write as write_overlay
 
     loaded = [load_patch_spec(s) for s in specs] if specs else [load_patch_spec(None)]
-    res = write_overlay(loaded, out, mount_path=mount_path, version=sglang_version)
+    res = write_overlay(loaded, out, mount_path=mount_path, version=version)
     for path in res["files"]:
         click.echo(f"wrote {path}", err=True)
     for note in res["notes"]:

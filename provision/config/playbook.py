@@ -60,6 +60,11 @@ class MethodSpec:
     params: str
 
 
+# The package a spec's `file:` is relative to unless it names another: the default inference
+# engine's (SGLang's), said once for the control side.
+DEFAULT_PACKAGE = "sglang"
+
+
 @dataclass(frozen=True)
 class PatchSpec:
     """One spec. `kind` is delegate (cls, delegate, methods), mapping-entry or replace (their
@@ -73,7 +78,7 @@ class PatchSpec:
     methods: tuple[MethodSpec, ...]
     source: str = ""
     kind: str = "delegate"
-    package: str = "sglang"
+    package: str = DEFAULT_PACKAGE
     applies: dict | None = field(default=None, hash=False)
     edit: dict = field(default_factory=dict, hash=False)
 
@@ -87,7 +92,7 @@ class PatchSpec:
         else:
             out["kind"] = self.kind
             out.update(self.edit)
-        if self.package != "sglang":
+        if self.package != DEFAULT_PACKAGE:
             out["package"] = self.package
         if self.applies is not None:
             out["applies"] = self.applies
@@ -143,7 +148,7 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if kind not in _KIND_PATCH_KEYS:
         raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")
     check_keys(data, _COMMON_PATCH_KEYS | _KIND_PATCH_KEYS[kind], _where(path, "patch"))
-    package = data.get("package") or "sglang"  # checked with the rest by the engine's validate_spec
+    package = data.get("package") or DEFAULT_PACKAGE  # checked with the rest by the engine's validate_spec
     applies = data.get("applies")
     if applies is not None:
         from provision.host.engine.spec import EngineError, validate_applies

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from provision.config.inventory import Host
-from provision.config.playbook import PatchSpec, load_patch_spec
+from provision.config.playbook import DEFAULT_PACKAGE, PatchSpec, load_patch_spec
 from provision.output.results import HostResult
 from provision.tasks.bundles import call_light
 
@@ -84,7 +84,7 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
     elif res.get("verify_import", {}).get("status") == "failed":
         verdict, detail = "failed", "verify-import: " + res["verify_import"]["why"]
     pkg = res.get("package") or {}
-    if pkg and pkg.get("name") != "sglang":
+    if pkg and pkg.get("name") != DEFAULT_PACKAGE:
         notes.append(package_note(pkg))
     data = {k: res[k] for k in ("sha_before", "sha_after", "backup", "real_file", "kept", "native",
                                 "restart_needed", "module_level_leftovers", "package") if k in res}
@@ -259,7 +259,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     listed += [{"port": (o.get("record") or {}).get("port"), "pid": (o.get("record") or {}).get("pid"),
                 "health": o.get("health")} for o in others if o.get("running")]
     pkg = p.get("package") or {}
-    if pkg and pkg.get("name") != "sglang":
+    if pkg and pkg.get("name") != DEFAULT_PACKAGE:
         notes.append(package_note(pkg))
     stale_pids = answer.get("restart_needed") or []
     if stale_pids:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.config.applies import GPU_KEY, HostView, decide, needs_host, packages_named
 from provision.config.inventory import Host, host_spec_names
-from provision.config.playbook import PatchSpec, load_patch_spec
+from provision.config.playbook import DEFAULT_PACKAGE, PatchSpec, load_patch_spec
 from provision.errors import UsageError
 from provision.output.results import HostResult
 from provision.tasks.bundles import facts_exclude
@@ -57,7 +57,7 @@ def specs_for(host: Host, given: list[PatchSpec] | None) -> list[PatchSpec]:
 
 
 def _package(spec: PatchSpec) -> str:
-    return str(getattr(spec, "package", None) or "sglang")
+    return str(getattr(spec, "package", None) or DEFAULT_PACKAGE)
 
 
 def check_distinct(specs: list[PatchSpec], where: str) -> None:
@@ -99,7 +99,7 @@ def packages_wanted(specs: list[PatchSpec]) -> list[str]:
     out: list[str] = []
     for s in specs:
         for name in [_package(s)] + packages_named(applies_of(s)):
-            if name != "sglang" and name not in out:
+            if name != DEFAULT_PACKAGE and name not in out:
                 out.append(name)
     return out
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the engine's spec as the protocol types it (provision/host/
     from provision.host.protocol import Spec
 
 from provision.config.keys import check_keys
+from provision.host import inference
 from provision.errors import ConfigError
 
 from importlib.resources import files
@@ -43,7 +44,7 @@ DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_TOP_KEYS = {"name", "description", "patch", "launch"}
+_TOP_KEYS = {"name", "description", "engine", "patch", "launch"}
 _COMMON_PATCH_KEYS = {"kind", "package", "file", "applies"}
 # the keys each spec kind may carry (engine/spec.py KIND_KEYS says the same for the host)
 _KIND_PATCH_KEYS = {
@@ -140,7 +141,7 @@ def _engine_check(spec: PatchSpec, path: str) -> None:
         raise ConfigError(f"{path}: patch: {exc.message}") from None
 
 
-def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
+def parse_patch(data: Any, path: str, name: str, engine: str | None = None) -> PatchSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods "
                           "(or kind: mapping-entry | replace and their fields)")
@@ -148,7 +149,8 @@ def parse_patch(data: Any, path: str, name: str) -> PatchSpec:
     if kind not in _KIND_PATCH_KEYS:
         raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")
     check_keys(data, _COMMON_PATCH_KEYS | _KIND_PATCH_KEYS[kind], _where(path, "patch"))
-    package = data.get("package") or DEFAULT_PACKAGE  # checked with the rest by the engine's validate_spec
+    # checked with the rest by the engine's validate_spec; the playbook's engine names the default
+    package = data.get("package") or (inference.PACKAGES[engine] if engine else DEFAULT_PACKAGE)
     applies = data.get("applies")
     if applies is not None:
         from provision.host.engine.spec import EngineError, validate_applies
@@ -228,10 +230,18 @@ def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
     desc = data.get("description") or ""
     if not isinstance(desc, str):
         raise ConfigError(f"{_where(path, 'description')}: expected text")
-    patch = parse_patch(data["patch"], path, name) if data.get("patch") is not None else None
+    engine = data.get("engine")  # both halves: the patch's package and the launch's engine
+    if engine is not None and inference.refusal(engine):
+        raise ConfigError(f"{_where(path, 'engine')}: {inference.refusal(engine)}")
+    patch = parse_patch(data["patch"], path, name, engine) if data.get("patch") is not None else None
     launch = data.get("launch")
     if launch is not None and not isinstance(launch, dict):
         raise ConfigError(f"{_where(path, 'launch')}: expected a mapping (module, args, env, ...)")
+    if engine is not None and launch is not None:
+        if launch.get("engine", engine) != engine:
+            raise ConfigError(f"{_where(path, 'launch.engine')}: {launch['engine']!r} disagrees with the playbook's "
+                              f"engine: {engine!r} (say it once, at the top)")
+        launch = dict(launch, engine=engine)
     if patch is None and launch is None:
         raise ConfigError(f"{path}: has neither `patch:` nor `launch:`")
     return Playbook(name=name, description=desc, patch=patch, launch=launch, path=path, raw=data)

@@ -70,3 +70,48 @@ def test_the_engines_package_loads_no_implementation_until_one_is_asked_for():
     code = ("import sys, provision.host.inference as i; assert 'provision.host.inference.sglang' not in sys.modules; "
             "i.get('sglang'); assert 'provision.host.inference.sglang' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_each_engines_package_is_said_equal_in_the_picker_and_its_implementation():
+    assert set(inference.PACKAGES) == set(inference.KNOWN)
+    for name in inference.KNOWN:
+        assert inference.PACKAGES[name] == inference.get(name).package
+
+
+def test_a_request_names_its_engine_by_itself_its_profile_or_its_specs_package():
+    assert inference.of_request({"engine": "sglang"}) == "sglang"
+    assert inference.of_request({"profile": {"engine": "sglang"}}) == "sglang"
+    assert inference.of_request({"spec": {"package": "sglang"}}) == "sglang"
+    assert inference.of_request({"specs": [{"package": "flashinfer"}, {"package": "sglang"}]}) == "sglang"
+    # a spec of another package (flashinfer) names no engine: the default's install is the one
+    assert inference.of_request({"specs": [{"package": "flashinfer"}]}) is None
+    assert inference.of_request({}) is None and inference.of_request(None) is None
+
+
+def _playbook(tmp_path, text):
+    from provision.config.playbook import parse_playbook
+
+    return parse_playbook(text, str(tmp_path / "pb.yaml"))
+
+
+PATCH = """patch:
+  file: srt/models/kimi_k25.py
+  class: KimiK25ForConditionalGeneration
+  delegate: language_model
+  methods: [{name: get_embed_and_head, params: self}]
+"""
+
+
+def test_a_playbook_names_its_engine_once_for_both_halves(tmp_path):
+    pb = _playbook(tmp_path, "name: mine\nengine: sglang\n" + PATCH + "launch:\n  args: {model-path: /m}\n")
+    assert pb.patch.package == "sglang" and pb.launch["engine"] == "sglang"
+    plain = _playbook(tmp_path, "name: mine\n" + PATCH)
+    assert pb.patch.sha == plain.patch.sha, "naming the default engine changes no spec's sha"
+    assert build_profile(pb.launch, pb.path, pb.name).engine == "sglang"
+
+
+def test_a_playbooks_unknown_or_disagreeing_engine_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"engine: engine 'vllm2' is not one provision knows: sglang"):
+        _playbook(tmp_path, "name: mine\nengine: vllm2\n" + PATCH)
+    with pytest.raises(ConfigError, match="disagrees with the playbook's engine"):
+        _playbook(tmp_path, "name: mine\nengine: sglang\nlaunch:\n  engine: other\n  args: {model-path: /m}\n")

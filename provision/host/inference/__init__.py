@@ -27,6 +27,9 @@ DEFAULT = "sglang"
 # name -> the module holding its implementation (ENGINE): the one list of the engines provision knows
 _MODULES = {"sglang": "provision.host.inference.sglang"}
 KNOWN = tuple(_MODULES)
+# name -> the Python package an install of it is (its implementation's `package`, said here too so
+# that a request's specs name their engine without importing it; a unit test holds the two equal)
+PACKAGES = {"sglang": "sglang"}
 
 
 class UnknownEngine(ValueError):
@@ -50,9 +53,18 @@ def get(name: str | None = None) -> "InferenceEngine":
 
 
 def of_request(req: object) -> str | None:
-    """The engine a host request names: its own "engine", else its profile's (a launch), else None
-    (the default). Pure."""
+    """The engine a host request names: its own "engine", else its profile's (a launch), else the
+    first engine whose package one of its specs is relative to (a patch of vLLM's files looks for
+    vLLM's installs; a spec of another package, flashinfer, names none), else None (the default).
+    Pure."""
     if not isinstance(req, dict):
         return None
     name = req.get("engine") or (req.get("profile") or {}).get("engine")
-    return name if isinstance(name, str) else None
+    if isinstance(name, str):
+        return name
+    specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
+    by_package = {pkg: n for n, pkg in PACKAGES.items()}
+    for spec in specs:
+        if isinstance(spec, dict) and spec.get("package") in by_package:
+            return by_package[spec["package"]]
+    return None

@@ -13,10 +13,14 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from provision.config.keys import check_keys
 from provision.errors import ConfigError
 from provision.host import inference
+
+if TYPE_CHECKING:
+    from provision.host.inference.base import InferenceEngine
 
 PROFILE_KEYS = {"engine", "python", "module", "args", "env", "log_dir", "keep_logs", "health_timeout", "grace",
                 "offline", "fix", "container", "requires"}
@@ -126,7 +130,7 @@ class Profile:
 
     @property
     def tp(self) -> int:
-        return int(self.args.get("tp-size", self.args.get("tp", 1)))
+        return int(self.args.get(inference.get(self.engine).tp_arg, self.args.get("tp", 1)))
 
     def digest(self) -> str:
         """Identifies the profile as started (secrets excluded: only whether they are set)."""
@@ -148,7 +152,7 @@ class Profile:
                 "container": self.container.to_request() if self.container is not None else None}
 
 
-def _norm_args(args: dict, where: str) -> dict:
+def _norm_args(args: dict, where: str, engine: "InferenceEngine") -> dict:
     out = {}
     for key, value in args.items():
         k = str(key)
@@ -156,14 +160,14 @@ def _norm_args(args: dict, where: str) -> dict:
             k = k[2:]
         k = k.replace("_", "-")
         if not _FLAG.match(k):
-            raise ConfigError(f"{where}: {key!r} is not an SGLang flag name (like tp-size)")
+            raise ConfigError(f"{where}: {key!r} is not {engine.article} {engine.title} flag name (like {engine.tp_arg})")
         if k == "config":
             raise ConfigError(f"{where}: `config` is managed by provision (it carries the secrets); remove it")
         if k in SECRET_ARGS and value not in (None, False):
             raise ConfigError(f"{where}: {k} is a secret: don't put it in a playbook or inventory; set "
                               f"PROVISION_{k.upper().replace('-', '_')} or pass --{k}-file")
         if k == "tp":
-            k = "tp-size"
+            k = engine.tp_arg
         out[k] = value
     return out
 
@@ -173,18 +177,23 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
     if not isinstance(launch, dict):
         raise ConfigError(f"{path}: launch: expected a mapping")
     check_keys(launch, PROFILE_KEYS, f"{path}: launch")
+    engine = launch.get("engine", inference.DEFAULT)
+    why = inference.refusal(engine)
+    if why:
+        raise ConfigError(f"{path}: launch.engine: {why}")
+    eng = inference.get(engine)
     args = launch.get("args") or {}
     env = launch.get("env") or {}
     if not isinstance(args, dict):
-        raise ConfigError(f"{path}: launch.args: expected a mapping of SGLang flags")
+        raise ConfigError(f"{path}: launch.args: expected a mapping of {eng.title} flags")
     if not isinstance(env, dict):
         raise ConfigError(f"{path}: launch.env: expected a mapping")
-    args = _norm_args(args, f"{path}: launch.args")
+    args = _norm_args(args, f"{path}: launch.args", eng)
     hv = host_vars or {}
     if hv.get("args"):
-        args.update(_norm_args(hv["args"], "inventory args"))
+        args.update(_norm_args(hv["args"], "inventory args", eng))
     if overrides:
-        args.update(_norm_args(overrides, "--arg"))
+        args.update(_norm_args(overrides, "--arg", eng))
     env = {str(k): str(v) for k, v in {**env, **(hv.get("env") or {})}.items()}
     for k in env:
         if k.upper() in SECRET_ENV:
@@ -206,11 +215,7 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         raise ConfigError(f"{path}: launch.fix: edit changes files on the host, and this profile's server runs in a "
                           "container: use overlay (the default for containers), or bake the fix into the image "
                           "(`RUN provision patch --local`)")
-    engine = launch.get("engine", inference.DEFAULT)
-    why = inference.refusal(engine)
-    if why:
-        raise ConfigError(f"{path}: launch.engine: {why}")
-    prof = Profile(name=name, engine=engine, module=str(launch.get("module") or inference.get(engine).launch_module),
+    prof = Profile(name=name, engine=engine, module=str(launch.get("module") or eng.launch_module),
                    fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
@@ -231,29 +236,15 @@ def from_record(launch: dict, name: str, where: str, overrides: dict | None = No
 
 
 def validate(p: Profile, path: str = "profile") -> None:
-    """Reject, before touching a host, what SGLang would reject at start-up."""
-    a = p.args
-    if "model-path" not in a:
-        raise ConfigError(f"{path}: launch.args.model-path is required")
-    steps = a.get("speculative-num-steps")
-    for k in ("speculative-eagle-topk", "speculative-num-draft-tokens"):
-        if a.get(k) is not None and steps is None:
-            raise ConfigError(f"{path}: {k} is set without speculative-num-steps; SGLang 0.5.9 fails an assertion "
-                              "at start-up. Set all three, or none (auto: 3, 1, 4)")
-    alg = a.get("speculative-algorithm")
-    if alg is not None and str(alg) not in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"):
-        raise ConfigError(f"{path}: speculative-algorithm {alg!r}: expected one of EAGLE, EAGLE3, NEXTN, "
-                          "STANDALONE, NGRAM")
-    if alg in ("EAGLE", "EAGLE3") and not a.get("speculative-draft-model-path"):
-        raise ConfigError(f"{path}: speculative-algorithm {alg} needs speculative-draft-model-path")
-    for k in ("tp-size", "port", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"):
-        if k in a and a[k] is not None and (not isinstance(a[k], int) or isinstance(a[k], bool) or a[k] < 0):
-            raise ConfigError(f"{path}: {k} must be a whole number, got {a[k]!r}")
+    """Reject, before touching a host, what the profile's engine would reject at start-up (its
+    `check_args`), and a port out of range."""
+    for why in inference.get(p.engine).check_args(p.args):
+        raise ConfigError(f"{path}: {why}")
+    port = p.args.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or port < 0):
+        raise ConfigError(f"{path}: port must be a whole number, got {port!r}")
     if not (0 < p.port < 65536):
         raise ConfigError(f"{path}: port {p.port} out of range")
-    mfs = a.get("mem-fraction-static")
-    if mfs is not None and not (isinstance(mfs, (int, float)) and 0 < float(mfs) <= 1):
-        raise ConfigError(f"{path}: mem-fraction-static must be in (0, 1], got {mfs!r}")
 
 
 def render_flags(args: dict) -> list[str]:

@@ -36,9 +36,9 @@ def test_the_default_engine_is_sglang_and_says_what_provision_always_did():
     assert not e.is_server(["bash", "-c", "python3 -m sglang.launch_server"])
 
 
-@pytest.mark.parametrize("name", ["vllm", "SGLang", "", 3])
+@pytest.mark.parametrize("name", ["tgi", "SGLang", "vLLM", "", 3])
 def test_an_engine_provision_does_not_know_is_refused_with_the_ones_it_knows(name):
-    with pytest.raises(inference.UnknownEngine, match=r"is not one provision knows: sglang"):
+    with pytest.raises(inference.UnknownEngine, match=r"is not one provision knows: sglang, vllm"):
         inference.get(name)
 
 
@@ -46,8 +46,8 @@ def test_a_profile_names_its_engine_and_an_unknown_one_is_a_config_error():
     launch, path = base()
     assert build_profile(launch, path, "kimi").engine == "sglang"
     assert build_profile(dict(launch, engine="sglang"), path, "kimi").module == "sglang.launch_server"
-    with pytest.raises(ConfigError, match=r"launch.engine: engine 'vllm' is not one provision knows: sglang"):
-        build_profile(dict(launch, engine="vllm"), path, "kimi")
+    with pytest.raises(ConfigError, match=r"launch.engine: engine 'tgi' is not one provision knows: sglang, vllm"):
+        build_profile(dict(launch, engine="tgi"), path, "kimi")
 
 
 def test_naming_the_default_engine_changes_no_digest_and_the_record_replays_it():
@@ -68,7 +68,8 @@ def test_every_engine_provision_knows_has_a_log_reader():
 def test_the_engines_package_loads_no_implementation_until_one_is_asked_for():
     """The hot path stays light: importing the interface (as config/profile.py does) imports no engine."""
     code = ("import sys, provision.host.inference as i; assert 'provision.host.inference.sglang' not in sys.modules; "
-            "i.get('sglang'); assert 'provision.host.inference.sglang' in sys.modules")
+            "i.get('sglang'); assert 'provision.host.inference.sglang' in sys.modules; "
+            "assert 'provision.host.inference.vllm' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -111,7 +112,7 @@ def test_a_playbook_names_its_engine_once_for_both_halves(tmp_path):
 
 
 def test_a_playbooks_unknown_or_disagreeing_engine_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"engine: engine 'vllm2' is not one provision knows: sglang"):
+    with pytest.raises(ConfigError, match=r"engine: engine 'vllm2' is not one provision knows: sglang, vllm"):
         _playbook(tmp_path, "name: mine\nengine: vllm2\n" + PATCH)
     with pytest.raises(ConfigError, match="disagrees with the playbook's engine"):
         _playbook(tmp_path, "name: mine\nengine: sglang\nlaunch:\n  engine: other\n  args: {model-path: /m}\n")

@@ -196,12 +196,12 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
     if registry_used is not None:
         t_rows, cls = arch_rows("model", facts.get("target") or {}, registry_used, version, False, overlay_classes)
         rows += t_rows
-        if args.get("speculative-draft-model-path"):
+        if facts.get("draft") is not None:  # the profile names a drafter (its engine's flag)
             rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes)[0]
     if cls is not None and cls not in overlay_classes:  # an external package's class replaces the built-in
         rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version)
     rows += shard_rows("model", (facts.get("target") or {}).get("shards"))
-    if args.get("speculative-draft-model-path"):
+    if facts.get("draft") is not None:
         rows += shard_rows("drafter", (facts.get("draft") or {}).get("shards"))
     total = sum(((facts.get(k) or {}).get("shards") or {}).get("total") or 0 for k in ("target", "draft"))
     rows += memory_rows(total, facts.get("disk_free"), facts.get("mem_available"))

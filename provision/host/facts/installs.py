@@ -362,7 +362,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
         if not eng.is_install(pinned):
             return {"installs": list(installs.values()), "servers": [], "chosen": None, "warnings": warnings,
                     "skipped": skipped, "error": {"kind": "pinned-missing",
-                              "message": f"--sglang-path {pinned}: not an {eng.package} package directory "
+                              "message": f"--sglang-path {pinned}: not {eng.article} {eng.package} package directory "
                                          f"(expected {eng.install_shape})"}}
         add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
 

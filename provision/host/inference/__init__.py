@@ -1,9 +1,9 @@
-"""The inference engines: the servers provision launches (SGLang; vLLM next).  STDLIB ONLY.
+"""The inference engines: the servers provision launches (SGLang, vLLM).  STDLIB ONLY.
 
 Not to be confused with ``host/engine/``, the *patch* engine (AST edits of an engine's files):
 this package says what each *inference* engine is, so that no verb asks "is it SGLang?".
 
-One interface (base.py ``InferenceEngine``), one implementation per engine (sglang.py), picked once
+One interface (base.py ``InferenceEngine``), one implementation per engine (sglang.py, vllm.py), picked once
 from data: a profile's ``launch.engine`` (default ``sglang``), kept in the server's record. Every
 layer above asks the engine it was given: discovery (what an install is), the flag reader (where
 its flags are declared), the start command and its secrets, readiness, the log's name, the
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 DEFAULT = "sglang"
 # name -> the module holding its implementation (ENGINE): the one list of the engines provision knows
-_MODULES = {"sglang": "provision.host.inference.sglang"}
+_MODULES = {"sglang": "provision.host.inference.sglang", "vllm": "provision.host.inference.vllm"}
 KNOWN = tuple(_MODULES)
 # name -> the Python package an install of it is (its implementation's `package`, said here too so
 # that a request's specs name their engine without importing it; a unit test holds the two equal)
-PACKAGES = {"sglang": "sglang"}
+PACKAGES = {"sglang": "sglang", "vllm": "vllm"}
 
 
 class UnknownEngine(ValueError):

@@ -7,6 +7,8 @@ methods, by concern:
 - install: ``package`` (the Python package an install is), ``title`` (its name in a sentence),
   ``is_install`` / ``install_marks`` (a package directory that is a real install), ``checkout_globs``
   (where source checkouts live; discovery in host/facts/installs.py)
+- a profile's args: ``model_arg``, ``tp_arg``, ``draft_path``, ``check_args`` (what it refuses at
+  start-up, said before a host is touched: config/profile.py)
 - flags: ``source_files`` (where an install declares its flags and model classes), ``flag_reader``
   (which reader takes them: host/ops/preflight_model.py's FLAG_READERS, the parsers live in
   host/engine/), ``models_subdir`` (its model classes' folder: the registry)
@@ -33,6 +35,7 @@ class InferenceEngine:
 
     name = "base"                 # the value of a profile's `launch.engine`, kept in the record
     title = "an inference engine"  # its name in a sentence
+    article = "a"                 # before its title: "an SGLang flag", "a vLLM flag"
     package = ""                  # the Python package an install of it is (discovery)
     install_marks: tuple[str, ...] = ()  # directories inside the package that make it an install (not a stub)
     checkout_globs: tuple[str, ...] = ()  # where source checkouts of it live on a host (discovery)
@@ -67,8 +70,19 @@ class InferenceEngine:
         return os.path.isfile(os.path.join(path, "__init__.py")) and \
             all(os.path.isdir(os.path.join(path, m)) for m in self.install_marks)
 
+    model_arg = "model-path"      # the flag naming the target model (a profile's args key)
+    tp_arg = "tp-size"            # the flag naming its tensor-parallel size
     flag_reader = ""              # which reader of host/ops/preflight_model.py reads its flag declarations
     models_subdir = ""            # where an install keeps its model classes (the registry), relative to it
+
+    def draft_path(self, args: dict) -> str | None:
+        """The EAGLE drafter's model path the profile's args name, or None."""
+        return None
+
+    def check_args(self, args: dict) -> list[str]:
+        """What the engine would refuse at start-up, read from a profile's args before any host is
+        touched: one sentence each (the caller prefixes where). Pure."""
+        return [] if args.get(self.model_arg) else [f"launch.args.{self.model_arg} is required"]
 
     def source_files(self, install_dir: str) -> dict:
         """The files of an install (its package directory) preflight reads: {"server_args": where it

@@ -16,6 +16,7 @@ from provision.host.inference.base import InferenceEngine
 from provision.host.lib.procfs import is_sglang_server
 
 
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 META_FIELDS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
                "spec_accept_token_num", "spec_draft_token_num", "spec_num_correct_drafts", "spec_num_proposed_drafts")
 INFO_FIELDS = ("version", "tp_size", "tensor_parallel_size", "model_path", "served_model_name")
@@ -24,6 +25,7 @@ INFO_FIELDS = ("version", "tp_size", "tensor_parallel_size", "model_path", "serv
 class SGLang(InferenceEngine):
     name = "sglang"
     title = "SGLang"
+    article = "an"
     package = "sglang"
     install_marks = ("srt/models",)
     checkout_globs = (
@@ -62,6 +64,32 @@ class SGLang(InferenceEngine):
         return {"server_args": os.path.join(srt, "server_args.py"),
                 "fields": {os.path.basename(p): p for p in sorted(glob.glob(os.path.join(fields_dir, "*.py")))},
                 "choices": choices if os.path.isfile(choices) else None, "models": models}
+
+    def draft_path(self, args: dict) -> str | None:
+        value = args.get("speculative-draft-model-path")
+        return str(value) if value else None
+
+    def check_args(self, args: dict) -> list[str]:
+        """What SGLang 0.5.9 refuses at start-up (or asserts on), said before a host is touched."""
+        out = super().check_args(args)
+        steps = args.get("speculative-num-steps")
+        for k in ("speculative-eagle-topk", "speculative-num-draft-tokens"):
+            if args.get(k) is not None and steps is None:
+                out.append(f"{k} is set without speculative-num-steps; SGLang 0.5.9 fails an assertion at start-up. "
+                           "Set all three, or none (auto: 3, 1, 4)")
+        alg = args.get("speculative-algorithm")
+        if alg is not None and str(alg) not in SPECULATIVE_ALGORITHMS:
+            out.append(f"speculative-algorithm {alg!r}: expected one of {', '.join(SPECULATIVE_ALGORITHMS)}")
+        if alg in ("EAGLE", "EAGLE3") and not args.get("speculative-draft-model-path"):
+            out.append(f"speculative-algorithm {alg} needs speculative-draft-model-path")
+        for k in ("tp-size", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"):
+            v = args.get(k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                out.append(f"{k} must be a whole number, got {v!r}")
+        mfs = args.get("mem-fraction-static")
+        if mfs is not None and not (isinstance(mfs, (int, float)) and 0 < float(mfs) <= 1):
+            out.append(f"mem-fraction-static must be in (0, 1], got {mfs!r}")
+        return out
 
     def generate_body(self, text: str, max_new_tokens: int) -> dict:
         """Native /generate: `sampling_params`, streamed as `data:` lines ending in [DONE]."""

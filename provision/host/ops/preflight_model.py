@@ -174,9 +174,10 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
     found: dict = {"args": args, "version": version, "flags": tables.get("flags"),
                    "flags_error": tables.get("flags_error"), "registry": registry,
                    "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes}
-    found["target"] = _model_fact(str(args.get("model-path") or ""), env, revision, locate)
-    if args.get("speculative-draft-model-path"):
-        found["draft"] = _model_fact(str(args["speculative-draft-model-path"]), env,
+    eng = inference.get(inference.of_request(req))
+    found["target"] = _model_fact(str(args.get(eng.model_arg) or ""), env, revision, locate)
+    if eng.draft_path(args):
+        found["draft"] = _model_fact(str(eng.draft_path(args)), env,
                                      args.get("speculative-draft-model-revision"), locate)
     for key in ("target", "draft"):  # SGLang's Transformers fallback, read only when the registry lacks the class
         f = found.get(key) or {}

@@ -127,9 +127,10 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     elif not ours_running:
         checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
     offline = bool(req.get("offline"))
-    checks += _check_model(str(args.get("model-path", "")), "model", offline)
-    if args.get("speculative-draft-model-path"):
-        checks += _check_model(str(args["speculative-draft-model-path"]), "drafter", offline)
+    eng = inference.get(inference.of_request(req))
+    checks += _check_model(str(args.get(eng.model_arg, "")), "model", offline)
+    if eng.draft_path(args):
+        checks += _check_model(str(eng.draft_path(args)), "drafter", offline)
     checks += model_rows  # type: ignore[arg-type]
     # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
     mine = set(identity.owned(st["record"])) if st["record"] else set()
@@ -148,7 +149,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
         for pid in identity.owned(rec):
             theirs[pid] = other
     strays = []
-    for s in installs.running_servers():
+    for s in installs.running_servers(eng):
         if s["pid"] not in mine and s["pid"] not in theirs:
             strays.append(s)
     for pid in _sglang_children_orphans(mine | set(theirs)):
@@ -156,10 +157,10 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     checks += _gpu_checks(args, _server_env(req, inst).get("CUDA_VISIBLE_DEVICES"), mine, theirs)
     if strays:
         checks.append({"level": "fail", "check": "strays",
-                       "message": "leftover SGLang processes that no record of provision's claims: "
+                       "message": f"leftover {eng.title} processes that no record of provision's claims: "
                                   + ", ".join(f"pid {s['pid']}" for s in strays[:8])
                                   + " (they may hold GPU memory; provision did not start them: kill them)"})
-    target = str(args.get("model-path", "/"))
+    target = str(args.get(eng.model_arg, "/"))
     probe = target if target.startswith("/") and os.path.exists(target) else "/"
     du = shutil.disk_usage(probe)
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
@@ -423,7 +424,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
         out = backend.start(req, launch)
     if not out.get("ok"):
         return out
-    common = {"backend": backend.name, "engine": (req.get("profile") or {}).get("engine") or inference.DEFAULT,
+    eng = inference.get(inference.of_request(req))
+    common = {"backend": backend.name, "engine": eng.name,
               "boot_id": identity.boot_id(), "overrides": dict(req.get("overrides") or {}),
               "launch": req.get("launch"),  # what a restart without --playbook replays (tasks/launch.py)
               "persistent": backend.name == "systemd", "fix": req.get("fix") or ("overlay" if req.get("overlay_stage")
@@ -451,7 +453,7 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
         "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
         "exitfile": spec["exitfile"], "reapfile": spec["reapfile"], "config": launch["config"],
         "python": launch["python"], "install": inst["path"], "version": inst.get("version"),
-        "model": args.get("model-path"), "tp": args.get("tp-size", 1), "mechanism": out["mechanism"],
+        "model": args.get(eng.model_arg), "tp": args.get(eng.tp_arg, 1), "mechanism": out["mechanism"],
         "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")},
         "overlay": {k: staged.get(k) for k in ("root", "package", "modules", "digest")} if staged else None,
         "argv": launch["argv"], "secrets": server_secrets.described(names, launch["files"])})

@@ -180,8 +180,8 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
            "run_seconds": round(time.time() - t0, 3),
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
            "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
-           "install": image.get("sglang"), "version": image.get("version"), "model": args.get("model-path"),
-           "tp": args.get("tp-size", 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
+           "install": image.get("sglang"), "version": image.get("version"), "model": args.get(inference.get(prof.get("engine")).model_arg),
+           "tp": args.get(inference.get(prof.get("engine")).tp_arg, 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
            "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
     return {"ok": True, "started": True, "record": rec}
 

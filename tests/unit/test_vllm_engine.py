@@ -149,3 +149,30 @@ def test_the_api_key_never_reaches_a_stored_line():
     log = vllmlog.LoadLog(secrets=["sk-canary-9"])
     log.feed(text)
     assert "sk-canary-9" not in "\n".join(log.tail()) + log.state.last_line
+
+
+# --------------------------------------------------------------------------- logs a real vLLM 0.32.0 wrote here
+# (tests/data/vllm: the CPU build serving the tiny models of provision/sandbox/vllm_models.py; its
+# venv's path, the models' and HOME rewritten to what a host would have; the teardown's noise cut)
+
+DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "vllm"
+
+
+@pytest.mark.parametrize("chunk", [None, 61, 4096])
+def test_a_real_start_serve_and_stop_is_ready_and_its_teardown_error_is_no_crash(chunk):
+    log, seen = _phases((DATA / "0.32.0-eagle3-start-serve-stop.log").read_text(), chunk)
+    assert seen == ["target-weights", "draft-weights", "kv-cache", "cuda-graphs", "ready"]
+    st = log.state
+    assert st.crashed is None, st.crashed  # EngineDeadError after SIGINT: teardown, not a crash
+    assert st.phase == "ready" and st.url == "http://127.0.0.1:18123" and log.version == "0.32.0"
+    assert (st.target_class, st.draft_class) == ("LlamaForCausalLM", "LlamaForCausalLMEagle3")
+    assert st.target.shards_total == 1 and st.draft.percent == 100.0
+
+
+@pytest.mark.parametrize("chunk", [None, 97])
+def test_a_real_drafter_that_does_not_fit_is_the_workers_own_sentence(chunk):
+    log, seen = _phases((DATA / "0.32.0-draft-shape-crash.log").read_text(), chunk)
+    crash = log.state.crashed
+    assert crash is not None and crash.kind == "exception"
+    assert crash.summary.startswith("AssertionError: Tried to load weights of size torch.Size([128, 512])"), crash
+    assert "draft-weights" in seen and "ready" not in seen

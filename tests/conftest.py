@@ -30,7 +30,7 @@ from hypothesis import settings as hypothesis_settings
 SANDBOX_FIXTURES = {"sandbox_factory", "three_hosts", "ssh_env", "reset_sglang", "three_hosts_module"}
 # The tiers that start hosts, containers, servers or real SGLang imports: `-m "not slow"` leaves
 # them out (the quick tier: tests/unit, tests/engine, tests/host; docs/TESTING.md).
-SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport"}
+SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport", "realvllm"}
 
 # Property tests are deterministic: a fixed seed (derandomize) and no example database, so a fresh
 # clone and CI draw the same examples every run; an example that ever found a bug stays as an

@@ -194,6 +194,8 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         args.update(_norm_args(hv["args"], "inventory args", eng))
     if overrides:
         args.update(_norm_args(overrides, "--arg", eng))
+    for k, v in eng.implied_args.items():  # where the engine's own default is not provision's
+        args.setdefault(k, v)
     env = {str(k): str(v) for k, v in {**env, **(hv.get("env") or {})}.items()}
     for k in env:
         if k.upper() in SECRET_ENV:

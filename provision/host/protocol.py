@@ -96,6 +96,8 @@ class Request(TypedDict, total=False):
     diff: bool
     force: bool
     install_path: Optional[str]
+    engine: str                # the inference engine whose installs discovery looks for (default: from
+                               # the request's profile or specs, else sglang: inference.of_request)
     python: Optional[str]
     interpreters: List[str]
     timeout: float

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from provision.config.inventory import Host
 from provision.config.playbook import DEFAULT_PACKAGE, PatchSpec, load_patch_spec
+from provision.host import inference
 from provision.output.results import HostResult
 from provision.tasks.bundles import call_light
 
@@ -365,25 +366,31 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
         pk = multi.packages_wanted(hspecs)
         if pk:
             req["packages"] = pk  # discovery reports their versions
+        other: dict[str, str] = {}  # spec -> why: it edits another engine's files than the host's server runs
         try:
             from provision.config.profile import host_profile
 
             prof, _ = host_profile(host)
             req["port"], req["health_timeout"] = prof.port, prof.health_timeout
+            if prof.engine != inference.DEFAULT:  # the host's profile names its engine: its install is the one
+                req["engine"] = prof.engine
+                other = multi.other_engines_specs(hspecs, prof.engine)
+                req["specs"] = [s.to_engine() for s in hspecs if s.name not in other]
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        no: dict[str, str] = {}
+        no: dict[str, str] = dict(other)
         if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
-            _, no = multi.split(hspecs, multi.host_view(answer, host, gpu_capability))
-        parts = answer.get("patches") or []
+            no.update(multi.split([s for s in hspecs if s.name not in other],
+                                  multi.host_view(answer, host, gpu_capability))[1])
+        answered = iter(answer.get("patches") or [])
         rows = []
-        for i, s in enumerate(hspecs):
+        for s in hspecs:
+            part: SpecStatus = next(answered, {}) if s.name not in other else {}
             if s.name in no:
                 rows.append(multi.not_applicable(host.name, s, no[s.name], answer.get("facts")))
                 continue
             one: StatusAnswer = dict(answer)  # type: ignore[assignment]
-            part: SpecStatus = parts[i] if i < len(parts) else {}
             one["patch"] = part.get("patch") or {}
             one["restart_needed"] = part.get("restart_needed") or []
             one["overlay"] = part.get("overlay")

@@ -150,6 +150,18 @@ def split(specs: list[PatchSpec], view: HostView | None) -> tuple[list[PatchSpec
     return ok, no
 
 
+def other_engines_specs(specs: list[PatchSpec], engine: str) -> dict[str, str]:
+    """{spec name: why it does not apply} for the specs that edit another inference engine's files
+    than `engine`'s (a host whose profile runs vLLM is not judged by an SGLang spec). Pure."""
+    from provision.host import inference
+
+    theirs = {pkg: name for name, pkg in inference.PACKAGES.items() if name != engine}
+    title = inference.get(engine).title
+    return {s.name: f"the host's server runs {title} (its profile's engine); this spec edits "
+                    f"{inference.get(theirs[_package(s)]).title}'s files"
+            for s in specs if _package(s) in theirs}
+
+
 def not_applicable(host: str, spec: PatchSpec, why: str, facts: dict | None = None) -> HostResult:
     inst = chosen_install(facts)
     return HostResult(host, NOT_APPLICABLE, why, version=inst.get("version"), install=inst.get("path"),

@@ -41,6 +41,9 @@ def test_a_vllm_profile_renders_vllms_flags_mappings_as_one_json_token_and_lists
     assert json.loads(flags[i + 1]) == DRAFT
     assert "--tensor-parallel-size" in flags and "--enforce-eager" in flags
     assert flags[flags.index("--allowed-origins"):][:3] == ["--allowed-origins", "a", "b"]
+    assert flags[flags.index("--host") + 1] == "127.0.0.1" and flags[flags.index("--port") + 1] == "30000", \
+        "vLLM's own defaults are every address and port 8000: provision says loopback and 30000"
+    assert p.port == 30000 and profile(port=30001).port == 30001
     assert VLLM.draft_path(p.args) == "/data/models/draft"
     assert VLLM.draft_path({"speculative-config": json.dumps(DRAFT)}) == "/data/models/draft"
     assert VLLM.draft_path({}) is None

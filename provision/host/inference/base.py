@@ -70,10 +70,15 @@ class InferenceEngine:
         return os.path.isfile(os.path.join(path, "__init__.py")) and \
             all(os.path.isdir(os.path.join(path, m)) for m in self.install_marks)
 
+    # flags provision states because the engine's own default differs from provision's (a server on
+    # loopback port 30000 unless the profile says otherwise), added to a profile's args it lacks
+    implied_args: dict = {}
     model_arg = "model-path"      # the flag naming the target model (a profile's args key)
     tp_arg = "tp-size"            # the flag naming its tensor-parallel size
     flag_reader = ""              # which reader of host/ops/preflight_model.py reads its flag declarations
     models_subdir = ""            # where an install keeps its model classes (the registry), relative to it
+    registry_reader = ""          # how preflight reads which classes it serves ("entry-classes": each
+                                  # module's EntryClass, engine/audit.py; "": not read)
 
     def draft_path(self, args: dict) -> str | None:
         """The EAGLE drafter's model path the profile's args name, or None."""

@@ -44,6 +44,7 @@ class SGLang(InferenceEngine):
     server_info_paths = ("/server_info", "/get_server_info")  # 0.5.x renamed it; older keep the second
     flag_reader = "sglang-server-args"  # srt/server_args.py (+ 0.5.14's arg_groups): host/engine/serverargs.py
     models_subdir = "srt/models"
+    registry_reader = "entry-classes"
     model_info_paths = ("/model_info", "/get_model_info")
     flush_path = "/flush_cache"
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"

@@ -63,9 +63,11 @@ class VLLM(InferenceEngine):
     flush_path = "/reset_prefix_cache"
     flag_reader = ""              # preflight does not read vLLM's flags yet (generated from dataclasses)
     models_subdir = "model_executor/models"
+    registry_reader = ""          # registry.py's tables: not read by preflight yet
     overlay_env = ""
     eagle3_methods = ("set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
     eagle3_parity_method = ""
+    implied_args = {"host": "127.0.0.1", "port": 30000}  # vLLM's own: every address, port 8000
     model_arg = "model"
     tp_arg = "tensor-parallel-size"
 

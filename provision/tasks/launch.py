@@ -147,7 +147,12 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
                 notes.append(note)
         t0 = time.monotonic()
         state.stages[host.name] = "preflight"
-        wanted = required_specs(spec, prof)
+        other = multi.other_engines_specs(required_specs(spec, prof), prof.engine)  # another engine's files
+        for name, why in other.items():
+            display.message(host.name, f"spec {name}: not applicable ({why})")
+        if spec is not None and spec.name in other:
+            spec = None
+        wanted = [s for s in required_specs(spec, prof) if s.name not in other]
         checked, skipped = wanted, []
         if any(multi.applies_of(s) for s in wanted):
             checked, skipped, _ = multi.applicable(session, host, fleet, wanted, opts.gpu_capability,

@@ -114,3 +114,48 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     print(f"stop: {time.monotonic() - t0:.1f} s")
     assert vllm_pids(vhost) == [], "stop ended vLLM's whole tree (APIServer, EngineCore, Worker)"
     assert curl(vhost, "/health") == 0
+
+
+def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_command_line(
+        tmp_path, ssh_env, vhost, vllm_models):
+    models = put_models(vhost, vllm_models["good"], "good")
+    pb = playbook(tmp_path, models)
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    env = {"PROVISION_API_KEY": KEY}
+    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", env=env,
+                         timeout=600)
+    assert doc["hosts"][0]["verdict"] == "ready", (doc["hosts"][0], proc.stderr[-3000:])
+    try:
+        first = server_argv(vhost)
+        assert KEY not in "\n".join(first), "the key reaches vLLM in its 0600 --config file, never argv"
+        assert first[first.index("--config") + 1].startswith("/"), first
+        assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
+
+        # no --playbook: the record's launch is replayed; the key comes from this run's environment again
+        proc, doc = run_json("launch", *cli, "--restart", "--deadline", DEADLINE, "--poll", "1", env=env,
+                             timeout=600)
+        assert doc["hosts"][0]["verdict"] == "ready", (doc["hosts"][0], proc.stderr[-3000:])
+        again = server_argv(vhost)
+        strip = lambda argv: [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--config")]  # noqa: E731
+        assert strip(again) == strip(first), (first, again)
+        assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
+    finally:
+        run("stop", *cli, env=env, check_rc=0)
+    assert vllm_pids(vhost) == []
+
+
+def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_path, ssh_env, vhost, vllm_models):
+    models = put_models(vhost, vllm_models["bad"], "bad")
+    pb = playbook(tmp_path, models)
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    t0 = time.monotonic()
+    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", timeout=600)
+    took = time.monotonic() - t0
+    row = doc["hosts"][0]
+    print(f"\nthe drafter's crash reported after {took:.1f} s")
+    assert proc.returncode == 3 and row["verdict"] == "crashed", (row, proc.stderr[-3000:])
+    assert "AssertionError: Tried to load weights of size torch.Size([128, 512])" in row["detail"], row["detail"]
+    assert row["data"]["phase"] == "crashed" and "draft-weights" in row["data"]["phases_seen"], row["data"]
+    time.sleep(2)
+    assert vllm_pids(vhost) == [], "nothing of the crashed server is left running"
+    run("stop", *cli, "--playbook", pb)

@@ -179,3 +179,12 @@ def test_a_real_drafter_that_does_not_fit_is_the_workers_own_sentence(chunk):
     assert crash is not None and crash.kind == "exception"
     assert crash.summary.startswith("AssertionError: Tried to load weights of size torch.Size([128, 512])"), crash
     assert "draft-weights" in seen and "ready" not in seen
+
+
+def test_vllm_is_ready_only_once_its_models_route_names_the_profiles_model():
+    listing = json.dumps({"object": "list", "data": [{"id": "/data/models/target", "root": "/data/models/target"}]})
+    assert VLLM.serves(listing.encode(), {"model": "/data/models/target"})
+    assert not VLLM.serves(listing.encode(), {"model": "/data/models/other"})
+    assert VLLM.serves(json.dumps({"data": [{"id": "kimi"}]}).encode(), {"model": "/m", "served-model-name": ["kimi"]})
+    assert not VLLM.serves(b"<html>", {"model": "/m"}) and not VLLM.serves(b'{"data": []}', {"model": "/m"})
+    assert inference.get("sglang").serves_path == "" and VLLM.serves_path == "/v1/models"

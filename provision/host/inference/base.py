@@ -95,6 +95,12 @@ class InferenceEngine:
         (a file of choices or None), "models": [the model classes' files]} (paths that exist)."""
         raise NotImplementedError
 
+    serves_path = ""              # readiness, second half: a route naming the models it serves ("": none)
+
+    def serves(self, body: bytes, args: dict) -> bool:
+        """Does `serves_path`'s answer name the model the profile's args serve? Pure."""
+        return True
+
     def generate_body(self, text: str, max_new_tokens: int) -> dict:
         """The bench's request: `text` greedy (temperature 0), `max_new_tokens`, streamed."""
         raise NotImplementedError

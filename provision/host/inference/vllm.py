@@ -106,6 +106,19 @@ class VLLM(InferenceEngine):
                 "choices": None,
                 "models": sorted(glob.glob(os.path.join(models_dir, "*.py")))}
 
+    serves_path = "/v1/models"
+
+    def serves(self, body: bytes, args: dict) -> bool:
+        """/v1/models lists the served model: its `--served-model-name` (the first, when a list), else
+        its `--model` path."""
+        try:
+            data = json.loads(body).get("data")
+        except (ValueError, AttributeError):
+            return False
+        names = args.get("served-model-name") or args.get(self.model_arg)
+        want = str(names[0] if isinstance(names, list) and names else names)
+        return isinstance(data, list) and any(isinstance(m, dict) and m.get("id") == want for m in data)
+
     def generate_body(self, text: str, max_new_tokens: int) -> dict:
         """OpenAI completions, greedy, streamed, with the usage in the last chunk."""
         return {"prompt": text, "max_tokens": max_new_tokens, "temperature": 0, "stream": True,

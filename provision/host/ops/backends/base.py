@@ -34,6 +34,33 @@ def health(host: str, port: int, timeout: float, url: str | None = None, path: s
         return None
 
 
+def serves(host: str, port: int, timeout: float, engine, rec: dict) -> int | None:
+    """200 when the engine's `serves_path` names the model the record's launch serves, 503 when it
+    answers without it, its own status otherwise (401: the key provision gave it was refused).
+    The key is the launch's own, read from its 0600 --config file."""
+    from provision.host.ops.server_secrets import parse_config
+
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    headers = {}
+    try:
+        with open(rec.get("config") or "", encoding="utf-8") as fh:
+            key = parse_config(fh.read()).get("api-key")
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+    except OSError:
+        pass
+    args = ((rec.get("launch") or {}).get("args") or {})
+    try:
+        req = urllib.request.Request(f"http://{host}:{port}{engine.serves_path}", headers=headers)
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return 200 if engine.serves(resp.read(1 << 20), args) else 503
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, ValueError):
+        return None
+
+
 class ServerBackend:
     """How one kind of server is started, stopped, looked at. `launch` (start, restart) is what
     ops/server.py prepared: argv, env, the secret files, the log, the watcher's files."""
@@ -74,8 +101,12 @@ class ServerBackend:
         host = rec.get("host", "127.0.0.1")
         up = port_open(host, port)
         timeout = float(req.get("health_timeout", 30))
-        ready = inference.get(rec.get("engine")).health_path  # the server's engine, from its record
+        engine = inference.get(rec.get("engine"))  # the server's engine, from its record
+        ready = engine.health_path
         code = health(host, port, timeout, req.get("health_url"), ready) if up and st["running"] else None
+        if code == 200 and engine.serves_path and not req.get("health_url"):
+            # readiness, second half: the models route names the profile's model (with the run's key)
+            code = serves(host, port, timeout, engine, rec)
         confirm = None
         if code == 200 and req.get("confirm"):
             # A second look on the host, not a second round trip: one 200 can be a flap.

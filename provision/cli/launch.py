@@ -321,7 +321,8 @@ def logs(ctx, profile, server_port, lines, follow_):
     if not ctx.as_json:
         for r in collected:
             if "text" in r.data:
-                click.echo(f"--- {r.host}: {r.detail} ---")
+                who = " ".join(str(x) for x in (r.data.get("engine"), r.data.get("version")) if x)
+                click.echo(f"--- {r.host}: {r.detail}" + (f" ({who})" if who else "") + " ---")
                 click.echo(r.data["text"])
     sys.exit(code)
 

@@ -429,6 +429,8 @@ class LogsAnswer(Answer, total=False):
     text: str
     offset: int
     record: Dict[str, Any]
+    engine: str                # the server's engine, by its title (SGLang, vLLM), and its version
+    version: Optional[str]
 
 
 class SmokeAnswer(Answer, total=False):

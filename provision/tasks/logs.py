@@ -35,6 +35,8 @@ def follow_logs(host, conn, opts, lines: int) -> int:
         if not ans.get("ok"):
             click.echo(f"error: {ans['error']['message']}", err=True)
             return 3
+        who = " ".join(str(x) for x in (ans.get("engine"), ans.get("version")) if x)
+        click.echo(f"--- {host.name}: {ans.get('log')}" + (f" ({who})" if who else "") + " ---", err=True)
         click.echo(redact(ans["text"], secrets))
         offset = ans["offset"]
         log = ans.get("log")  # a new launch writes another log: the probe then answers with it from its start

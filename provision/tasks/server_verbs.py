@@ -69,7 +69,8 @@ def logs_fn(opts: LaunchOptions, lines: int):
         if not ans.get("ok"):
             return HostResult(host.name, "failed", ans["error"]["message"])
         text = redact(ans["text"], secret_values(opts.secrets))
-        return HostResult(host.name, "ok", ans["log"], data={"text": text, "offset": ans["offset"]})
+        return HostResult(host.name, "ok", ans["log"], data={"text": text, "offset": ans["offset"],
+                                                              "engine": ans.get("engine"), "version": ans.get("version")})
 
     return fn
 

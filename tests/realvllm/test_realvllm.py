@@ -107,6 +107,8 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
 
     proc = run("logs", *cli, "--playbook", pb, check_rc=0)
     assert "Starting vLLM server on http://127.0.0.1:30000" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("--- "))
+    assert header.endswith("(vLLM 0.32.0) ---"), header
 
     assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"
     t0 = time.monotonic()

@@ -542,7 +542,10 @@ def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
     rec = read_record(req, port)
     if not rec:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
-    return select.for_record(rec).logs(req, rec, int(req.get("lines", 100)))  # type: ignore[return-value]
+    out = select.for_record(rec).logs(req, rec, int(req.get("lines", 100)))
+    if out.get("ok"):  # which engine wrote it, and which release (the record's)
+        out["engine"], out["version"] = inference.get(rec.get("engine")).title, rec.get("version")
+    return out  # type: ignore[return-value]
 
 
 OPS = {"preflight": op_preflight, "start": op_start, "stop": op_stop, "probe": op_probe,

@@ -119,17 +119,20 @@ def reconcile_fn(spec=None, *, check=False, force=False, install_path=None, pyth
                 for i in range(len(todo))]
 
     def fn(host, session, fleet) -> list[HostResult]:
-        hspecs = multi.specs_for(host, given)
+        every = multi.specs_for(host, given)
+        # a spec of another engine's files than the host's server runs is not applicable there
+        other = multi.other_engines_specs(every, multi.host_engine(host))
+        rows: list[HostResult] = [multi.not_applicable(host.name, s, other[s.name]) for s in every if s.name in other]
+        hspecs = [s for s in every if s.name not in other]
         stated = multi.gpu_given(host, gpu_capability) is not None
         ask = [s for s in hspecs if multi.needs_host(multi.applies_of(s), stated)]
-        rows: list[HostResult] = []
         # what can be decided without the host (no applies:, or only a stated GPU)
         known, no = multi.split([s for s in hspecs if s not in ask],
                                 multi.host_view({}, host, gpu_capability) if stated else None)
         rows += [multi.not_applicable(host.name, s, no[s.name]) for s in hspecs if s.name in no]
         todo = known + ask
         if not todo:
-            return multi.in_order(hspecs, rows)
+            return multi.in_order(every, rows)
         ans = call(host, session, fleet, todo, pending=ask)
         later: list = []
         for s, part in zip(todo, parts_of(ans, todo)):
@@ -148,7 +151,7 @@ def reconcile_fn(spec=None, *, check=False, force=False, install_path=None, pyth
                 ans2 = call(host, session, fleet, ok)
                 rows += [result_from_answer(host.name, part, check=check, spec=s)
                          for s, part in zip(ok, parts_of(ans2, ok))]
-        return multi.in_order(hspecs, rows)
+        return multi.in_order(every, rows)
 
     return fn
 

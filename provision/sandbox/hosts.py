@@ -406,8 +406,8 @@ class HostSpec:
     flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
     podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
     gpu_capability: str | None = None  # a stand-in nvidia-smi reporting 8 GPUs of this compute capability
-    # (in-host dir, this machine's dir) pairs bind-mounted read-only into the host (namespaces kind), e.g.
-    # the realimport tier's cached venv (realimport_venv.py), which the host's own venv builds on
+    # (in-host dir, this machine's dir) pairs bind-mounted read-only into the host, e.g. the realimport
+    # tier's cached venv (realimport_venv.py), which the host's own venv builds on, or the real-vLLM venv
     ro_binds: tuple = ()
 
     def __post_init__(self) -> None:
@@ -415,8 +415,6 @@ class HostSpec:
         for target, source in self.ro_binds:
             if not (target.startswith("/") and source.startswith("/")) or "=" in target or "=" in source:
                 raise SandboxError(f"host {self.name}: ro_binds takes absolute paths without '=': {target}, {source}")
-        if self.ro_binds and self.kind != "namespaces":
-            raise SandboxError(f"host {self.name}: ro_binds are set up on namespace hosts only")
         if self.podman and self.kind != "namespaces":
             raise SandboxError(f"host {self.name}: podman is set up on namespace hosts only")
         if self.kind not in KINDS:

@@ -39,9 +39,12 @@ from provision.sandbox import hosts as _hosts  # hosts.py never imports this mod
 from provision.sandbox import images as _images  # the one image builder (debootstrap + podman import)
 
 PODMAN = _images.PODMAN
-PACKAGES = ("python3", "python3-pip", "systemd", "systemd-sysv", "dbus", "openssh-server", "procps")
+# libnuma1: vLLM's CPU build links it (vllm/_C), as vLLM's CPU install notes say a host needs
+PACKAGES = ("python3", "python3-pip", "systemd", "systemd-sysv", "dbus", "openssh-server", "procps", "libnuma1")
 IMAGE_REPO = "localhost/provision-sandbox-systemd"
 RUN_LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
+# podman's default /dev/shm is 64 MiB; a real host's is half its memory, and vLLM's engine needs 160 MiB
+SHM_SIZE = ["--shm-size", "2g"]
 SSHD_DROPIN = "/etc/ssh/sshd_config.d/provision-sandbox.conf"
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 
@@ -140,11 +143,13 @@ def container_name(base_dir: Path, host: str) -> str:
 
 
 def start_container(*, name: str, hostname: str, address: str, port: int, image: str, client_pub: Path,
-                    state_dir: Path, owner_pid: int, bin_dir: Path) -> dict:
-    """Create, configure and boot one container; wait until systemd runs and sshd listens."""
+                    state_dir: Path, owner_pid: int, bin_dir: Path, ro_binds: tuple = ()) -> dict:
+    """Create, configure and boot one container; wait until systemd runs and sshd listens.
+    `ro_binds`: (in-container dir, this machine's dir) pairs mounted read-only."""
     podman("rm", "-f", "-t", "0", name, check=False)
+    binds = [a for target, source in ro_binds for a in ("-v", f"{source}:{target}:ro")]
     podman("create", "--name", name, "--network", "host", "--uts", "private", "--hostname", hostname,
-           "--systemd", "always", *RUN_LIMITS, "--label", "provision-sandbox=1", image, "/sbin/init")
+           "--systemd", "always", *RUN_LIMITS, *SHM_SIZE, *binds, "--label", "provision-sandbox=1", image, "/sbin/init")
     try:
         keydir = state_dir / "hostkey"
         keydir.mkdir(parents=True, exist_ok=True)
@@ -341,7 +346,7 @@ def build(box, spec, sock) -> SystemdHost:
     sock.close()  # the address was free: the container's sshd binds it now
     info = start_container(name=name, hostname=spec.name, address=spec.address, port=spec.port, image=tag,
                            client_pub=box.key_path.with_suffix(".pub"), state_dir=state,
-                           owner_pid=box.owner_pid, bin_dir=box.bin_dir)
+                           owner_pid=box.owner_pid, bin_dir=box.bin_dir, ro_binds=spec.ro_binds)
     host = SystemdHost(name=spec.name, address=spec.address, port=spec.port, state_dir=state,
                        init_pid=info["pid"], listener_pid=None, spec=spec, owner_pid=box.owner_pid,
                        bin_dir=box.bin_dir)

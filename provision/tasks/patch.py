@@ -181,28 +181,9 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
     return verdict, why, notes
 
 
-def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
-    facts = answer.get("facts") or {}
-    inst = _chosen(facts)
-    err = answer.get("error")
-    if err and ((answer.get("server") or {}).get("record") or {}).get("container"):
-        from provision.tasks.container import container_status
-
-        return container_status(host, answer)
-    containers = list((answer.get("containers") or {}).get("containers") or [])
-    if err:
-        return HostResult(host, "error", err.get("message", ""), error_kind=err.get("kind"),
-                          data={"installs": facts.get("installs", []), "containers": containers},
-                          notes=discovery_notes(facts) + container_notes(answer))
-    p = answer.get("patch") or {}
-    methods = p.get("methods") or {}
-    verdict, why = patch_state(p)
-    ov = answer.get("overlay")
-    overlay_notes: list[str] = []
-    if ov:
-        verdict, why, overlay_notes = overlay_state(verdict, why, methods, ov)
-    # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
-    state = verdict if verdict in ("patched", "native") else why if verdict == "missing" else f"{verdict}: {why}"
+def server_part(answer: StatusAnswer, facts: dict, inst: dict) -> dict:
+    """What status says of the host's server (pure): {server: the sentence, short: the column,
+    unit: the persistent unit's state or None, servers, ours, rec, fixes}."""
     servers = [s for s in facts.get("servers", []) if s.get("install") == inst.get("path")] or facts.get("servers", [])
     server = "none"
     fixes = answer.get("server_fixes") or {}
@@ -246,6 +227,35 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         rp = ours["reaped"]
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
+    return {"server": server, "short": short_server, "unit": unit, "servers": servers, "ours": ours, "rec": rec,
+            "fixes": fixes}
+
+
+def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
+    facts = answer.get("facts") or {}
+    inst = _chosen(facts)
+    err = answer.get("error")
+    if err and ((answer.get("server") or {}).get("record") or {}).get("container"):
+        from provision.tasks.container import container_status
+
+        return container_status(host, answer)
+    containers = list((answer.get("containers") or {}).get("containers") or [])
+    if err:
+        return HostResult(host, "error", err.get("message", ""), error_kind=err.get("kind"),
+                          data={"installs": facts.get("installs", []), "containers": containers},
+                          notes=discovery_notes(facts) + container_notes(answer))
+    p = answer.get("patch") or {}
+    methods = p.get("methods") or {}
+    verdict, why = patch_state(p)
+    ov = answer.get("overlay")
+    overlay_notes: list[str] = []
+    if ov:
+        verdict, why, overlay_notes = overlay_state(verdict, why, methods, ov)
+    # "patched", "native", "missing: a, b", "stale: why", "hand-patch: why", "error: why"
+    state = verdict if verdict in ("patched", "native") else why if verdict == "missing" else f"{verdict}: {why}"
+    sp = server_part(answer, facts, inst)
+    server, short_server, unit, servers = sp["server"], sp["short"], sp["unit"], sp["servers"]
+    ours, rec, fixes = sp["ours"], sp["rec"], sp["fixes"]
     notes = list(overlay_notes)
     others = [o for o in answer.get("other_servers") or [] if o.get("running") or o.get("survivors")]
     for o in others:
@@ -388,7 +398,12 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
         for s in hspecs:
             part: SpecStatus = next(answered, {}) if s.name not in other else {}
             if s.name in no:
-                rows.append(multi.not_applicable(host.name, s, no[s.name], answer.get("facts")))
+                row = multi.not_applicable(host.name, s, no[s.name], answer.get("facts"))
+                if s.name in other and answer.get("ok"):  # the host's server is another engine's: say how it is
+                    sp = server_part(answer, answer.get("facts") or {}, _chosen(answer.get("facts")))
+                    row.detail += f"; server: {sp['server']}"
+                    row.data.update(persistent=sp["unit"], server_state=sp["short"], server=sp["server"])
+                rows.append(row)
                 continue
             one: StatusAnswer = dict(answer)  # type: ignore[assignment]
             one["patch"] = part.get("patch") or {}

@@ -70,23 +70,33 @@ def vllm_pids(host) -> list[int]:
             and "init.py" not in l]  # the host's init names the bind mount
 
 
-def curl(host, path: str, key: str | None = None) -> int:
-    auth = f"-H 'Authorization: Bearer {key}' " if key else ""
-    out = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' {auth}http://127.0.0.1:30000{path}", check=False)
+def curl(host, path: str, key: str | None = None, address: str = "127.0.0.1") -> int:
+    """The HTTP status of the server's `path`, asked from inside the host (0: nothing answers)."""
+    prog = ("import sys, urllib.request, urllib.error\n"
+            "req = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]} "
+            "if sys.argv[2] else {})\n"
+            "try:\n    print(urllib.request.urlopen(req, timeout=10).status)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+            "except OSError:\n    print(0)\n")
+    out = host.run(["python3", "-c", prog, f"http://{address}:30000{path}", key or ""], check=False)
     return int(out.stdout.strip() or 0)
+
+
+def record(host) -> dict:
+    return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
 
 
 def server_argv(host) -> list[str]:
     """The running server's command line, read from /proc on the host."""
-    rec = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
-    return host.run(f"tr '\\0' '\\n' < /proc/{rec['pid']}/cmdline", check=False).stdout.splitlines()
+    return host.run(f"tr '\\0' '\\n' < /proc/{record(host)['pid']}/cmdline", check=False).stdout.splitlines()
 
 
 def launch(cli: list, *args, env=None) -> tuple:
     """`provision launch --json` on the tier's host: (process, its one row, seconds it took)."""
     t0 = time.monotonic()
-    proc, doc = run_json("launch", *cli, *args, "--deadline", DEADLINE, "--poll", "1", env=env, timeout=600)
-    return proc, doc["hosts"][0], time.monotonic() - t0
+    proc = run("launch", *cli, *args, "--deadline", DEADLINE, "--poll", "1", "--json", env=env, timeout=600)
+    assert proc.stdout.strip(), (proc.returncode, proc.stderr[-3000:])
+    return proc, json.loads(proc.stdout)["hosts"][0], time.monotonic() - t0
 
 
 def gone(host, within: float = 30.0) -> list[int]:
@@ -171,3 +181,60 @@ def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_pat
     assert row["data"]["phase"] == "crashed" and "draft-weights" in row["data"]["phases_seen"], row["data"]
     assert gone(vhost) == [], "nothing of the crashed server is left running"
     run("stop", *cli, "--playbook", pb)
+
+
+@pytest.fixture(scope="module")
+def vsdhost(sandbox_factory, vllm_venv):
+    """A systemd-booted host (sandbox/systemd.py) with the same venv read-only: `--persistent`."""
+    from provision.sandbox import systemd
+
+    if systemd.problems():
+        pytest.skip("systemd hosts unavailable: " + "; ".join(systemd.problems()))
+    spec = HostSpec("vllmsd1", "auto", None, "none", sandbox_factory.port, kind="systemd",
+                    ro_binds=((VENV_IN_HOST, str(vllm_venv)),))
+    (host,) = sandbox_factory.up(spec)
+    try:
+        yield host
+    finally:
+        sandbox_factory.remove(host)
+
+
+def test_persistent_runs_vllm_as_an_enabled_unit_named_for_it_that_systemd_brings_back_and_stop_removes(
+        tmp_path, ssh_env, vsdhost, vllm_models):
+    host = vsdhost
+    models = put_models(host, vllm_models["good"], "good")
+    pb = playbook(tmp_path, models, host=host.address)  # the container shares this machine's network
+    cli = [*ssh_env.cli_args, "--host", host.name]
+    env = {"PROVISION_API_KEY": KEY}
+    unit = "provision-vllm-30000.service"
+    proc, row, took = launch(cli, "--playbook", pb, "--persistent", env=env)
+    print(f"\nlaunch --persistent -> ready on the real vLLM: {took:.1f} s")
+    try:
+        assert proc.returncode == 0 and row["verdict"] == "ready", (row["detail"], proc.stderr[-3000:])
+        shown = host.run(["systemctl", "show", unit, "-p", "Description,UnitFileState,ExecStart,Environment"]).stdout
+        assert "Description=vLLM on port 30000 (managed by provision)" in shown and "UnitFileState=enabled" in shown
+        assert KEY not in shown, "systemctl show prints the unit to every user: the key is in no part of it"
+        assert (curl(host, "/v1/models", None, host.address), curl(host, "/v1/models", KEY, host.address)) == (401, 200)
+
+        # the server dies: systemd ends the rest of its tree, starts it again (RestartSec=10), and a
+        # `wait` asked for at once follows the new start-up (it is not reported as a crash)
+        first = record(host)["pid"]
+        host.run(["kill", "-9", str(first)])
+        proc = run("wait", *cli, "--playbook", pb, "--deadline", DEADLINE, "--poll", "1", "--json", env=env, timeout=600)
+        assert proc.stdout.strip(), (proc.returncode, proc.stderr[-3000:])
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", (doc, proc.stderr[-3000:])
+        assert record(host)["pid"] != first and record(host)["restarts"] == 1, record(host)
+        proc = run("status", "-i", inventory(tmp_path, ssh_env, host, pb), "--json", env=env)
+        assert proc.stdout.strip(), (proc.returncode, proc.stderr[-3000:])
+        st = json.loads(proc.stdout)["hosts"][0]
+        assert st["data"]["persistent"]["unit"] == unit and st["data"]["persistent"]["restarts"] == 1, st
+        assert f"persistent: {unit} active (running), enabled, 1 restart by systemd" in st["detail"], st["detail"]
+    finally:
+        t0 = time.monotonic()
+        run("stop", *cli, env=env, check_rc=0)
+        print(f"stop (persistent): {time.monotonic() - t0:.1f} s")
+    assert "could not be found" in host.run(["systemctl", "status", unit], check=False).stderr or \
+        not host.hostpath(f"/etc/systemd/system/{unit}").exists()
+    assert not host.hostpath(f"/etc/systemd/system/{unit}").exists(), "stop removed the unit"
+    assert vllm_pids(host) == [], "nothing brings it back: no vLLM process is left"

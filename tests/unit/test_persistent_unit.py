@@ -86,3 +86,34 @@ def test_a_restart_is_followed_even_when_the_pid_number_comes_back(tmp_path):
     assert new["log_offset"] == len(b"first start-up\n")
     assert record.read_record(req, 30000) == new
     assert SystemdBackend().refresh(req, new) == new  # the same process: nothing to follow
+
+
+def test_a_persistent_units_name_and_description_say_which_engine_runs_there():
+    from provision.host.ops.backends.systemd import unit_name
+    from provision.host.ops.backends.transient import unit_name as transient_name
+
+    assert unit_name(30000) == "provision-sglang-30000.service"  # the name SGLang's units always had
+    assert unit_name(8000, "vllm") == "provision-vllm-8000.service"
+    assert transient_name(8000, 17, "vllm") == "provision-vllm-8000-run17.service"
+    unit = render_server_unit(8000, "/usr/bin/python3", "/w.py", "/s.json", "/l.log", 30, "vLLM")
+    assert "Description=vLLM on port 8000 (managed by provision)" in unit.splitlines()
+
+
+@pytest.mark.parametrize("unit,back", [
+    ({"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code"}, True),
+    ({"ActiveState": "activating", "SubState": "start-pre", "Result": "success"}, True),
+    ({"ActiveState": "active", "SubState": "running", "MainPID": 99}, True),   # the watcher, before the pid file
+    ({"ActiveState": "active", "SubState": "running", "MainPID": 0}, False),
+    # the server died; systemd ends the rest of its tree before Restart=on-failure (seen lasting 20 s
+    # with vLLM's EngineCore and Worker on a cgroup-v1 host)
+    ({"ActiveState": "deactivating", "SubState": "stop-sigkill", "Result": "exit-code", "MainPID": 0}, True),
+    ({"ActiveState": "deactivating", "SubState": "final-sigterm", "Result": "signal"}, True),
+    ({"ActiveState": "deactivating", "SubState": "stop-sigterm", "Result": "success"}, False),  # systemctl stop
+    ({"ActiveState": "failed", "SubState": "failed", "Result": "start-limit-hit"}, False),
+    ({"ActiveState": "inactive", "SubState": "dead", "Result": "success"}, False),
+    ({}, False),
+])
+def test_a_persistent_server_is_coming_back_only_while_systemd_brings_it_back(unit, back):
+    from provision.host.ops.backends.systemd import coming_back
+
+    assert coming_back(unit) is back

@@ -356,7 +356,7 @@ def _host_launch(req: dict, port: int, secrets: dict) -> dict:
     with os.fdopen(fd, "ab") as fh:
         fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
     return {"ok": True, "spec": spec, "port": port, "grace": float(prof.get("grace", 30)), "inst": inst,
-            "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
+            "engine": engine.name, "title": engine.title, "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
 
 
 def _start_locked(req: dict, bundle: bytes, port: int) -> dict:

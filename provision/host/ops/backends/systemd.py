@@ -26,8 +26,10 @@ LOG_CAP = 64 << 20  # a persistent server's log is rotated at a start-up once bi
 LOG_KEEP = 3        # rotated logs kept (LOG.1 .. LOG.3)
 
 
-def unit_name(port: int) -> str:
-    return f"provision-sglang-{port}.service"
+def unit_name(port: int, engine: str = "sglang") -> str:
+    """The persistent unit of the server on `port`, named for its engine (`systemctl status
+    provision-vllm-8000` says what runs there)."""
+    return f"provision-{engine}-{port}.service"
 
 
 def systemd_quote(arg: str) -> str:
@@ -50,11 +52,12 @@ MARK = ("import os, sys; p = sys.argv[1]; cap, keep = int(sys.argv[2]), int(sys.
         + "\\n'); os.close(fd)\n")
 
 
-def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float) -> str:
+def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float,
+                       title: str = "SGLang") -> str:
     """The service unit of a persistent server (pure)."""
     q = systemd_quote
     return (f"# written by provision launch --persistent; `provision stop` removes it\n"
-            f"[Unit]\nDescription=SGLang on port {port} (managed by provision)\n"
+            f"[Unit]\nDescription={title} on port {port} (managed by provision)\n"
             f"Wants=network-online.target\nAfter=network-online.target\n"
             f"StartLimitIntervalSec=600\nStartLimitBurst=5\n\n"
             f"[Service]\nType=simple\n"
@@ -85,6 +88,21 @@ def last_start_offset(log: str) -> int:
     return 0
 
 
+def coming_back(unit: dict) -> bool:
+    """Whether systemd is bringing a persistent server back, from its unit's state (pure):
+    - the unit ends what is left of the dead server's tree after its main process failed
+      (deactivating with a failed Result; this can last the whole TimeoutStopSec);
+    - between that and the restart (auto-restart, RestartSec);
+    - while it starts again (ExecStartPre, or the watcher not yet past its pid file).
+    A unit being stopped on purpose (`systemctl stop`: Result success) is not coming back."""
+    sub, active = unit.get("SubState"), unit.get("ActiveState")
+    if sub in ("auto-restart", "start-pre", "start", "start-post"):
+        return True
+    if active == "active":
+        return bool(unit.get("MainPID"))
+    return active == "deactivating" and unit.get("Result") not in (None, "", "success")
+
+
 class SystemdBackend(ServerBackend):
     name = "systemd"
 
@@ -96,13 +114,14 @@ class SystemdBackend(ServerBackend):
                                                       "missing here); start without it"}}
         spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
         sroot = record.state_root(req)
-        unit = unit_name(port)
+        unit = unit_name(port, launch.get("engine") or "sglang")
         spec_path = record.side_file(req, port, "spec.json")
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
         atomic.write_text(os.path.join(UNIT_DIR, unit),
-                          render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace), mode=0o644)
+                          render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace,
+                                             launch.get("title") or "SGLang"), mode=0o644)
         os.makedirs(sroot, mode=0o700, exist_ok=True)
         tree.clear_files(spec, ("pidfile",))
         for cmd in (["daemon-reload"], ["reset-failed", unit], ["enable", unit], ["restart", unit]):
@@ -131,7 +150,12 @@ class SystemdBackend(ServerBackend):
 
     def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
         """`systemctl restart` of the unit with the new spec: it stays enabled."""
-        if not rec.get("unit"):  # a detached server becoming persistent: stop it, then install the unit
+        new_unit = unit_name(int(launch["port"]), launch.get("engine") or "sglang")
+        if rec.get("unit") and rec["unit"] != new_unit:  # another engine on this port: its unit goes first
+            err = self._remove_unit(req, rec, grace)
+            if err:
+                return {"ok": False, "error": err}
+        if rec.get("unit") != new_unit:  # a detached server becoming persistent: stop it, then install the unit
             stopped = tree.stop_tree(rec, grace)
             if not stopped["ok"]:
                 return stopped
@@ -218,12 +242,7 @@ class SystemdBackend(ServerBackend):
         rec = self.refresh(req, rec)
         out = tree.state(rec)
         out["unit"] = unit_state(rec["unit"])
-        # Between the server's death and systemd's restart (RestartSec), and while the unit starts
-        # it again (ExecStartPre, the watcher not yet past its pid file), it is coming back.
-        u = out["unit"] or {}
-        out["restarting"] = not out["running"] and (
-            u.get("SubState") in ("auto-restart", "start-pre", "start", "start-post")
-            or (u.get("ActiveState") == "active" and bool(u.get("MainPID"))))
+        out["restarting"] = not out["running"] and coming_back(out["unit"] or {})
         return out
 
     def read_log(self, rec: dict, offset: int, max_bytes: int) -> tuple[str, int]:

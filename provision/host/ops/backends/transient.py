@@ -21,8 +21,8 @@ from provision.host.ops.backends.base import ServerBackend
 from provision.host.ops.backends.systemctl import systemctl, unit_state
 
 
-def unit_name(port: int, stamp: int) -> str:
-    return f"provision-sglang-{port}-run{stamp}.service"
+def unit_name(port: int, stamp: int, engine: str = "sglang") -> str:
+    return f"provision-{engine}-{port}-run{stamp}.service"
 
 
 class TransientBackend(ServerBackend):
@@ -35,14 +35,14 @@ class TransientBackend(ServerBackend):
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
-        unit = unit_name(port, time.time_ns() // 1000)
+        unit = unit_name(port, time.time_ns() // 1000, launch.get("engine") or "sglang")
         run, why = trusted_binary("systemd-run")
         if why or not run:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {why or 'not found'}"}}
         try:
             p = subprocess.run([run, f"--unit={unit}", "--collect", "--quiet",
                                 "-p", "KillMode=control-group", "-p", f"TimeoutStopSec={int(grace)}",
-                                "-p", f"Description=SGLang on port {port} (started by provision)",
+                                "-p", f"Description={launch.get('title') or 'SGLang'} on port {port} (started by provision)",
                                 sys.executable, watcher, spec_path], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as exc:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {exc}"}}

@@ -57,8 +57,8 @@ class Container:
                 "run_args": list(self.run_args)}
 
 
-def build_container(raw: object, where: str, port: int) -> Container:
-    """Validate `launch.container` (pure); `name` defaults to sglang-<port>."""
+def build_container(raw: object, where: str, port: int, engine: str = "sglang") -> Container:
+    """Validate `launch.container` (pure); `name` defaults to <engine>-<port> (sglang-30000)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping (runtime, image, name, gpus, ipc, shm_size, network, "
                           "volumes, run_args)")
@@ -69,7 +69,7 @@ def build_container(raw: object, where: str, port: int) -> Container:
     image = raw.get("image")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
         raise ConfigError(f"{where}.image: expected an image reference like lmsysorg/sglang:v0.5.9-cu129")
-    name = raw.get("name", f"sglang-{port}")
+    name = raw.get("name", f"{engine}-{port}")
     if not isinstance(name, str) or not _CONTAINER_NAME.match(name):
         raise ConfigError(f"{where}.name: {name!r} is not a container name (letters, digits, _ . -)")
 
@@ -225,7 +225,8 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
                    requires=tuple(requires))
     if launch.get("container") is not None:
         prof = Profile(**{**prof.__dict__, "container": build_container(launch["container"],
-                                                                         f"{path}: launch.container", prof.port)})
+                                                                         f"{path}: launch.container", prof.port,
+                                                                         prof.engine)})
     validate(prof, path)
     return prof
 

@@ -579,10 +579,10 @@ class ContainerConfig(TypedDict, total=False):
 
 
 class ContainerImage(TypedDict, total=False):
-    """The image's SGLang, read from inside it (cached per image id in the state dir)."""
+    """The image's install of the engine, read from inside it (cached per image id in the state dir)."""
     image: str
     image_id: Optional[str]
-    sglang: Optional[str]      # the package dir in the image
+    install: Optional[str]     # the package dir in the image
     version: Optional[str]
     python: Optional[str]
     files: Dict[str, str]      # the specs' files from the image, base64 (host side only; never sent back)

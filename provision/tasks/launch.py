@@ -15,6 +15,7 @@ from provision.config.inventory import Host
 from provision.config.profile import Profile
 from provision.control.transport.base import Interrupted
 from provision.errors import UnknownOutcome
+from provision.host import inference
 from provision.output.results import HostResult
 from provision.tasks import specs as multi
 from provision.tasks.follow import follow, follow_secondary
@@ -207,7 +208,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         if pre.get("image"):
             img = pre["image"]
-            display.message(host.name, f"image {img.get('image')}: SGLang {img.get('version')} inside"
+            display.message(host.name, f"image {img.get('image')}: {inference.get(prof.engine).title} "
+                                       f"{img.get('version')} inside"
                                        + (" (read from the image just now)" if not img.get("cached") else ""))
         fails = [c for c in pre["checks"] if c["level"] == "fail"]
         for c in pre["checks"]:

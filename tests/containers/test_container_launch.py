@@ -68,7 +68,7 @@ def test_container_launch_to_healthy_second_launch_noop_then_stop(tmp_path, ssh_
     assert "speculative EAGLE3" in r["detail"]
     assert r["data"]["progress_seen"] == {"target": 100.0, "draft": 100.0}  # followed through `podman logs`
     assert r["data"]["image"]["version"] == "0.5.10"  # read from inside the image
-    assert r["data"]["image"]["sglang"] == "/sgl-workspace/sglang/python/sglang"
+    assert r["data"]["image"]["install"] == "/sgl-workspace/sglang/python/sglang"
     # 0.5.10's class has the methods itself: no overlay, and launch says so.
     assert "has every method natively: no overlay needed" in proc.stderr
     assert containers(ssh_env, host) == ["sglang-30000 running"]
@@ -237,3 +237,18 @@ def test_missing_runtime_is_one_line(tmp_path, ssh_env, podman_host, sglang_imag
     assert len(lines) == 1, proc.stdout
     assert "podman is not installed on this host" in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_vllm_playbook_reads_the_images_vllm_and_refuses_an_image_that_has_only_sglang(
+        tmp_path, ssh_env, podman_host, sglang_images):
+    host = podman_host
+    doc = {"name": "vllm-container", "engine": "vllm",
+           "launch": {"container": {"runtime": "podman", "image": sglang_images["0.5.10"], "network": "host"},
+                      "args": {"model": "/data/models/Kimi-K2.5"}}}
+    pb = tmp_path / "vllm.yaml"
+    pb.write_text(json.dumps(doc))
+    proc, out = run_json("launch", "-i", inventory(tmp_path, ssh_env, host), "--playbook", str(pb), timeout=300)
+    r = out["hosts"][0]
+    assert proc.returncode != 0 and r["verdict"] == "failed", r
+    assert f"image {sglang_images['0.5.10']} has no vLLM that python3 imports" in r["detail"], r["detail"]
+    assert containers(ssh_env, host) == [], "nothing was started"

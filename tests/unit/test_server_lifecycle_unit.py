@@ -5,6 +5,7 @@ command lines."""
 from __future__ import annotations
 
 import json
+import fnmatch
 import os
 import threading
 import time
@@ -57,7 +58,7 @@ def test_pruning_keeps_the_current_log_of_two_launches_in_one_second(tmp_path):
     old.write_text("first")
     cur.write_text("second")
     os.utime(old, (time.time() - 5, time.time() - 5))
-    assert tree.prune_logs(str(tmp_path), 30000, 1, str(cur)) == [str(old)]
+    assert tree.prune_logs(str(tmp_path), "sglang-30000-*.log", 1, str(cur)) == [str(old)]
     assert cur.exists() and not old.exists()
 
 
@@ -66,8 +67,18 @@ def test_pruning_never_removes_the_current_log_even_if_it_is_the_oldest(tmp_path
     for i, p in enumerate(paths):
         p.write_text(str(i))
         os.utime(p, (1000 + i, 1000 + i))
-    gone = tree.prune_logs(str(tmp_path), 30000, 1, str(paths[0]))
+    gone = tree.prune_logs(str(tmp_path), "sglang-30000-*.log", 1, str(paths[0]))
     assert paths[0].exists() and sorted(gone) == sorted(map(str, paths[1:2]))
+
+
+def test_each_engine_prunes_its_own_logs_of_the_port():
+    from provision.host import inference
+
+    assert inference.get("vllm").log_glob(30000) == "vllm-30000-*.log"
+    assert fnmatch.fnmatch(inference.get("vllm").log_name(30000, "20261205-070000", 2),
+                           inference.get("vllm").log_glob(30000))
+    assert not fnmatch.fnmatch(inference.get("sglang").log_name(30000, "20261205-070000"),
+                               inference.get("vllm").log_glob(30000))
 
 
 def test_secret_config_round_trips():

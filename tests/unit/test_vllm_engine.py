@@ -188,3 +188,32 @@ def test_vllm_is_ready_only_once_its_models_route_names_the_profiles_model():
     assert VLLM.serves(json.dumps({"data": [{"id": "kimi"}]}).encode(), {"model": "/m", "served-model-name": ["kimi"]})
     assert not VLLM.serves(b"<html>", {"model": "/m"}) and not VLLM.serves(b'{"data": []}', {"model": "/m"})
     assert inference.get("sglang").serves_path == "" and VLLM.serves_path == "/v1/models"
+
+
+def test_a_container_images_probe_asks_for_the_engines_package(tmp_path):
+    """What runs inside an image (`python3 -I -S -c SCRIPT '[]' FILES`): with vLLM's package it
+    finds vLLM and its version, not the SGLang beside it. Run here by this machine's python3 over
+    a tree laid out as an image's site-packages (the image's own interpreter runs the same text)."""
+    import subprocess
+    import sys
+
+    from provision.host.ops.container import image_probe_script
+
+    site = tmp_path / "site"
+    for pkg, version in (("vllm", "0.32.0"), ("sglang", "0.5.9")):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text("")
+        (site / f"{pkg}-{version}.dist-info").mkdir()
+        (site / f"{pkg}-{version}.dist-info" / "METADATA").write_text(f"Name: {pkg}\nVersion: {version}\n")
+    (site / "vllm" / "model_executor").mkdir()
+    (site / "vllm" / "model_executor" / "x.py").write_text("X = 1\n")
+    found = {}
+    for pkg in ("vllm", "sglang"):
+        p = subprocess.run([sys.executable, "-I", "-S", "-c", image_probe_script(pkg), json.dumps([str(site)]),
+                            json.dumps(["model_executor/x.py"] if pkg == "vllm" else [])],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        found[pkg] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert found["vllm"]["package"] == str(site / "vllm") and found["vllm"]["dist_version"] == "0.32.0"
+    assert set(found["vllm"]["files"]) == {"model_executor/x.py"}
+    assert found["sglang"]["package"] == str(site / "sglang") and found["sglang"]["dist_version"] == "0.5.9"

@@ -60,6 +60,10 @@ class InferenceEngine:
         """The start-up log's file name for a server on `port` started at `stamp` (the n-th that second)."""
         return f"{self.name}-{port}-{stamp}.log" if n <= 1 else f"{self.name}-{port}-{stamp}-{n}.log"
 
+    def log_glob(self, port: int) -> str:
+        """Every start-up log `log_name` makes for `port` (what `keep_logs` prunes)."""
+        return f"{self.name}-{port}-*.log"
+
     @property
     def install_shape(self) -> str:
         """What an install's package directory holds, in a sentence."""

@@ -24,6 +24,7 @@ import os
 import subprocess
 TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
+from provision.host import inference
 from provision.host.facts import installs
 from provision.host.lib import atomic
 from provision.host.lib.paths import default_state_dir
@@ -100,10 +101,17 @@ def spec_files(req: dict) -> list[str]:
     return list(dict.fromkeys(str(s["file"]) for s in specs if s.get("file") and s.get("package", "sglang") == "sglang"))
 
 
-def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> ContainerImage:
-    """The image's SGLang (path, version, the specs' files), read from inside it; cached per image
-    id and file list (without files, any of the image's will do). Pulls the image first when the
-    host does not have it (not when the host is offline)."""
+def image_probe_script(package: str) -> str:
+    """What runs in a throw-away container of the image (`python3 -I -S -c SCRIPT '[]' FILES`):
+    discovery's probe asking for `package`, then the specs' files read from it."""
+    return f"PROBE = {installs.probe_text(package)!r}\n" + IMAGE_PROBE
+
+
+def image_install(req: dict, conf: ContainerConfig, files: list[str]) -> ContainerImage:
+    """The image's install of the request's engine (path, version, the specs' files), read from
+    inside it; cached per image id, package and file list (without files, any of the image's will
+    do). Pulls the image first when the host does not have it (not when the host is offline)."""
+    engine = inference.get(inference.of_request(req))
     rt = runtime_path(conf["runtime"])
     if rt is None:
         return {"error": missing_runtime(conf["runtime"])}
@@ -126,7 +134,7 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
                                                              f"pull` failed: {_why(p)}"}}
         pulled = True
     cache_dir = os.path.join(req.get("state_dir") or default_state_dir(), "images")
-    key = iid.replace(":", "-").replace("/", "-")
+    key = iid.replace(":", "-").replace("/", "-") + ("" if engine.package == "sglang" else "-" + engine.package)
     want = sorted(files)
     cache = os.path.join(cache_dir, key + "-" + hashlib.sha256(json.dumps(want).encode()).hexdigest()[:12] + ".json")
     try:
@@ -144,12 +152,13 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
                 or sorted(set(cached.get("files") or {}) | set(cached.get("file_errors") or {})) == want:
             cached["cached"] = True
             return cached
-    script = f"PROBE = {installs.probe_text()!r}\n" + IMAGE_PROBE
+    script = image_probe_script(engine.package)
     p = _run([rt, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-S", "-c", script,
               "[]", json.dumps(want)], timeout=300)
     if p.returncode != 0:
         return {"image_id": iid, "error": {"kind": "image-probe", "message": (
-            f"could not read SGLang's version inside image {image} (python3 -I -S in a throw-away container): "
+            f"could not read {engine.title}'s version inside image {image} (python3 -I -S in a throw-away "
+            "container): "
             f"{_why(p)}")}}
     try:
         found = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
@@ -157,10 +166,10 @@ def image_sglang(req: dict, conf: ContainerConfig, files: list[str]) -> Containe
         found = {}
     if not found.get("package"):
         return {"image_id": iid, "error": {"kind": "not-found",
-                                           "message": f"image {image} has no SGLang that python3 imports"}}
+                                           "message": f"image {image} has no {engine.title} that python3 imports"}}
     pythonpath = next((e.split("=", 1)[1] for e in image_env if isinstance(e, str) and e.startswith("PYTHONPATH=")),
                       None)
-    out: ContainerImage = {"image": image, "image_id": iid, "sglang": found["package"],
+    out: ContainerImage = {"image": image, "image_id": iid, "install": found["package"],
                            "version": found.get("dist_version"), "python": found.get("version"),
                            "files": found.get("files") or {}, "file_errors": found.get("file_errors") or {},
                            "pythonpath": pythonpath, "pulled": pulled}
@@ -204,7 +213,7 @@ def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
 
     # The image's other modules are not on this host: base classes are not followed (resolve_module=None).
     info: dict = dict(engine.inspect(base64.b64decode(files[rel]), spec))
-    info["file"] = os.path.join(img.get("sglang") or "", rel)
+    info["file"] = os.path.join(img.get("install") or "", rel)
     return info
 
 
@@ -335,7 +344,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     if runtime_path(conf["runtime"]) is None:
         return {"ok": False, "error": missing_runtime(conf["runtime"]), "checks": []}
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    img = image_sglang(req, conf, spec_files(req))
+    img = image_install(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"], "checks": []}
     model_rows = preflight_model.image_model_checks(req, runtime_path(conf["runtime"]), img, bundle,
@@ -343,11 +352,12 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     req = preflight_model.with_covering_specs(req, model_rows)  # --overlay: it carries a covering spec
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
     if set(spec_files(req)) - set(img.get("files") or {}) - set(img.get("file_errors") or {}):
-        img = image_sglang(req, conf, spec_files(req))  # the covering spec's file, from the image
+        img = image_install(req, conf, spec_files(req))  # the covering spec's file, from the image
         if img.get("error"):
             return {"ok": False, "error": img["error"], "checks": []}
     checks: list[dict] = [{"level": "ok", "check": "image", "message": (
-        f"image {conf['image']}: SGLang {img.get('version')} at {img.get('sglang')} (python {img.get('python')})"
+        f"image {conf['image']}: {inference.get(inference.of_request(req)).title} {img.get('version')} at "
+        f"{img.get('install')} (python {img.get('python')})"
         + (", pulled" if img.get("pulled") else ""))}]
     staged = None
     fix = "none"
@@ -410,7 +420,7 @@ def prepare_start(req: dict, sroot: str) -> dict:
     conf: ContainerConfig = prof["container"]
     if runtime_path(conf["runtime"]) is None:
         return {"ok": False, "error": missing_runtime(conf["runtime"])}
-    img = image_sglang(req, conf, spec_files(req))
+    img = image_install(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"]}
     extra_env: dict = {}

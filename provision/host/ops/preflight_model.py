@@ -253,7 +253,7 @@ def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
     try:
         with open(cache) as fh:
             doc = json.load(fh)
-        if doc.get("sglang") == img.get("sglang"):
+        if doc.get("sglang") == img.get("install"):
             return dict(doc["tables"], cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -262,14 +262,14 @@ def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
         p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
                             str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
                             bootstrap_code("provision.host.ops.preflight_model")],
-                           input=frame(bundle, json.dumps({"sglang": img.get("sglang")}).encode()),
+                           input=frame(bundle, json.dumps({"sglang": img.get("install")}).encode()),
                            capture_output=True, timeout=IMAGE_TIMEOUT)
         for line in p.stdout.decode("utf-8", "replace").splitlines():
             if line.startswith(RESULT_PREFIX):
                 tables = json.loads(line[len(RESULT_PREFIX):])
                 try:
                     os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-                    atomic.write_json(cache, {"sglang": img.get("sglang"), "tables": tables}, durable=False)
+                    atomic.write_json(cache, {"sglang": img.get("install"), "tables": tables}, durable=False)
                 except OSError:
                     pass
                 return dict(tables, cached=False)
@@ -294,6 +294,6 @@ def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
                   "flags_error": f"the image's SGLang was not read ({exc})"}
     env = {str(k): str(v) for k, v in ((req.get("profile") or {}).get("env") or {}).items()}
     own = list(req.get("specs") or []) + ([req["spec"]] if req.get("spec") else [])
-    return model_checks(req, str(img.get("sglang") or ""), img.get("version"), env,
+    return model_checks(req, str(img.get("install") or ""), img.get("version"), env,
                         mode="overlay" if req.get("overlay") else "container", locate=locate, tables=tables,
                         in_place={s.get("class") for s in own})

@@ -458,7 +458,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
         "overlay": {k: staged.get(k) for k in ("root", "package", "modules", "digest")} if staged else None,
         "argv": launch["argv"], "secrets": server_secrets.described(names, launch["files"])})
     write_record(req, port, rec)
-    pruned = tree.prune_logs(launch["logdir"], port, int(prof.get("keep_logs", 5)), spec["log"])
+    pruned = tree.prune_logs(launch["logdir"], inference.get(prof.get("engine")).log_glob(port),
+                             int(prof.get("keep_logs", 5)), spec["log"])
     return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned, "replaced": replaced}
 
 

@@ -174,13 +174,13 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
     now = summary(inspect(conf["runtime"], conf["name"]))
     rec = {"container": {"runtime": conf["runtime"], "name": conf["name"], "id": cid[:12] or now.get("id"),
                          "image": conf["image"], "image_id": image.get("image_id"), "sglang": image.get("version"),
-                         "install_path": image.get("sglang"), "secrets_dir": sdir},
+                         "install_path": image.get("install"), "secrets_dir": sdir},
            "pid": now.get("pid"), "port": port, "host": str(args.get("host", "127.0.0.1")),
            "log": f"{conf['runtime']} logs {conf['name']}", "log_offset": 0, "started_at": t0,
            "run_seconds": round(time.time() - t0, 3),
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
            "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
-           "install": image.get("sglang"), "version": image.get("version"), "model": args.get(inference.get(prof.get("engine")).model_arg),
+           "install": image.get("install"), "version": image.get("version"), "model": args.get(inference.get(prof.get("engine")).model_arg),
            "tp": args.get(inference.get(prof.get("engine")).tp_arg, 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
            "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
     return {"ok": True, "started": True, "record": rec}

@@ -189,11 +189,12 @@ def tail(rec: dict, lines: int) -> dict:
             "record": rec}
 
 
-def prune_logs(directory: str, port: int, keep: int, current: str | None) -> list[str]:
-    """Remove all but the `keep` newest logs of the port, newest by modification time (names made
-    in the same second do not sort by age), never the current one."""
+def prune_logs(directory: str, pattern: str, keep: int, current: str | None) -> list[str]:
+    """Remove all but the `keep` newest logs matching `pattern` (a port's, its engine's
+    `log_glob`), newest by modification time (names made in the same second do not sort by age),
+    never the current one."""
     logs = []
-    for path in glob.glob(os.path.join(directory, f"sglang-{port}-*.log")):
+    for path in glob.glob(os.path.join(directory, pattern)):
         try:
             logs.append((os.stat(path).st_mtime_ns, path))
         except OSError:

@@ -54,11 +54,15 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
     decode tok/s = (completion_tokens - 1) / (t_last - t_first) per request; the
     host's figure is the median (with p10, p90). accept length =
     sum(completion_tokens) / sum(spec_verify_ct).
+    vLLM (the server's engine, from its record): /v1/models, streaming
+    /v1/completions, busy when vllm:num_requests_running > 0; accept length =
+    1 + accepted / drafts and accept rate = accepted / draft tokens, from the
+    vllm:spec_decode_* counters of /metrics before and after the requests.
 
     \b
     A baseline is a server launched without --speculative-*: measure those with
     --save-baseline FILE, then the EAGLE-3 hosts with --baseline FILE.
-    Flags: no-spec (speculation on, but no spec_verify_ct in the answers),
+    Flags: no-spec (speculation on, but no spec_verify_ct or drafts counted),
     net-negative (speedup < 1), underperforming (< --min-speedup or accept
     length < --min-accept-length), outlier (< 0.85 x the median of this run's
     hosts with the same model, tp-size, version and GPU).

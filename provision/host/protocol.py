@@ -462,8 +462,13 @@ class BenchAnswer(Answer, total=False):
     flushed: bool
     busy_forced: bool
     flush_status: int
+    flush_path: str                    # the engine's cache-flush route that answered flush_status
     warmup: int
     requests: List[Dict[str, Any]]     # per request: ok, ttft_s, decode_s, first_chunk_tokens, meta fields
+    record: Dict[str, Any]             # the launch record's engine, version, tp, model, spec_args
+    metrics_before: Optional[str]      # the engine's metrics (Prometheus text, its names only) before the
+    metrics_after: Optional[str]       # measured requests and after them (engines with a metrics_path)
+    metrics_roles: Dict[str, str]      # which counter is which: drafts, draft_tokens, accepted, requests
 
 
 # --------------------------------------------------------------------------- several specs per host

@@ -14,8 +14,12 @@ the table, ``--json``, the journal, the Prometheus text and the exit code agree.
 * accept rate = sum(accepted drafts) / sum(proposed drafts), from 0.5.9's
   ``spec_accept_token_num``/``spec_draft_token_num`` or 0.5.23's
   ``spec_num_correct_drafts``/``spec_num_proposed_drafts``; None where the release gives neither;
-* a baseline entry is keyed by what makes two servers comparable: model path, tp-size, SGLang
-  version and GPU name.
+* an engine that reports speculative decoding on /metrics (vLLM) instead: the counters' growth
+  over the measured requests (output/metricsdelta.py), accept length = 1 + accepted / drafts,
+  accept rate = accepted / draft tokens;
+* a baseline entry is keyed by what makes two servers comparable: model path, tp-size, engine
+  version and GPU name (SGLang's version alone, as baseline files have always had it; another
+  engine's named: `vllm 0.32.0`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import math
 from typing import Any, Iterable
 
 from provision.errors import ConfigError
+from provision.output.metricsdelta import deltas
 
 # Draft-count field pairs (accepted, proposed) by release; the first present pair is used.
 DRAFT_FIELDS = (("spec_accept_token_num", "spec_draft_token_num"),            # 0.5.9
@@ -105,6 +110,41 @@ def spec_settings(server_info: dict) -> dict:
             if k.startswith("speculative_") and v is not None and v is not False}
 
 
+def spec_settings_of_args(spec_args: dict | None) -> dict:
+    """The speculative settings a launch's args give, in /server_info's names, for an engine whose
+    server does not say them (vLLM's one `speculative-config` mapping, or its JSON text); {} for none."""
+    conf = (spec_args or {}).get("speculative-config")
+    if isinstance(conf, str):
+        try:
+            conf = json.loads(conf)
+        except ValueError:
+            return {}
+    if not isinstance(conf, dict) or not conf.get("method"):
+        return {}
+    out = {"speculative_algorithm": str(conf["method"]).upper()}
+    if conf.get("model"):
+        out["speculative_draft_model_path"] = conf["model"]
+    if conf.get("num_speculative_tokens") is not None:
+        out["speculative_num_draft_tokens"] = conf["num_speculative_tokens"]
+    return out
+
+
+def metric_figures(answer: dict) -> dict | None:
+    """(accept_length, accept_rate, drafts, requests) from the engine's counters around the measured
+    requests; None when the answer has no such reading (an engine that reports per request)."""
+    roles = answer.get("metrics_roles") or {}
+    if not roles or "metrics_before" not in answer:
+        return None
+    d = deltas(answer.get("metrics_before"), answer.get("metrics_after"))
+    if d is None:
+        return {"accept_length": None, "accept_rate": None, "drafts": None, "requests": None}
+    drafts, tokens = d.get(roles.get("drafts", ""), 0.0), d.get(roles.get("draft_tokens", ""), 0.0)
+    acc = d.get(roles.get("accepted", ""), 0.0)
+    return {"accept_length": 1 + acc / drafts if drafts > 0 else None,
+            "accept_rate": acc / tokens if tokens > 0 else None, "drafts": drafts,
+            "requests": d.get(roles.get("requests", ""))}
+
+
 def spec_on(settings: dict) -> bool:
     return bool(settings.get("speculative_algorithm"))
 
@@ -117,10 +157,11 @@ def server_accept_length(server_info: dict) -> float | None:
     return None
 
 
-def bench_key(model_path: Any, tp_size: Any, version: Any, gpu: Any) -> str:
-    """What makes two servers comparable, as one string: model|tp|version|gpu."""
-    return "|".join([str(model_path or "unknown"), f"tp{tp_size or 1}", str(version or "unknown"),
-                     str(gpu or "unknown")])
+def bench_key(model_path: Any, tp_size: Any, version: Any, gpu: Any, engine: str = "sglang") -> str:
+    """What makes two servers comparable, as one string: model|tp|version|gpu (SGLang's version as
+    baseline files have it; another engine's prefixed with its name: `vllm 0.32.0`)."""
+    ver = str(version or "unknown") if engine == "sglang" else f"{engine} {version or 'unknown'}"
+    return "|".join([str(model_path or "unknown"), f"tp{tp_size or 1}", ver, str(gpu or "unknown")])
 
 
 def host_figures(answer: dict) -> dict:
@@ -129,23 +170,40 @@ def host_figures(answer: dict) -> dict:
     patch spec's name everywhere else; the JSON record calls the settings `spec`)."""
     info = answer.get("server_info") or {}
     model = answer.get("model_info") or {}
+    rec = answer.get("record") or {}
     reqs = [r for r in answer.get("requests") or [] if isinstance(r, dict) and r.get("ok")]
     rates = [x for x in (decode_rate(r) for r in reqs) if x is not None]
     ttfts = [x for x in (_num(r.get("ttft_s")) for r in reqs) if x is not None]
-    settings = spec_settings(info)
-    version = info.get("version") or answer.get("version")
-    tp = info.get("tp_size") or info.get("tensor_parallel_size") or 1
+    settings = spec_settings(info) or spec_settings_of_args(rec.get("spec_args"))
+    version = info.get("version") or answer.get("version") or rec.get("version")
+    tp = info.get("tp_size") or info.get("tensor_parallel_size") or rec.get("tp") or 1
     gpu = (answer.get("gpu") or {}).get("name") or "unknown"
-    model_path = model.get("model_path") or info.get("model_path")
+    model_path = model.get("model_path") or info.get("model_path") or rec.get("model")
+    engine = rec.get("engine") or "sglang"
+    counted = metric_figures(answer)
+    al, ar = (accept_length(reqs), accept_rate(reqs)) if counted is None else \
+        (counted["accept_length"], counted["accept_rate"])
     fig = {"decode_tok_s": _round(median(rates)), "decode_tok_s_p10": _round(percentile(rates, 10)),
            "decode_tok_s_p90": _round(percentile(rates, 90)), "ttft_s": _round(median(ttfts), 4),
-           "accept_length": _round(accept_length(reqs), 3), "accept_rate": _round(accept_rate(reqs), 3),
+           "accept_length": _round(al, 3), "accept_rate": _round(ar, 3),
            "server_accept_length": _round(server_accept_length(answer.get("server_info_after") or {}), 3),
            "requests": len(reqs), "completion_tokens": int(sum(_num(r.get("completion_tokens")) or 0 for r in reqs)),
-           "version": version, "speculative": settings, "spec_on": spec_on(settings), "model_path": model_path,
-           "tp_size": tp, "gpu": gpu, "key": bench_key(model_path, tp, version, gpu),
+           "version": version, "engine": engine, "speculative": settings, "spec_on": spec_on(settings),
+           "model_path": model_path, "tp_size": tp, "gpu": gpu, "key": bench_key(model_path, tp, version, gpu, engine),
            "speedup": None, "baseline_decode_tok_s": None, "flags": [], "notes": []}
-    if fig["spec_on"] and reqs and not any((_num(r.get("spec_verify_ct")) or 0) > 0 for r in reqs):
+    if counted is not None:
+        fig["spec_drafts"] = counted["drafts"]
+        if counted["drafts"] is None:
+            fig["notes"].append("the server's /metrics could not be read before and after the requests: "
+                                "no accept length")
+        elif fig["spec_on"] and reqs and counted["drafts"] == 0:
+            fig["flags"].append("no-spec")
+            fig["notes"].append(f"the server runs {settings.get('speculative_algorithm')} but its /metrics counted "
+                                "no drafts during the requests: speculative decoding never ran")
+        if counted["requests"] is not None and counted["requests"] > len(reqs):
+            fig["notes"].append(f"the server finished {counted['requests']:g} requests while {len(reqs)} were "
+                                "measured: other traffic is in the figures")
+    elif fig["spec_on"] and reqs and not any((_num(r.get("spec_verify_ct")) or 0) > 0 for r in reqs):
         fig["flags"].append("no-spec")
         fig["notes"].append(f"the server runs {settings.get('speculative_algorithm')} but its answers carry no "
                             "spec_verify_ct: speculative decoding never ran (or this release does not report it)")
@@ -168,7 +226,7 @@ def apply_baseline(fig: dict, baseline: dict | None) -> None:
     entry = baseline.get(fig["key"])
     if entry is None:
         fig["notes"].append(f"no baseline entry for {fig['key']}: no speedup (a baseline is a server of the same "
-                            "model, tp-size, SGLang version and GPU launched without --speculative-*)")
+                            "model, tp-size, engine version and GPU launched without speculative decoding)")
         return
     base = _num(entry.get("decode_tok_s"))
     if not base or base <= 0:

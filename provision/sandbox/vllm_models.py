@@ -7,6 +7,8 @@ random Llama: hidden 128, 2 layers, 4 heads of 32, vocab 1024, float32 safetenso
 three auxiliary layers, ``d2t``/``t2d`` over a 512-token draft vocabulary, no embeddings of its own),
 sharing one byte-level BPE tokenizer trained on a text generated here. Nothing comes from a hub.
 
+``--rejecting-draft``: ``d2t[0] = 1``, so the drafter proposes token 1 where the target picks 0:
+no draft token is ever accepted (the bench tier's other end).
 ``--bad-draft``: the drafter's ``fc`` is the wrong shape for the target, so vLLM's drafter load
 fails (the tier's real crash). The target's final norm is zero, so greedy decoding picks token 0
 whatever the input; with the draft's norm zero too and ``d2t`` zero the drafter proposes what the
@@ -64,7 +66,7 @@ def target(out: str) -> None:
     tokenizer(out)
 
 
-def draft(out: str, bad: bool = False) -> None:
+def draft(out: str, bad: bool = False, rejecting: bool = False) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -94,7 +96,8 @@ def draft(out: str, bad: bool = False) -> None:
          "midlayer.post_attention_layernorm.weight": torch.ones(HIDDEN),
          "norm.weight": torch.zeros(HIDDEN),  # with d2t zero: proposes token 0, what the target picks
          "fc.weight": w(HIDDEN, fc_in), "lm_head.weight": w(DRAFT_VOCAB, HIDDEN),
-         "d2t": torch.zeros(DRAFT_VOCAB, dtype=torch.int64),
+         # d2t[k]: draft id k is target id k + d2t[k]; --rejecting-draft: it proposes token 1, never accepted
+         "d2t": torch.tensor([1 if rejecting else 0] + [0] * (DRAFT_VOCAB - 1), dtype=torch.int64),
          "t2d": torch.cat([torch.ones(DRAFT_VOCAB, dtype=torch.bool), torch.zeros(VOCAB - DRAFT_VOCAB, dtype=torch.bool)])}
     save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, "model.safetensors"))
     tokenizer(out)
@@ -102,11 +105,11 @@ def draft(out: str, bad: bool = False) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
-        print("usage: vllm_models.py OUT [--bad-draft]", file=sys.stderr)
+        print("usage: vllm_models.py OUT [--bad-draft | --rejecting-draft]", file=sys.stderr)
         return 2
     out = argv[0]
     target(os.path.join(out, "target"))
-    draft(os.path.join(out, "draft"), bad="--bad-draft" in argv)
+    draft(os.path.join(out, "draft"), bad="--bad-draft" in argv, rejecting="--rejecting-draft" in argv)
     print(json.dumps({"target": os.path.join(out, "target"), "draft": os.path.join(out, "draft")}))
     return 0
 

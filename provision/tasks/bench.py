@@ -128,7 +128,8 @@ def result_from_answer(host: str, answer: BenchAnswer) -> HostResult:
     if answer.get("busy_forced"):
         fig["notes"].append("--force: the server was serving other traffic; these figures include it")
     if answer.get("flushed") is False and not answer.get("busy_forced") and answer.get("flush_status"):
-        fig["notes"].append(f"/flush_cache answered HTTP {answer['flush_status']}: the cache was not flushed")
+        fig["notes"].append(f"{answer.get('flush_path') or '/flush_cache'} answered HTTP {answer['flush_status']}: "
+                            "the cache was not flushed")
     version = fig.get("version")
     if not answer.get("ok"):
         err = answer.get("error") or {}
@@ -222,4 +223,4 @@ def summary_line(results: list[HostResult]) -> str:
 def host_line(r: HostResult) -> str:
     if r.verdict != "measured":
         return f"{r.host}  {r.verdict}  - {r.detail}"
-    return f"{r.host}  measured  sglang {r.data.get('version') or '?'}  {r.detail}"
+    return f"{r.host}  measured  {r.data.get('engine') or 'sglang'} {r.data.get('version') or '?'}  {r.detail}"

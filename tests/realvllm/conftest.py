@@ -5,8 +5,8 @@ over real sshd. One module, one server at a time (about 2 GB and 35-60 s to star
 Fixtures
   vllm_venv     session: the cached venv (.ci/run builds it once per machine; else the test is
                 skipped, saying how to build it)
-  vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), and a drafter that
-                does not fit the target (the real crash)
+  vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), one that accepts
+                nothing, and a drafter that does not fit the target (the real crash)
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def vllm_venv() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_models(vllm_venv, tmp_path_factory) -> dict:
-    """{"good": dir with target/ and draft/, "bad": the same with a drafter whose fc does not fit}."""
+    """{"good": dir with target/ and a draft/ whose every token is accepted, "rejecting": one whose
+    none is, "bad": a drafter whose fc does not fit}."""
     out = {}
-    for kind, extra in (("good", []), ("bad", ["--bad-draft"])):
+    for kind, extra in (("good", []), ("rejecting", ["--rejecting-draft"]), ("bad", ["--bad-draft"])):
         root = tmp_path_factory.mktemp(f"vllm-models-{kind}")
         proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(Path(vv.__file__).with_name("vllm_models.py")),
                                str(root), *extra], capture_output=True, text=True, timeout=600, cwd=str(root))

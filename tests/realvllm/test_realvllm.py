@@ -82,6 +82,29 @@ def curl(host, path: str, key: str | None = None, address: str = "127.0.0.1") ->
     return int(out.stdout.strip() or 0)
 
 
+def spec_counters(host, address: str = "127.0.0.1") -> dict:
+    """vLLM's spec-decoding counters read straight from /metrics on the host (summed over labels
+    with a regex here, not with provision's reader)."""
+    import re
+
+    prog = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+    text = host.run(["python3", "-c", prog, f"http://{address}:30000/metrics"]).stdout
+    out = {}
+    for name in ("drafts", "draft_tokens", "accepted_tokens"):
+        vals = re.findall(rf"^vllm:spec_decode_num_{name}_total(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M)
+        out[name] = sum(float(v) for v in vals)
+    return out
+
+
+def bench(cli: list, *args) -> tuple:
+    """`provision bench --json` with few short requests and no warm-up (so /metrics read around it
+    counts exactly its requests): (process, its one row)."""
+    proc = run("bench", *cli, "--requests", "3", "--max-new-tokens", "48", "--warmup", "0", *args, "--json",
+               timeout=600)
+    assert proc.stdout.strip(), (proc.returncode, proc.stderr[-3000:])
+    return proc, json.loads(proc.stdout)["hosts"][0]
+
+
 def record(host) -> dict:
     return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
 
@@ -136,6 +159,19 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     header = next(line for line in proc.stdout.splitlines() if line.startswith("--- "))
     assert header.endswith("(vLLM 0.32.0) ---"), header
 
+    # bench: the spec-decoding figures are /metrics' counters over its requests; this drafter
+    # proposes what the target picks, so every draft token is accepted (3 a step: length 4)
+    before = spec_counters(vhost)
+    proc, b = bench(cli)
+    after = spec_counters(vhost)
+    d = {k: after[k] - before[k] for k in after}
+    print(f"bench, the accepting drafter: {b['detail']}; /metrics: {d}")
+    assert proc.returncode == 0 and b["verdict"] == "measured", (b, proc.stderr[-2000:])
+    assert d["drafts"] > 0 and b["accept_length"] == round(1 + d["accepted_tokens"] / d["drafts"], 3) == 4.0, (b, d)
+    assert b["accept_rate"] == round(d["accepted_tokens"] / d["draft_tokens"], 3) == 1.0, (b, d)
+    assert b["flags"] == [] and b["engine"] == "vllm" and b["version"] == "0.32.0" and b["decode_tok_s"] > 0, b
+    assert b["spec"]["speculative_algorithm"] == "EAGLE3" and "|vllm 0.32.0|" in b["key"], b
+
     assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"
     t0 = time.monotonic()
     run("stop", *cli, "--playbook", pb, check_rc=0)
@@ -168,6 +204,26 @@ def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_com
     finally:
         run("stop", *cli, env=env, check_rc=0)
     assert vllm_pids(vhost) == []
+
+
+def test_bench_flags_a_drafter_whose_tokens_are_never_accepted(tmp_path, ssh_env, vhost, vllm_models):
+    models = put_models(vhost, vllm_models["rejecting"], "rejecting")
+    pb = playbook(tmp_path, models)
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    proc, row, _ = launch(cli, "--playbook", pb)
+    try:
+        assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
+        before = spec_counters(vhost)
+        proc, b = bench(cli)
+        after = spec_counters(vhost)
+        d = {k: after[k] - before[k] for k in after}
+        print(f"\nbench, the rejecting drafter: {b['detail']}; /metrics: {d}")
+        assert d["drafts"] > 0 and d["accepted_tokens"] == 0, d
+        assert proc.returncode == 8 and b["verdict"] == "measured", (b, proc.stderr[-2000:])
+        assert (b["accept_length"], b["accept_rate"]) == (1.0, 0.0) and b["flags"] == ["underperforming"], b
+        assert "accept length 1.00 < 1.8" in " ".join(b["notes"]), b["notes"]
+    finally:
+        run("stop", *cli, "--playbook", pb, check_rc=0)
 
 
 def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_path, ssh_env, vhost, vllm_models):

@@ -56,6 +56,13 @@ class InferenceEngine:
         """The server's command line: the interpreter, the module (the profile's, else the engine's), the flags."""
         return [python, "-m", module or self.launch_module] + [str(f) for f in flags]
 
+    # Bench figures read from the server's Prometheus text (an engine that reports speculative
+    # decoding there, not per request): its path, and the metric names the host hands back, before
+    # and after the measured requests (the control side parses them: output/metricsdelta.py).
+    metrics_path: str = ""
+    metrics_names: dict = {}   # role (drafts, draft_tokens, accepted, requests) -> the counter's name
+    busy_metric: str = ""      # a gauge of requests in flight: above 0 before a bench, the server is busy
+
     def log_name(self, port: int, stamp: str, n: int = 1) -> str:
         """The start-up log's file name for a server on `port` started at `stamp` (the n-th that second)."""
         return f"{self.name}-{port}-{stamp}.log" if n <= 1 else f"{self.name}-{port}-{stamp}-{n}.log"

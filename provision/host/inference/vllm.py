@@ -60,7 +60,11 @@ class VLLM(InferenceEngine):
     generate_path = "/v1/completions"
     server_info_paths = ("/v1/models",)   # no server-info route: the served models are what it says of itself
     model_info_paths = ("/v1/models",)
-    flush_path = "/reset_prefix_cache"
+    flush_path = "/reset_prefix_cache"  # 404 unless VLLM_SERVER_DEV_MODE: then not flushed, and said so
+    metrics_path = "/metrics"
+    metrics_names = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+                     "accepted": "vllm:spec_decode_num_accepted_tokens", "requests": "vllm:request_success"}
+    busy_metric = "vllm:num_requests_running"
     flag_reader = ""              # preflight does not read vLLM's flags yet (generated from dataclasses)
     models_subdir = "model_executor/models"
     registry_reader = ""          # registry.py's tables: not read by preflight yet

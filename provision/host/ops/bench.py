@@ -177,6 +177,30 @@ class Client:
         return out
 
 
+def metric_lines(text: str, names) -> str:
+    """The lines of a Prometheus text about `names` (their samples, HELP and TYPE): what the control
+    side parses (output/metricsdelta.py), without the rest of a long page. Pure."""
+    keep = []
+    for line in text.splitlines():
+        words = line.split()
+        name = words[2] if line.startswith("# ") and len(words) > 2 else line.split("{", 1)[0].split(" ", 1)[0]
+        if any(name == n or name.startswith(n + "_") for n in names):
+            keep.append(line)
+    return "\n".join(keep) + ("\n" if keep else "")
+
+
+def gauge_sum(text: str, name: str) -> float:
+    """The sum of a gauge's samples over its labels (0 when absent). Pure."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            try:
+                total += float(line.rsplit(None, 1)[-1])
+            except (ValueError, IndexError):
+                continue
+    return total
+
+
 def status_failure(status: int, what: str, detail: str = "") -> BenchFailure:
     if status == 401:
         return BenchFailure("unauthorized", f"{what} answered 401 Unauthorized: the server wants an API key "
@@ -201,6 +225,9 @@ def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     key = ((req.get("secrets") or {}).get("args") or {}).get("api-key") or config_api_key(rec.get("config"))
     client = Client(host, port, key, float(req.get("read_timeout", 120)), inference.get(rec.get("engine")))
     out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}
+    # what the server's own answers may not say (vLLM's /v1/models has no version nor settings)
+    out["record"] = {"engine": client.engine.name, "version": rec.get("version"), "tp": rec.get("tp"),
+                     "model": rec.get("model"), "spec_args": rec.get("spec_args") or {}}
     try:
         _run(client, req, out)
     except BenchFailure as f:
@@ -258,7 +285,16 @@ def _run(client: Client, req: dict, out: dict) -> None:
         raise status_failure(status, f"POST {client.engine.flush_path}")
     else:
         out["flushed"] = False
-        out["flush_status"] = status
+        out["flush_status"], out["flush_path"] = status, client.engine.flush_path
+    eng = client.engine
+    if eng.metrics_path:
+        status, page = client.request("GET", eng.metrics_path)
+        if status == 200 and eng.busy_metric and gauge_sum(page.decode("utf-8", "replace"), eng.busy_metric) > 0:
+            if not req.get("force"):
+                raise BenchFailure("busy", f"the server is serving traffic ({eng.busy_metric} > 0 on "
+                                           f"{eng.metrics_path}): not measured; --force measures anyway, and the "
+                                           "figures then include that traffic")
+            out["busy_forced"] = True
     max_new = int(req.get("max_new_tokens") or 512)
     deadline = float(req.get("request_timeout") or max(120.0, max_new / 2.0))
     prompts = PROMPTS
@@ -267,15 +303,28 @@ def _run(client: Client, req: dict, out: dict) -> None:
         one = client.stream(prompts[i % len(prompts)][1], max_new, deadline)
         out["warmup"] += 1
         emit(progress("warmup", i + 1, warmup, one, warmup + measured))
+    if eng.metrics_path:
+        out["metrics_roles"] = dict(eng.metrics_names)
+        out["metrics_before"] = metrics_now(client)
     for i in range(measured):
         name, text = prompts[i % len(prompts)]
         one = client.stream(text, max_new, deadline)
         one["prompt"] = name
         out["requests"].append(one)
         emit(progress("request", i + 1, measured, one, warmup + measured))
+    if eng.metrics_path:
+        out["metrics_after"] = metrics_now(client)
     status, after = client.get_json(client.engine.server_info_paths[0])
     if status == 200:
         out["server_info_after"] = client.engine.server_info(after)
+
+
+def metrics_now(client: Client) -> str | None:
+    """The engine's metrics of interest now (None when the page does not answer 200)."""
+    status, page = client.request("GET", client.engine.metrics_path)
+    if status != 200:
+        return None
+    return metric_lines(page.decode("utf-8", "replace"), tuple(client.engine.metrics_names.values()))
 
 
 OPS = {"bench": op_bench}

@@ -7,7 +7,8 @@ node_exporter's textfile collector, which must never read half a file.
     status:  provision_spec_state{host,spec,state}      1 for the row's verdict, 0 for the others
              provision_server_up{host,port}             1 when the server answers /health with 200
              provision_restart_needed{host}             1 when a running server predates its file
-             provision_sglang_info{host,version,install} 1
+             provision_sglang_info{host,version,install} 1   (hosts whose engine is SGLang)
+             provision_engine_info{host,engine,version,install} 1
     bench:   provision_bench_decode_tokens_per_second{host,stat="median|p10|p90"}
              provision_bench_ttft_seconds{host}
              provision_bench_accept_length{host}
@@ -83,10 +84,12 @@ _PORT = re.compile(r"\bport (\d+)\b")
 def status_metrics(results: list[HostResult]) -> str:
     spec = Family("provision_spec_state", "gauge",
                   "1 for the patch state provision status found for this host and spec, 0 for the others.")
-    up = Family("provision_server_up", "gauge", "1 when the host's SGLang server answers /health with 200.")
+    up = Family("provision_server_up", "gauge", "1 when the host's inference server answers /health with 200.")
     restart = Family("provision_restart_needed", "gauge",
                      "1 when a running server started before its model file last changed.")
     info = Family("provision_sglang_info", "gauge", "The SGLang version and install status found on the host.")
+    engine_info = Family("provision_engine_info", "gauge",
+                         "The inference engine of the host's profile, its version and install found on the host.")
     seen_host: set[str] = set()
     for r in results:
         state = state_of(r)
@@ -106,8 +109,12 @@ def status_metrics(results: list[HostResult]) -> str:
         if not r.failed:
             up.add({"host": r.host, "port": port}, 1 if server.startswith("up") else 0)
         if r.version or r.install:
-            info.add({"host": r.host, "version": r.version or "", "install": r.install or ""}, 1)
-    return render([spec, up, restart, info])
+            engine = str(r.data.get("engine") or "sglang")
+            if engine == "sglang":
+                info.add({"host": r.host, "version": r.version or "", "install": r.install or ""}, 1)
+            engine_info.add({"host": r.host, "engine": engine, "version": r.version or "",
+                             "install": r.install or ""}, 1)
+    return render([spec, up, restart, info, engine_info])
 
 
 def bench_metrics(results: list[HostResult]) -> str:

@@ -415,6 +415,8 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
             r = status_from_answer(host.name, one)
             r.data["spec"] = s.name
             rows.append(r)
+        for r in rows:  # which engine the install and version are (the host's profile's)
+            r.data["engine"] = req.get("engine") or inference.DEFAULT
         return rows
 
     return fn

@@ -150,6 +150,11 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     row = doc["hosts"][0]
     assert row["version"] == "0.32.0" and row["install"].endswith("/site-packages/vllm"), row
     assert row["verdict"] == "not-applicable" and "runs vLLM" in row["detail"], row
+    # the metrics name the engine and its version (provision_sglang_info is SGLang's alone), the server up
+    text = run("status", "-i", inv, "--format", "prometheus").stdout
+    assert (f'provision_engine_info{{host="{vhost.name}",engine="vllm",version="0.32.0",' in text
+            and "provision_sglang_info{" not in text), text
+    assert f'provision_server_up{{host="{vhost.name}",port="30000"}} 1' in text, text
     # the timer's reconcile on a vLLM host: nothing of SGLang's to put back, and no error
     proc, doc = run_json("reconcile", "-i", inv)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "not-applicable", (doc, proc.stderr[-2000:])

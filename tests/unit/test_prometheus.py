@@ -43,7 +43,8 @@ def status_rows():
 def test_status_metrics_parse_and_say_each_rows_state():
     got, types = samples(pm.status_metrics(status_rows()))
     assert types == {"provision_spec_state": "gauge", "provision_server_up": "gauge",
-                     "provision_restart_needed": "gauge", "provision_sglang_info": "gauge"}
+                     "provision_restart_needed": "gauge", "provision_sglang_info": "gauge",
+                     "provision_engine_info": "gauge"}
 
     def state(host, spec):
         ones = [dict(k[1])["state"] for k, v in got.items()
@@ -149,3 +150,20 @@ def test_other_commands_refuse_format_prometheus(argv):
     res = CliRunner().invoke(main, argv + ["--format", "prometheus"])
     assert res.exit_code == 2, res.output
     assert "prometheus" in res.output and "Traceback" not in res.output
+
+
+def test_status_names_each_hosts_engine_and_sglang_info_stays_sglangs():
+    rows = [HostResult("gpu01", "patched", version="0.5.9", install="/opt/v/sglang",
+                       data={"spec": "kimi-k25-eagle3", "server_state": "up", "server_port": 30000, "engine": "sglang"}),
+            HostResult("gpu02", "not-applicable", version="0.32.0", install="/opt/vllm-env/lib/python3.11/site-packages/vllm",
+                       data={"spec": "kimi-k25-eagle3", "server_state": "up", "engine": "vllm",
+                             "server": "pid 7 port 30000 health 200 up 40 s model /m"})]
+    got, types = samples(pm.status_metrics(rows))
+    assert types["provision_engine_info"] == "gauge"
+    assert got[("provision_engine_info", frozenset({"host": "gpu02", "engine": "vllm", "version": "0.32.0",
+                "install": "/opt/vllm-env/lib/python3.11/site-packages/vllm"}.items()))] == 1
+    assert got[("provision_engine_info", frozenset({"host": "gpu01", "engine": "sglang", "version": "0.5.9",
+                "install": "/opt/v/sglang"}.items()))] == 1
+    assert [k for k in got if k[0] == "provision_sglang_info"] == [
+        ("provision_sglang_info", frozenset({"host": "gpu01", "version": "0.5.9", "install": "/opt/v/sglang"}.items()))]
+    assert got[("provision_server_up", frozenset({"host": "gpu02", "port": "30000"}.items()))] == 1

@@ -217,3 +217,30 @@ def test_a_container_images_probe_asks_for_the_engines_package(tmp_path):
     assert found["vllm"]["package"] == str(site / "vllm") and found["vllm"]["dist_version"] == "0.32.0"
     assert set(found["vllm"]["files"]) == {"model_executor/x.py"}
     assert found["sglang"]["package"] == str(site / "sglang") and found["sglang"]["dist_version"] == "0.5.9"
+
+
+def test_preflight_warns_when_an_eagle3_drafter_names_no_auxiliary_layers(tmp_path):
+    """vLLM then reads layers (2, n//2, n-3) without a word (vllm#50170): preflight says so, with the
+    layers of this target; a drafter that names its layers, or SGLang, gets no such row."""
+    from provision.host.ops.preflight_model import model_checks
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir()
+    draft.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"],
+                                                    "num_hidden_layers": 61}))
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}
+    (draft / "config.json").write_text(json.dumps(cfg))
+
+    def rows(engine, args):
+        req = {"engine": engine, "state_dir": str(tmp_path / "state"), "profile": {"engine": engine, "args": args}}
+        return [r for r in model_checks(req, str(tmp_path / "no-install"), "0.32.0", {}, mode="edit")
+                if r["check"] == "drafter" and "eagle_aux_hidden_state_layer_ids" in r["message"]]
+
+    vargs = {"model": str(target), "speculative-config": {"method": "eagle3", "model": str(draft)}}
+    (row,) = rows("vllm", vargs)
+    assert row["level"] == "warn" and "(2, 30, 58)" in row["message"] and str(draft) in row["message"]
+    sargs = {"model-path": str(target), "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": str(draft)}
+    assert rows("sglang", sargs) == []
+    (draft / "config.json").write_text(json.dumps(dict(cfg, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]})))
+    assert rows("vllm", vargs) == []

@@ -63,6 +63,11 @@ class InferenceEngine:
     metrics_names: dict = {}   # role (drafts, draft_tokens, accepted, requests) -> the counter's name
     busy_metric: str = ""      # a gauge of requests in flight: above 0 before a bench, the server is busy
 
+    def default_aux_layers(self, num_layers: int) -> tuple | None:
+        """The target layers an EAGLE-3 drafter reads when its config.json names none, where the
+        engine picks them without a word (preflight warns); None where it does not."""
+        return None
+
     def log_name(self, port: int, stamp: str, n: int = 1) -> str:
         """The start-up log's file name for a server on `port` started at `stamp` (the n-th that second)."""
         return f"{self.name}-{port}-{stamp}.log" if n <= 1 else f"{self.name}-{port}-{stamp}-{n}.log"

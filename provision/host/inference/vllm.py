@@ -75,6 +75,11 @@ class VLLM(InferenceEngine):
     model_arg = "model"
     tp_arg = "tensor-parallel-size"
 
+    def default_aux_layers(self, num_layers: int) -> tuple | None:
+        """vLLM's fallback when the drafter's config has no eagle_aux_hidden_state_layer_ids:
+        (2, n // 2, n - 3), silently (vllm#50170: 1.21% acceptance that way)."""
+        return (2, num_layers // 2, num_layers - 3) if num_layers >= 4 else None
+
     def draft_path(self, args: dict) -> str | None:
         """The drafter named in `speculative-config` (a mapping, or its JSON text), when it names one."""
         conf = speculative_config(args.get("speculative-config"))

@@ -193,6 +193,11 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
         if registry is not None and isinstance(archs, list) and archs and not any(
                 isinstance(a, str) and a in registry for a in archs):
             f["in_transformers"] = any(isinstance(a, str) and facts.transformers_has(sglang_dir, a) for a in archs)
+    tcfg = (found["target"] or {}).get("config")
+    if isinstance(tcfg, dict):  # the layer count, of the language model where the config nests one
+        n = tcfg.get("num_hidden_layers") or (tcfg.get("text_config") or {}).get("num_hidden_layers")
+        if isinstance(n, int) and not isinstance(n, bool):
+            found["aux_default"], found["engine_title"] = eng.default_aux_layers(n), eng.title
     target_dir = (found["target"] or {}).get("dir")
     found["disk_free"] = facts.disk_free(target_dir) if target_dir else None
     found["mem_available"] = facts.mem_available()

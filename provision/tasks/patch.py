@@ -388,7 +388,7 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
                 req["specs"] = [s.to_engine() for s in hspecs if s.name not in other]
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass
-        answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        answer = session.call_read(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         no: dict[str, str] = dict(other)
         if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
             no.update(multi.split([s for s in hspecs if s.name not in other],

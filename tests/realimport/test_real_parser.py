@@ -37,7 +37,7 @@ for argv in json.loads(sys.stdin.read()):
 '''
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "playbooks").glob("*.yaml")
-                 if "launch:" in p.read_text())
+                 if "launch:" in p.read_text() and "engine: vllm" not in p.read_text())  # SGLang's profiles
 # (--arg values, what the real parser should give for each dest, or None: it refuses them)
 CASES = [
     ({"cuda-graph-bs": [1, 2, 4, 8]}, {"cuda_graph_bs": [1, 2, 4, 8]}),

@@ -299,3 +299,31 @@ def test_persistent_runs_vllm_as_an_enabled_unit_named_for_it_that_systemd_bring
         not host.hostpath(f"/etc/systemd/system/{unit}").exists()
     assert not host.hostpath(f"/etc/systemd/system/{unit}").exists(), "stop removed the unit"
     assert vllm_pids(host) == [], "nothing brings it back: no vLLM process is left"
+
+
+PARSE = """
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+ns = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))
+validate_parsed_serve_args(ns)
+print(json.dumps({"model": ns.model, "tp": ns.tensor_parallel_size, "spec": ns.speculative_config,
+                  "trust": ns.trust_remote_code, "host": ns.host, "port": ns.port}))
+"""
+
+
+def test_the_shipped_vllm_playbooks_argv_is_what_vllms_own_parser_reads(vllm_venv):
+    """The argv `launch --playbook kimi-k25-eagle3-vllm` starts, parsed by vLLM 0.32's own parser
+    (no server: the parse alone)."""
+    import subprocess
+
+    from provision.config.inventory import Host
+    from provision.config.profile import host_profile, render_flags
+
+    flags = render_flags(host_profile(Host("h1"), "kimi-k25-eagle3-vllm")[0].args)
+    p = subprocess.run([str(vllm_venv / "bin" / "python"), "-c", PARSE, json.dumps(flags)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ns = json.loads(p.stdout.strip().splitlines()[-1])
+    assert ns == {"model": "moonshotai/Kimi-K2.5", "tp": 8, "trust": True, "host": "127.0.0.1", "port": 30000,
+                  "spec": {"method": "eagle3", "model": "AQ-MedAI/Kimi-K25-eagle3", "num_speculative_tokens": 3}}, ns

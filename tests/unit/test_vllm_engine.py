@@ -244,3 +244,15 @@ def test_preflight_warns_when_an_eagle3_drafter_names_no_auxiliary_layers(tmp_pa
     assert rows("sglang", sargs) == []
     (draft / "config.json").write_text(json.dumps(dict(cfg, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]})))
     assert rows("vllm", vargs) == []
+
+
+def test_the_shipped_vllm_playbook_is_the_published_recipe_and_passes_vllms_checks():
+    from provision.config.inventory import Host
+    from provision.config.profile import host_profile
+
+    p = host_profile(Host("h1"), "kimi-k25-eagle3-vllm")[0]
+    assert p.engine == "vllm" and p.tp == 8 and VLLM.check_args(p.args) == []
+    flags = render_flags(p.args)
+    conf = json.loads(flags[flags.index("--speculative-config") + 1])
+    assert conf == {"method": "eagle3", "model": "AQ-MedAI/Kimi-K25-eagle3", "num_speculative_tokens": 3}
+    assert flags[:2] == ["--model", "moonshotai/Kimi-K2.5"] and "--trust-remote-code" in flags

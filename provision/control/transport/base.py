@@ -313,6 +313,18 @@ class Transport:
             else:
                 time.sleep(0.01)
 
+    def call_read(self, request: dict, **kw: Any) -> dict:
+        """`call` for a step that changes nothing on the host (status): when the connection drops
+        under it, the outcome is not in doubt, so it is asked once more on a fresh connection
+        instead of reported unknown. Ctrl-C still ends it."""
+        try:
+            return self.call(request, **kw)
+        except UnknownOutcome:
+            if self.cancelled:
+                raise
+        self.reconnect()
+        return self.call(request, **kw)
+
     def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
              on_event: Callable[[dict], None] | None = None, entry: str = "provision.host.agent",
              exclude: frozenset = frozenset()) -> dict:

@@ -244,6 +244,51 @@ def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_pat
     run("stop", *cli, "--playbook", pb)
 
 
+def test_preflight_refuses_from_vllms_own_parser_and_registry_and_starts_nothing(tmp_path, ssh_env, vhost,
+                                                                                   vllm_models):
+    """What vLLM would refuse, refused before any vLLM process starts: a misspelt flag (with a "did you
+    mean" from the installed parser's own table), a speculative method it does not know, a drafter
+    that is not there, a drafter architecture not in its registry; and the warning for a drafter that
+    names no auxiliary layers. The parser is asked once, in the venv's interpreter; then cached."""
+    models = put_models(vhost, vllm_models["good"], "good")
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    for name, change in (("noids", lambda c: {k: v for k, v in c.items() if k != "eagle_aux_hidden_state_layer_ids"}
+                          | {"eagle_config": {"use_aux_hidden_state": True}}),
+                         ("gemma", lambda c: dict(c, architectures=["Eagle3Gemma3ForCausalLM"])),
+                         ("deep", lambda c: dict(c, num_hidden_layers=8))):  # vLLM's default layers need n >= 4
+        dest = vhost.hostpath(f"{MODELS_IN_HOST}/{name}")
+        if not dest.exists():
+            shutil.copytree(vhost.hostpath(f"{models}/{'target' if name == 'deep' else 'draft'}"), dest)
+            cfg = json.loads((dest / "config.json").read_text())
+            (dest / "config.json").write_text(json.dumps(change(cfg)))
+
+    def refused(label: str, **args) -> dict:
+        pb = playbook(tmp_path, models, **args)
+        proc, row, took = launch(cli, "--playbook", pb)
+        print(f"\n{label}: refused after {took:.1f} s: {row['detail']}")
+        assert proc.returncode == 3 and row["verdict"] == "refused", (row, proc.stderr[-3000:])
+        assert vllm_pids(vhost) == [], "no vLLM process was started"
+        return row
+
+    spec = {"method": "eagle3", "model": f"{models}/draft", "num_speculative_tokens": 3}
+    row = refused("misspelt flag (parser asked)", **{"max-modle-len": 512})
+    assert "--max-modle-len is not a flag of vLLM 0.32.0: did you mean --max-model-len" in row["detail"], row
+    row = refused("unknown method", **{"speculative-config": dict(spec, method="eagel3")})
+    assert "method 'eagel3' is not one vLLM 0.32.0 knows: did you mean eagle3" in row["detail"], row
+    row = refused("missing drafter", **{"speculative-config": dict(spec, model=f"{MODELS_IN_HOST}/nowhere")})
+    assert f"drafter {MODELS_IN_HOST}/nowhere does not exist" in row["detail"], row
+    row = refused("drafter not in the registry", **{"speculative-config": dict(spec, model=f"{MODELS_IN_HOST}/gemma")})
+    assert "drafter architecture Eagle3Gemma3ForCausalLM is not registered in vLLM 0.32.0" in row["detail"], row
+    # a drafter naming no layers: a warning (vLLM would start); the misspelt flag keeps it from starting
+    row = refused("no layer ids", **{"max-modle-len": 512, "model": f"{MODELS_IN_HOST}/deep",
+                                     "speculative-config": dict(spec, model=f"{MODELS_IN_HOST}/noids")})
+    warns = [c["message"] for c in row["data"]["checks"] if c["level"] == "warn"]
+    assert any("names no eagle_aux_hidden_state_layer_ids" in w and "(2, 4, 5)" in w for w in warns), warns
+    ok = [c["message"] for c in row["data"]["checks"] if c["level"] == "ok"]
+    assert "drafter architecture LlamaForCausalLMEagle3 is registered in vLLM 0.32.0" in ok, ok
+    assert "model architecture LlamaForCausalLM is registered in vLLM 0.32.0" in ok, ok
+
+
 @pytest.fixture(scope="module")
 def vsdhost(sandbox_factory, vllm_venv):
     """A systemd-booted host (sandbox/systemd.py) with the same venv read-only: `--persistent`."""

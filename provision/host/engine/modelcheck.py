@@ -1,4 +1,4 @@
-"""Preflight's decision about the model: will SGLang load what the profile names?  STDLIB ONLY, pure.
+"""Preflight's decision about the model: will the engine (SGLang, vLLM) load what the profile names?  STDLIB ONLY, pure.
 
 Given what the host read (host/facts/model.py: the config.json of the model and of the drafter,
 the shards; the registry and the flag table of the installed SGLang), the candidate patch specs
@@ -12,6 +12,8 @@ is a ``warn`` naming the file.
 """
 
 from __future__ import annotations
+
+import difflib
 
 from provision.host import inference
 from provision.host.engine import serverargs
@@ -29,23 +31,39 @@ def _row(level: str, check: str, message: str, **extra) -> dict:
     return row
 
 
-def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: str | None) -> list[dict]:
-    """One row per flag that is not plainly right (and one ok row when all are)."""
+def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: str | None, title: str = "SGLang",
+              names: dict | None = None) -> list[dict]:
+    """One row per flag that is not plainly right (and one ok row when all are). ``names``: a key
+    of the args -> the option the engine's parser reads it as (vLLM's `max_model_len`), when not itself."""
     if table is None:
         return [_row("warn", "flags", f"flags not checked: {unreadable or 'the argument parser could not be read'}")]
     out = []
-    for name, value in args.items():
+    for key, value in args.items():
+        name = (names or {}).get(str(key)) or str(key)
         if value is None:
             continue  # not rendered on the command line (profile.render_flags)
         if value is False and not (table.get(f"--{name}") or {}).get("default") is True:
             continue  # left out, as it is off by default; a negatable switch that is on is judged below
-        level, msg = serverargs.decide(str(name), value, table, version)
+        level, msg = serverargs.decide(name, value, table, version, title)
         if level != "ok":
             out.append(_row(level, "flags", msg))
     if not out:
         out.append(_row("ok", "flags", f"all {sum(1 for v in args.values() if v not in (None, False))} flags "
-                                       f"are taken by SGLang {version or ''}".replace("  ", " ").strip()))
+                                       f"are taken by {title} {version or ''}".replace("  ", " ").strip()))
     return out
+
+
+def spec_method_rows(method: str | None, methods: list | None, title: str, version: str | None) -> list[dict]:
+    """The speculative method the profile names, against the install's own list (vLLM's
+    SpeculativeConfig): one it lacks is refused, as its config check would at start."""
+    if method is None or not isinstance(methods, list) or not methods:
+        return []
+    if method in methods:
+        return []
+    near = difflib.get_close_matches(method, [str(m) for m in methods], n=3, cutoff=0.6)
+    return [_row("fail", "flags", f"speculative-config: method {method!r} is not one {title} {version or ''} knows"
+                                  .replace("  ", " ") + (f": did you mean {' or '.join(near)}?" if near else
+                                                         f" (it takes {', '.join(str(m) for m in methods[:12])} ...)"))]
 
 
 def _archs(cfg: dict) -> tuple[list[str] | None, str | None]:
@@ -60,36 +78,39 @@ def _archs(cfg: dict) -> tuple[list[str] | None, str | None]:
 
 
 def arch_rows(what: str, cfg: dict, registry: dict | None, version: str | None, draft: bool,
-              overlay_classes: set | None = None) -> tuple[list[dict], str | None]:
-    """(rows, the class SGLang will instantiate or None) for the target or the drafter."""
+              overlay_classes: set | None = None, title: str = "SGLang") -> tuple[list[dict], str | None]:
+    """(rows, the class the engine will instantiate or None) for the target or the drafter. A
+    drafter's ``lookup`` (the names its engine looks its architectures up by) is used when set."""
     label = "drafter" if draft else "model"
     if cfg.get("missing"):  # a local folder that does not exist is the path check's fail row, said once
         return [], None
     if cfg.get("skip"):
         return [_row("warn", "architecture", f"{label} {cfg.get('path')}: {cfg['skip']}")], None
     archs, why = _archs(cfg)
+    if archs is not None and draft and cfg.get("lookup"):
+        archs = [str(a) for a in cfg["lookup"]]
     if archs is None:
         return [_row("warn", "architecture", f"{label} architecture not checked: {why}")], None
     if registry is None:
         return [_row("warn", "architecture", f"{label} architecture {archs[0]} not checked: the installed "
-                                             "SGLang's model registry could not be read")], None
+                                             f"{title}'s model registry could not be read")], None
     names = set(registry) | set(overlay_classes or ())
     found = [a for a in archs if a in names]
     if draft and not found:
         # SGLang renames some drafters' architectures (DeepseekV3ForCausalLM -> ...NextN, ...MTP)
         found = [a for a in archs if any(n.startswith(a) for n in names)]
     if found:
-        return [_row("ok", "architecture", f"{label} architecture {found[0]} is registered in SGLang {version}")], \
+        return [_row("ok", "architecture", f"{label} architecture {found[0]} is registered in {title} {version}")], \
             found[0]
     if cfg.get("auto_model") or cfg.get("in_transformers"):
         how = "its config's auto_map" if cfg.get("auto_model") else "the installed Transformers"
-        return [_row("warn", "architecture", f"{label} architecture {archs[0]} is not in SGLang {version}'s registry: "
-                                             f"SGLang will try its Transformers backend ({how} has it)")], None
-    return [_row("fail", "architecture", f"{label} architecture {', '.join(archs)} is not registered in SGLang "
+        return [_row("warn", "architecture", f"{label} architecture {archs[0]} is not in {title} {version}'s registry: "
+                                             f"{title} will try its Transformers backend ({how} has it)")], None
+    return [_row("fail", "architecture", f"{label} architecture {', '.join(archs)} is not registered in {title} "
                                          f"{version} ({cfg.get('file')}): it would fail with `Model architectures "
                                          f"{archs} are not supported` after "
                                          + ("the target's weights load" if draft else "start-up")
-                                         + "; install an SGLang that has it")], None
+                                         + f"; install {'an' if title[:1] in 'AEIOSU' else 'a'} {title} that has it")], None
 
 
 def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, specs: list[dict],
@@ -205,7 +226,9 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
     target and draft: config.json and shard facts, disk and memory)."""
     args = facts.get("args") or {}
     version = facts.get("version")
-    rows = flag_rows(args, facts.get("flags"), version, facts.get("flags_error"))
+    title = str(facts.get("engine_title") or "SGLang")
+    rows = flag_rows(args, facts.get("flags"), version, facts.get("flags_error"), title, facts.get("flag_names"))
+    rows += spec_method_rows(facts.get("spec_method"), facts.get("spec_methods"), title, version)
     registry = facts.get("registry")
     impl = str(args.get("model-impl") or "auto").lower()
     overrides = args.get("json-model-override-args")
@@ -220,10 +243,12 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
     overlay_classes = set(facts.get("overlay_classes") or ())
     cls = None
     if registry_used is not None:
-        t_rows, cls = arch_rows("model", facts.get("target") or {}, registry_used, version, False, overlay_classes)
+        t_rows, cls = arch_rows("model", facts.get("target") or {}, registry_used, version, False, overlay_classes,
+                                title)
         rows += t_rows
         if facts.get("draft") is not None:  # the profile names a drafter (its engine's flag)
-            rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes)[0]
+            rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes,
+                              title)[0]
     if cls is not None and cls not in overlay_classes:  # an external package's class replaces the built-in
         rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version)
     rows += aux_layer_rows(facts.get("draft"), str(facts.get("engine_title") or ""), facts.get("aux_default"))

@@ -513,14 +513,14 @@ def _value_ok(value, choices: list) -> bool:
         return False
 
 
-def decide(flag: str, value, table: dict, version: str | None = None) -> tuple[str, str]:
+def decide(flag: str, value, table: dict, version: str | None = None, title: str = "SGLang") -> tuple[str, str]:
     """Judge one flag as the release's argparse parser would: (level, one sentence).
 
     ``flag`` is the name without dashes or with them (``speculative-num-steps``); ``value`` the
     profile's value (True for a bare switch). Levels: ``ok``; ``warn`` (accepted, but say so);
-    ``fail`` (SGLang's parser would exit 2)."""
+    ``fail`` (the engine's parser would exit 2). ``title``: the engine, in the sentence."""
     opt = flag if flag.startswith("-") else "--" + flag
-    where = f"SGLang {version}" if version else "the installed SGLang"
+    where = f"{title} {version}" if version else f"the installed {title}"
     hit = table.get(opt)
     if hit is None:
         matches = sorted(o for o in table if o.startswith(opt) and o.startswith("--"))

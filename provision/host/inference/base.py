@@ -11,7 +11,10 @@ methods, by concern:
   start-up, said before a host is touched: config/profile.py)
 - flags: ``source_files`` (where an install declares its flags and model classes), ``flag_reader``
   (which reader takes them: host/ops/preflight_model.py's FLAG_READERS, the parsers live in
-  host/engine/), ``models_subdir`` (its model classes' folder: the registry)
+  host/engine/; or "own-parser": ``parser_probe`` builds its real parser in the server's
+  interpreter, host/facts/own_parser.py), ``flag_name`` (how its parser spells a profile's key),
+  ``models_subdir`` (its model classes' folder: the registry), ``draft_architectures`` (the
+  names it looks a drafter up by), ``spec_method`` (a speculative method only the install knows)
 - start: ``launch_module`` (``python -m MODULE``), ``start_argv``, ``config_flag`` (how secrets reach
   it: a file its parser reads, never the command line), ``log_name``
 - processes: ``is_server`` (a command line of its server's main process)
@@ -96,9 +99,25 @@ class InferenceEngine:
     registry_reader = ""          # how preflight reads which classes it serves ("entry-classes": each
                                   # module's EntryClass, engine/audit.py; "": not read)
 
+    parser_probe = ""             # for flag_reader "own-parser": the code that builds its real parser
+                                  # in the server's interpreter (host/facts/own_parser.py)
+
     def draft_path(self, args: dict) -> str | None:
         """The EAGLE drafter's model path the profile's args name, or None."""
         return None
+
+    def flag_name(self, name: str) -> str:
+        """The option a profile's args key names, as the engine's parser reads it (without dashes)."""
+        return name
+
+    def spec_method(self, args: dict) -> str | None:
+        """The speculative method the args name where only the install knows the methods (judged
+        against the probe's list), else None."""
+        return None
+
+    def draft_architectures(self, archs: list[str], args: dict) -> list[str]:
+        """The registry names the engine looks the drafter's config.json architectures up by."""
+        return list(archs)
 
     def check_args(self, args: dict) -> list[str]:
         """What the engine would refuse at start-up, read from a profile's args before any host is

@@ -65,9 +65,39 @@ class VLLM(InferenceEngine):
     metrics_names = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
                      "accepted": "vllm:spec_decode_num_accepted_tokens", "requests": "vllm:request_success"}
     busy_metric = "vllm:num_requests_running"
-    flag_reader = ""              # preflight does not read vLLM's flags yet (generated from dataclasses)
+    flag_reader = "own-parser"    # generated from config dataclasses: its own parser is asked (parser_probe)
     models_subdir = "model_executor/models"
-    registry_reader = ""          # registry.py's tables: not read by preflight yet
+    registry_reader = "own-parser"  # ModelRegistry's architectures, asked in the same run
+    # Run in the server's interpreter after host/facts/own_parser.py's TABLE_OF: the real parser of
+    # `python -m vllm.entrypoints.openai.api_server` (0.32 moved make_arg_parser to launchers/, 0.11
+    # FlexibleArgumentParser to utils/argparse_utils), the methods of SpeculativeConfig's Literal,
+    # and the registry's architectures. What an older release lacks is None (not judged).
+    parser_probe = r'''
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+PARSER = make_arg_parser(FlexibleArgumentParser())
+try:
+    from vllm.config.speculative import SpeculativeMethod
+    METHODS = literal_values(SpeculativeMethod) or None
+except Exception:
+    METHODS = None
+try:
+    from vllm.model_executor.models.registry import ModelRegistry
+    ARCHS = sorted(ModelRegistry.get_supported_archs())
+except Exception:
+    ARCHS = None
+try:
+    import vllm
+    VERSION = str(vllm.__version__)
+except Exception:
+    VERSION = None
+'''
     overlay_env = ""
     eagle3_methods = ("set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
     eagle3_parity_method = ""
@@ -85,6 +115,26 @@ class VLLM(InferenceEngine):
         conf = speculative_config(args.get("speculative-config"))
         model = conf.get("model") if isinstance(conf, dict) else None
         return str(model) if model else None
+
+    def flag_name(self, name: str) -> str:
+        """FlexibleArgumentParser reads `max_model_len` as `max-model-len`, and `speculative-config.method`
+        as a field of the JSON flag `speculative-config`."""
+        return name.split(".", 1)[0].replace("_", "-")
+
+    def spec_method(self, args: dict) -> str | None:
+        conf = speculative_config(args.get("speculative-config"))
+        method = conf.get("method") if isinstance(conf, dict) else None
+        return str(method) if method is not None else None
+
+    def draft_architectures(self, archs: list[str], args: dict) -> list[str]:
+        """vLLM's EAGLEConfig renames the drafter's architectures by method (eagle: EagleX, eagle3:
+        Eagle3X, unless the name already says it)."""
+        method = str(self.spec_method(args) or "").lower()
+        if method == "eagle":
+            return [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+        if method == "eagle3":
+            return [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}" for a in archs]
+        return list(archs)
 
     def check_args(self, args: dict) -> list[str]:
         """What vLLM refuses at start-up: no --model, a speculative-config that is not a JSON object,

@@ -7,9 +7,10 @@ does not look at the port, so a restart can run it while the old server still ho
 
 The two costly reads of an install, its model registry (engine/audit.py's index of the engine's
 ``models_subdir``, SGLang's ``srt/models/*.py``) and its argument parser (the engine's
-``flag_reader`` in FLAG_READERS: SGLang's is engine/serverargs.py), are cached per install in
-``<state>/cache/preflight-<hash of the install path>.json``, keyed by the path, mtime and size of
-every file they read.
+``flag_reader`` in FLAG_READERS: SGLang's is engine/serverargs.py; vLLM's, "own-parser", is its
+real parser asked in the server's interpreter, facts/own_parser.py, the only process preflight
+starts), are cached per install in ``<state>/cache/preflight-<hash of the install path>.json``,
+keyed by the path, mtime and size of every file they read (and the interpreter asked).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 from provision.host import inference
 from provision.host.engine import modelcheck, safetensors, serverargs
 from provision.host.facts import model as facts
+from provision.host.facts import own_parser
 from provision.host.lib import atomic
 
 if TYPE_CHECKING:
@@ -58,38 +60,56 @@ def _sglang_flags(src: dict) -> tuple[dict | None, str | None]:
 FLAG_READERS: dict[str, Callable[[dict], tuple[dict | None, str | None]]] = {"sglang-server-args": _sglang_flags}
 
 
-def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine") -> dict:
+def _entry_class_registry(install_dir: str, engine: "InferenceEngine") -> tuple[dict | None, str | None]:
+    """SGLang's registry: each module's EntryClass with the EAGLE-3 methods it lacks (engine/audit.py)."""
     from provision.host.engine import audit
 
-    out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
-    reader = FLAG_READERS.get(engine.flag_reader)
-    if reader is None:  # an engine whose declarations provision does not read (yet): its own parser judges
-        out["flags_error"] = f"{engine.title}'s flags are not read by preflight; its own parser judges them at start"
-    else:
-        out["flags"], out["flags_error"] = reader(src)
     models_dir = os.path.join(install_dir, engine.models_subdir)
-    if engine.registry_reader != "entry-classes":  # the only kind read so far: SGLang's EntryClass
+    try:
+        reg = {k: {"missing": v["missing"], "getattr": v["getattr"]}
+               for k, v in audit.registry_of(models_dir, install_dir).items()}
+    except (OSError, RecursionError, ValueError) as exc:
+        return None, f"{models_dir}: not read ({exc})"
+    return (reg, None) if reg else (None, f"{models_dir}: no EntryClass found")
+
+
+def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine", python: str | None, env: dict | None) -> dict:
+    out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
+    asked: dict | None = None
+    if "own-parser" in (engine.flag_reader, engine.registry_reader):  # the release's own parser, in its interpreter
+        asked, why = own_parser.ask(engine.parser_probe, python or "python3", dict(env or os.environ))
+        why = f"{engine.title}'s own parser was not asked: {why}" if why else None
+    if engine.flag_reader == "own-parser":
+        out["flags"], out["flags_error"] = (asked or {}).get("flags"), why
+        out["spec_methods"] = (asked or {}).get("spec_methods")
+    elif engine.flag_reader in FLAG_READERS:
+        out["flags"], out["flags_error"] = FLAG_READERS[engine.flag_reader](src)
+    else:  # an engine whose declarations provision does not read: its own parser judges them at start
+        out["flags_error"] = f"{engine.title}'s flags are not read by preflight; its own parser judges them at start"
+    if engine.registry_reader == "own-parser":
+        archs = (asked or {}).get("archs")
+        out["registry"] = {a: {"missing": None, "getattr": False} for a in archs} if isinstance(archs, list) else None
+        out["registry_error"] = why or (None if out["registry"] else f"{engine.title}'s registry did not say its classes")
+    elif engine.registry_reader == "entry-classes":
+        out["registry"], out["registry_error"] = _entry_class_registry(install_dir, engine)
+    else:
         out["registry_error"] = (f"{engine.title}'s model registry is not read by preflight; it says itself "
                                  "at start whether it has the class")
-        return out
-    try:
-        out["registry"] = {k: {"missing": v["missing"], "getattr": v["getattr"]}
-                           for k, v in audit.registry_of(models_dir, install_dir).items()}
-        if not out["registry"]:
-            out["registry"], out["registry_error"] = None, f"{models_dir}: no EntryClass found"
-    except (OSError, RecursionError, ValueError) as exc:
-        out["registry_error"] = f"{models_dir}: not read ({exc})"
     return out
 
 
-def install_tables(install_dir: str, state_dir: str | None, engine: str | None = None) -> dict:
+def install_tables(install_dir: str, state_dir: str | None, engine: str | None = None, python: str | None = None,
+                   env: dict | None = None) -> dict:
     """The registry and the flag table of an install of `engine` (SGLang by default), from the cache
-    when no file it read changed."""
+    when no file it read changed (and, for an engine asked through its own parser, the interpreter
+    `python` with the server's `env` is the same)."""
     eng = inference.get(engine)
     src = eng.source_files(install_dir)
     key = {"v": CACHE_VERSION, "dir": os.path.abspath(install_dir), "engine": eng.name,
            "files": facts.mtimes([src["server_args"], *src["fields"].values(), *([src["choices"]] if src["choices"]
                                                                                  else []), *src["models"]])}
+    if "own-parser" in (eng.flag_reader, eng.registry_reader):
+        key["python"] = python or "python3"
     path = _cache_path(state_dir, install_dir) if state_dir else None
     if path:
         try:
@@ -99,9 +119,9 @@ def install_tables(install_dir: str, state_dir: str | None, engine: str | None =
                 return dict(doc["tables"], cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    tables = _read_tables(install_dir, src, eng)
-    if path:
-        try:
+    tables = _read_tables(install_dir, src, eng, python, env)
+    if path and not (tables.get("flags") is None and "own-parser" == eng.flag_reader):
+        try:  # an own-parser run that failed is asked again next time, not cached
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             atomic.write_json(path, {"key": key, "tables": tables}, durable=False)
         except OSError:
@@ -157,32 +177,35 @@ def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | No
 
 def model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str,
                  in_place: set | None = None, locate: Callable[[str], str | None] | None = None,
-                 tables: dict | None = None) -> list[dict]:
+                 tables: dict | None = None, python: str | None = None) -> list[dict]:
     """Check rows for the profile's model, drafter, flags and EAGLE-3 interface on this install.
 
     ``mode``: "edit" (the server imports the installed files) or "overlay" (launch --overlay, or a
     container: the overlay carries a delegation spec). ``in_place``: classes whose spec this
     preflight already checks. ``locate``: for a container, the host folder of a path in it.
-    ``tables``: the install's registry and flag table when already read (an image's)."""
+    ``tables``: the install's registry and flag table when already read (an image's). ``python``:
+    the server's interpreter (an engine whose own parser is asked runs it there)."""
     try:
         return _model_checks(req, sglang_dir, version, env, mode=mode, in_place=in_place or set(), locate=locate,
-                             tables=tables)
+                             tables=tables, python=python)
     except Exception as exc:  # noqa: BLE001 - bad input never crashes preflight: one warn row instead
         return [{"level": "warn", "check": "model", "message": f"model checks skipped: {type(exc).__name__}: {exc}"}]
 
 
 def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str, in_place: set,
-                  locate, tables: dict | None) -> list[dict]:
+                  locate, tables: dict | None, python: str | None) -> list[dict]:
     args = dict((req.get("profile") or {}).get("args") or {})
+    eng = inference.get(inference.of_request(req))
     if tables is None:
-        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir(), inference.of_request(req))
+        tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir(), eng.name, python, env)
     registry = tables.get("registry")
     overlay_classes, overlay_err = _overlay_classes(env)
     revision = args.get("revision")
-    found: dict = {"args": args, "version": version, "flags": tables.get("flags"),
-                   "flags_error": tables.get("flags_error"), "registry": registry,
-                   "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes}
-    eng = inference.get(inference.of_request(req))
+    found: dict = {"args": args, "flag_names": {str(k): eng.flag_name(str(k)) for k in args}, "version": version,
+                   "flags": tables.get("flags"), "flags_error": tables.get("flags_error"), "registry": registry,
+                   "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes,
+                   "engine_title": eng.title, "spec_method": eng.spec_method(args),
+                   "spec_methods": tables.get("spec_methods")}
     found["target"] = _model_fact(str(args.get(eng.model_arg) or ""), env, revision, locate)
     if eng.draft_path(args):
         found["draft"] = _model_fact(str(eng.draft_path(args)), env,
@@ -190,6 +213,8 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
     for key in ("target", "draft"):  # SGLang's Transformers fallback, read only when the registry lacks the class
         f = found.get(key) or {}
         archs = (f.get("config") or {}).get("architectures") if isinstance(f.get("config"), dict) else None
+        if key == "draft" and isinstance(archs, list) and all(isinstance(a, str) for a in archs):
+            f["lookup"] = archs = eng.draft_architectures(archs, args)  # the names the engine looks up
         if registry is not None and isinstance(archs, list) and archs and not any(
                 isinstance(a, str) and a in registry for a in archs):
             f["in_transformers"] = any(isinstance(a, str) and facts.transformers_has(sglang_dir, a) for a in archs)
@@ -197,7 +222,7 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
     if isinstance(tcfg, dict):  # the layer count, of the language model where the config nests one
         n = tcfg.get("num_hidden_layers") or (tcfg.get("text_config") or {}).get("num_hidden_layers")
         if isinstance(n, int) and not isinstance(n, bool):
-            found["aux_default"], found["engine_title"] = eng.default_aux_layers(n), eng.title
+            found["aux_default"] = eng.default_aux_layers(n)
     target_dir = (found["target"] or {}).get("dir")
     found["disk_free"] = facts.disk_free(target_dir) if target_dir else None
     found["mem_available"] = facts.mem_available()
@@ -240,13 +265,14 @@ def main(request: bytes, bundle: bytes) -> int:
     from provision.host.bootstrap import RESULT_PREFIX
 
     req = json.loads(request)
-    sys.stdout.write(RESULT_PREFIX + json.dumps(install_tables(req["sglang"], None)) + "\n")
+    tables = install_tables(req["sglang"], None, req.get("engine"), "python3")
+    sys.stdout.write(RESULT_PREFIX + json.dumps(tables) + "\n")
     sys.stdout.flush()
     return 0
 
 
-def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
-    """The registry and flag table of an image's SGLang, read inside a throw-away container of it
+def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str, engine: str | None = None) -> dict:
+    """The registry and flag table of an image's `engine` (SGLang by default), read inside a throw-away container of it
     (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin), cached per
     image id in <state>/images/."""
     import subprocess
@@ -258,7 +284,7 @@ def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
     try:
         with open(cache) as fh:
             doc = json.load(fh)
-        if doc.get("sglang") == img.get("install"):
+        if doc.get("sglang") == img.get("install") and doc.get("engine") == inference.get(engine).name:
             return dict(doc["tables"], cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -267,21 +293,22 @@ def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str) -> dict:
         p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
                             str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
                             bootstrap_code("provision.host.ops.preflight_model")],
-                           input=frame(bundle, json.dumps({"sglang": img.get("install")}).encode()),
+                           input=frame(bundle, json.dumps({"sglang": img.get("install"), "engine": engine}).encode()),
                            capture_output=True, timeout=IMAGE_TIMEOUT)
         for line in p.stdout.decode("utf-8", "replace").splitlines():
             if line.startswith(RESULT_PREFIX):
                 tables = json.loads(line[len(RESULT_PREFIX):])
                 try:
                     os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-                    atomic.write_json(cache, {"sglang": img.get("install"), "tables": tables}, durable=False)
+                    atomic.write_json(cache, {"sglang": img.get("install"), "engine": inference.get(engine).name,
+                                              "tables": tables}, durable=False)
                 except OSError:
                     pass
                 return dict(tables, cached=False)
         why = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[-1]
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         why = str(exc)
-    msg = f"the image's SGLang was not read ({why})"
+    msg = f"the image's {inference.get(engine).title} was not read ({why})"
     return {"registry": None, "registry_error": msg, "flags": None, "flags_error": msg, "cached": False}
 
 
@@ -293,7 +320,7 @@ def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
     if rt is None:
         return []
     try:
-        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir())
+        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir(), inference.of_request(req))
     except Exception as exc:  # noqa: BLE001 - never crash preflight
         tables = {"registry": None, "registry_error": f"the image's SGLang was not read ({exc})", "flags": None,
                   "flags_error": f"the image's SGLang was not read ({exc})"}

@@ -111,7 +111,8 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     staged = None
     model_rows = preflight_model.model_checks(req, inst["path"], inst.get("version"), _server_env(req, inst),
                                               mode="overlay" if req.get("overlay") else "edit",
-                                              in_place={s.get("class") for s in wanted} | set(req.get("overlay_bound") or []))
+                                              in_place={s.get("class") for s in wanted} | set(req.get("overlay_bound") or []),
+                                              python=prof.get("python") or installs.owner_python(inst)[0])
     if req.get("overlay"):
         staged, fix = _overlay_preflight(preflight_model.with_covering_specs(req, model_rows), inst, checks)
         wanted = [s for s in wanted if (s.get("kind") or "delegate") != "delegate"]  # the overlay binds those

@@ -122,10 +122,11 @@ def bench_metrics(results: list[HostResult]) -> str:
                  "Single-stream decode speed measured by provision bench (client side, on the host).")
     ttft = Family("provision_bench_ttft_seconds", "gauge", "Median time to first token measured by provision bench.")
     al = Family("provision_bench_accept_length", "gauge",
-                "Speculative accept length: sum(completion_tokens) / sum(spec_verify_ct) over the bench requests.")
+                "Speculative accept length, tokens per verify step over the bench requests (SGLang: "
+                "sum(completion_tokens) / sum(spec_verify_ct); vLLM: 1 + accepted / drafts from /metrics).")
     ar = Family("provision_bench_accept_rate", "gauge", "Accepted / proposed draft tokens over the bench requests.")
     sp = Family("provision_bench_speedup", "gauge", "Median decode speed against the baseline entry with the "
-                                                    "host's model, tp-size, SGLang version and GPU.")
+                                                    "host's model, tp-size, engine and its version, and GPU.")
     fl = Family("provision_bench_flag", "gauge", "1 when provision bench flagged the host so, 0 otherwise.")
     ok = Family("provision_bench_measured", "gauge", "1 when provision bench measured the host, 0 when it "
                                                      "failed or skipped it.")

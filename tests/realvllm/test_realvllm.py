@@ -14,6 +14,7 @@ import pytest
 
 from provision.sandbox.hosts import HostSpec
 from tests.cli.helpers import run, run_json
+from tests.promtool import lint
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
 
@@ -154,6 +155,7 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     text = run("status", "-i", inv, "--format", "prometheus").stdout
     assert (f'provision_engine_info{{host="{vhost.name}",engine="vllm",version="0.32.0",' in text
             and "provision_sglang_info{" not in text), text
+    assert lint(text) == "", "promtool check metrics finds nothing to say"
     assert f'provision_server_up{{host="{vhost.name}",port="30000"}} 1' in text, text
     # the timer's reconcile on a vLLM host: nothing of SGLang's to put back, and no error
     proc, doc = run_json("reconcile", "-i", inv)
@@ -167,10 +169,12 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     # bench: the spec-decoding figures are /metrics' counters over its requests; this drafter
     # proposes what the target picks, so every draft token is accepted (3 a step: length 4)
     before = spec_counters(vhost)
-    proc, b = bench(cli)
+    proc, b = bench(cli, "--metrics-file", str(tmp_path / "bench.prom"))
     after = spec_counters(vhost)
     d = {k: after[k] - before[k] for k in after}
     print(f"bench, the accepting drafter: {b['detail']}; /metrics: {d}")
+    prom = (tmp_path / "bench.prom").read_text()
+    assert f'provision_bench_accept_length{{host="{vhost.name}"}} 4' in prom and lint(prom) == "", prom
     assert proc.returncode == 0 and b["verdict"] == "measured", (b, proc.stderr[-2000:])
     assert d["drafts"] > 0 and b["accept_length"] == round(1 + d["accepted_tokens"] / d["drafts"], 3) == 4.0, (b, d)
     assert b["accept_rate"] == round(d["accepted_tokens"] / d["draft_tokens"], 3) == 1.0, (b, d)

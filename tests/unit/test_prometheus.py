@@ -9,6 +9,7 @@ import pytest
 
 from provision.output import prometheus as pm
 from provision.output.results import HostResult
+from tests.promtool import lint
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -167,3 +168,13 @@ def test_status_names_each_hosts_engine_and_sglang_info_stays_sglangs():
     assert [k for k in got if k[0] == "provision_sglang_info"] == [
         ("provision_sglang_info", frozenset({"host": "gpu01", "version": "0.5.9", "install": "/opt/v/sglang"}.items()))]
     assert got[("provision_server_up", frozenset({"host": "gpu02", "port": "30000"}.items()))] == 1
+
+
+def test_promtool_finds_nothing_to_say_of_the_status_and_bench_metrics():
+    """Prometheus's own linter (help text, types, names: no _total on a gauge) on every family,
+    SGLang and vLLM hosts, odd label values included; and it does speak up on a bad family."""
+    vllm = HostResult("gpu02", "not-applicable", version="0.32.0", install="/opt/vllm-env/lib/python3.11/site-packages/vllm",
+                      data={"spec": "kimi-k25-eagle3", "server_state": "up", "engine": "vllm"})
+    assert lint(pm.status_metrics(status_rows() + [vllm])) == ""
+    assert lint(pm.bench_metrics(bench_rows())) == ""
+    assert "no help text" in lint("# TYPE foo_total gauge\nfoo_total 1\n")

@@ -57,7 +57,7 @@ class Container:
                 "run_args": list(self.run_args)}
 
 
-def build_container(raw: object, where: str, port: int, engine: str = "sglang") -> Container:
+def build_container(raw: object, where: str, port: int, engine: str = inference.DEFAULT) -> Container:
     """Validate `launch.container` (pure); `name` defaults to <engine>-<port> (sglang-30000)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping (runtime, image, name, gpus, ipc, shm_size, network, "

@@ -29,6 +29,7 @@ import math
 from typing import Any, Iterable
 
 from provision.errors import ConfigError
+from provision.host.inference import DEFAULT as DEFAULT_ENGINE
 from provision.output.metricsdelta import deltas
 
 # Draft-count field pairs (accepted, proposed) by release; the first present pair is used.
@@ -157,10 +158,10 @@ def server_accept_length(server_info: dict) -> float | None:
     return None
 
 
-def bench_key(model_path: Any, tp_size: Any, version: Any, gpu: Any, engine: str = "sglang") -> str:
+def bench_key(model_path: Any, tp_size: Any, version: Any, gpu: Any, engine: str = DEFAULT_ENGINE) -> str:
     """What makes two servers comparable, as one string: model|tp|version|gpu (SGLang's version as
     baseline files have it; another engine's prefixed with its name: `vllm 0.32.0`)."""
-    ver = str(version or "unknown") if engine == "sglang" else f"{engine} {version or 'unknown'}"
+    ver = str(version or "unknown") if engine == DEFAULT_ENGINE else f"{engine} {version or 'unknown'}"
     return "|".join([str(model_path or "unknown"), f"tp{tp_size or 1}", ver, str(gpu or "unknown")])
 
 
@@ -179,7 +180,7 @@ def host_figures(answer: dict) -> dict:
     tp = info.get("tp_size") or info.get("tensor_parallel_size") or rec.get("tp") or 1
     gpu = (answer.get("gpu") or {}).get("name") or "unknown"
     model_path = model.get("model_path") or info.get("model_path") or rec.get("model")
-    engine = rec.get("engine") or "sglang"
+    engine = rec.get("engine") or DEFAULT_ENGINE
     counted = metric_figures(answer)
     al, ar = (accept_length(reqs), accept_rate(reqs)) if counted is None else \
         (counted["accept_length"], counted["accept_rate"])

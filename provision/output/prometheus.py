@@ -26,6 +26,7 @@ import os
 import re
 from typing import Iterable
 
+from provision.host.inference import DEFAULT as DEFAULT_ENGINE
 from provision.output.results import HostResult
 
 SPEC_STATES = ("patched", "native", "overlay", "missing", "stale", "hand-patch", "not-applicable", "error",
@@ -109,8 +110,8 @@ def status_metrics(results: list[HostResult]) -> str:
         if not r.failed:
             up.add({"host": r.host, "port": port}, 1 if server.startswith("up") else 0)
         if r.version or r.install:
-            engine = str(r.data.get("engine") or "sglang")
-            if engine == "sglang":
+            engine = str(r.data.get("engine") or DEFAULT_ENGINE)
+            if engine == DEFAULT_ENGINE:
                 info.add({"host": r.host, "version": r.version or "", "install": r.install or ""}, 1)
             engine_info.add({"host": r.host, "engine": engine, "version": r.version or "",
                              "install": r.install or ""}, 1)

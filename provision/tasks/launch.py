@@ -240,8 +240,11 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
         if fails and not opts.force:
             for c in fails:  # one line per reason (the row joins them)
                 display.message(host.name, f"preflight fail: {c['message']}")
+            kept = ""
+            if opts.restart and pre.get("running"):  # nothing was stopped: say so, a restart was asked for
+                kept = f"; the running server (pid {(pre.get('record') or {}).get('pid')}) was left running"
             return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
-                              + " (--force to start anyway)", data={"checks": pre["checks"]})
+                              + kept + " (--force to start anyway)", data={"checks": pre["checks"]})
         if multinode is not None and multinode.rank(host) and multinode.rank0_failed(host):
             return HostResult(host.name, "failed", f"not started: {multinode.rank0_failed(host)}")
         state.stages[host.name] = "starting"

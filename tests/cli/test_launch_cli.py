@@ -172,3 +172,28 @@ def test_patch_targets_the_running_server_and_refuses_while_it_loads(tmp_path, s
     assert proc2.returncode == 0 and doc2["hosts"][0]["verdict"] == "unpatched"
     assert any("restart needed" in n for n in doc2["hosts"][0]["notes"])
     run("stop", "-i", inv, check_rc=0)
+
+
+def test_a_restart_into_an_interpreter_that_does_not_exist_is_refused_before_anything_stops(tmp_path, ssh_env,
+                                                                                            host):
+    """A restart checks what its start needs before it stops the running server (issue 42): a
+    playbook whose launch.python does not exist leaves the healthy server as it was."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
+    rec = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+    pb = tmp_path / "nopython.yaml"
+    pb.write_text(json.dumps({"name": "nopython", "launch": {"python": "/opt/gone/bin/python3"}}))
+    try:
+        proc, doc = launch(inv, "--restart", "--playbook", str(pb))
+        r = doc["hosts"][0]
+        assert proc.returncode == 3 and r["verdict"] == "refused", r
+        assert "launch.python /opt/gone/bin/python3 does not exist: the server could not start" in r["detail"], r
+        assert f"the running server (pid {rec['pid']}) was left running" in r["detail"], r
+        now = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+        assert now["pid"] == rec["pid"] and not now.get("stopped_at"), now
+        st = run("status", "-i", inv, "--format", "lines")
+        assert "health 200" in st.stdout and f"pid {rec['pid']}" in st.stdout, st.stdout
+    finally:
+        run("stop", "-i", inv)

@@ -40,6 +40,29 @@ def record(host) -> dict:
     return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
 
 
+def assert_server_limits(ssh_env, host, unit: str, pid: int) -> None:
+    """What a user checks of a GPU server's unit: `systemctl show` has locked memory and tasks
+    unlimited and open files at an SSH session's hard limit (systemd's defaults: 8 MiB, TasksMax, soft
+    1024); the server's own /proc/PID/limits has soft = hard = the most the host allows (this machine
+    grants no CAP_SYS_RESOURCE: systemd raises memlock only as far as the session could, 8 MiB here)."""
+    import subprocess
+
+    said = subprocess.run(ssh_env.ssh_argv(host, "ulimit -Hn; ulimit -Hl"), capture_output=True, text=True,
+                          timeout=60).stdout.split()
+    hard_n, hard_l = said[0], said[1]
+    props = dict(line.split("=", 1) for line in host.run(
+        f"systemctl show -p LimitMEMLOCK,LimitNOFILE,TasksMax {unit}").stdout.splitlines() if "=" in line)
+    big = str(2 ** 64 - 1)  # how systemctl shows "infinity"
+    assert props["LimitMEMLOCK"] in ("infinity", big) and props["TasksMax"] in ("infinity", big), props
+    assert props["LimitNOFILE"] == (big if hard_n == "unlimited" else hard_n), (props, hard_n)
+    limits = host.run(f"cat /proc/{pid}/limits").stdout
+    memlock = next(line for line in limits.splitlines() if line.startswith("Max locked memory")).split()[3:5]
+    want = "unlimited" if hard_l == "unlimited" else str(int(hard_l) * 1024)
+    assert memlock == [want, want], (memlock, hard_l)
+    nofile = next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3:5]
+    assert nofile == [hard_n, hard_n], (nofile, hard_n)
+
+
 def test_persistent_unit_verifies_is_enabled_and_keeps_secrets_out(tmp_path, ssh_env, systemd_host):
     host = systemd_host
     inv = inventory(tmp_path, ssh_env, host)
@@ -57,6 +80,8 @@ def test_persistent_unit_verifies_is_enabled_and_keeps_secrets_out(tmp_path, ssh
     assert host.run(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
     assert host.hostpath(f"/etc/systemd/system/multi-user.target.wants/{UNIT}").is_symlink()
     assert unit_props(host, "ActiveState")["ActiveState"] == "active"
+    # the limits a GPU server needs (systemd's defaults: 8 MiB locked, 1024 files): NCCL over InfiniBand
+    assert_server_limits(ssh_env, host, UNIT, record(host)["pid"])
     # The secrets are in 0600 files (HF_TOKEN: the token file the hub reads through HF_TOKEN_PATH;
     # SGLang's --config file: the key), nowhere anyone can read; the spec the watcher reads has neither.
     spec = host.hostpath("/var/lib/provision/server/server-30000.spec.json")

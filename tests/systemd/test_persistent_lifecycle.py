@@ -11,6 +11,7 @@ import pytest
 from provision.host.ops.backends.systemd import RESTART_SEC
 from tests.cli.helpers import run, run_json
 from tests.cli.test_fleet_cli import install_release
+from tests.systemd.test_persistent import assert_server_limits
 
 pytestmark = pytest.mark.ssh
 
@@ -100,6 +101,7 @@ def test_a_plain_launch_runs_in_a_transient_unit_and_stop_ends_its_cgroup(tmp_pa
     assert rec["pid"] in pids
     for pid in pids:  # the server and its ranks are in the unit's cgroup: that is what makes them ours
         assert f"/{unit}\n" in host.run(f"cat /proc/{pid}/cgroup").stdout
+    assert_server_limits(ssh_env, host, unit, rec["pid"])  # as a server started from root's shell had them
     proc, doc = run_json("stop", "-i", inv)
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", proc.stdout
     assert "sglang.launch_server" not in host.run("ps -eo args=").stdout

@@ -117,3 +117,17 @@ def test_a_persistent_server_is_coming_back_only_while_systemd_brings_it_back(un
     from provision.host.ops.backends.systemd import coming_back
 
     assert coming_back(unit) is back
+
+
+@pytest.mark.parametrize("hard, nofile", [(1048576, "1048576"), (524288, "524288"), (4096, "4096"),
+                                          (-1, "infinity"), (2 ** 63 - 1, "infinity")])
+def test_a_server_unit_gets_the_limits_a_gpu_server_needs(hard, nofile):
+    """systemd's service defaults (8 MiB of locked memory, 1024 open files, TasksMax) would cap what a
+    server started from a shell had: NCCL over InfiniBand locks memory without bound."""
+    from provision.host.ops.backends.systemctl import server_limits
+
+    limits = server_limits(hard)
+    assert limits == {"LimitMEMLOCK": "infinity", "LimitNOFILE": nofile, "TasksMax": "infinity"}
+    unit = render_server_unit(8000, "/usr/bin/python3", "/w.py", "/s.json", "/l.log", 30, "vLLM", limits)
+    service = unit.split("[Service]", 1)[1].split("[Install]", 1)[0].splitlines()
+    assert {"LimitMEMLOCK=infinity", f"LimitNOFILE={nofile}", "TasksMax=infinity"} <= set(service), unit

@@ -156,6 +156,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     for pid in _sglang_children_orphans(mine | set(theirs)):
         strays.append({"pid": pid, "argv": procfs.cmdline(str(pid))})
     checks += _gpu_checks(args, _server_env(req, inst).get("CUDA_VISIBLE_DEVICES"), mine, theirs)
+    checks += _start_checks(req, prof.get("python") or installs.owner_python(inst)[0], st["record"])
     if strays:
         checks.append({"level": "fail", "check": "strays",
                        "message": f"leftover {eng.title} processes that no record of provision's claims: "
@@ -167,6 +168,21 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
     return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
             "record": st["record"], "install": inst, "survivors": left, "fix": fix, "overlay": staged}
+
+
+def _start_checks(req: ServerRequest, python: str, old: dict | None) -> list:
+    """What the start itself needs, checked before anything is stopped (a restart stops the running
+    server only once these pass): the interpreter exists and runs, and the backend can start here."""
+    out = []
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        where = "launch.python" if (req.get("profile") or {}).get("python") else "the install's interpreter"
+        out.append({"level": "fail", "check": "start",
+                    "message": f"{where} {python} " + ("is not executable" if os.path.exists(python) else "does not exist")
+                               + ": the server could not start"})
+    why = select.for_launch(dict(req), old).start_problem(dict(req))
+    if why:
+        out.append({"level": "fail", "check": "start", "message": why})
+    return out
 
 
 def _gpu_checks(args: dict, visible: str | None, mine: set, theirs: dict) -> list:

@@ -70,6 +70,11 @@ class ServerBackend:
     def start(self, req: dict, launch: dict) -> dict:
         raise NotImplementedError
 
+    def start_problem(self, req: dict) -> str | None:
+        """What would stop this backend from starting a server here, in a sentence (None: nothing):
+        asked by preflight, so a restart finds out before the running server is stopped."""
+        return None
+
     def stop(self, req: dict, rec: dict, grace: float) -> dict:
         raise NotImplementedError
 

@@ -7,7 +7,7 @@ from provision.host.ops.backends import record
 from provision.host.ops.backends.base import ServerBackend
 from provision.host.ops.backends.container import ContainerBackend
 from provision.host.ops.backends.detached import DetachedBackend
-from provision.host.ops.backends.systemctl import systemd_available
+from provision.host.ops.backends.systemctl import can_run_units
 from provision.host.ops.backends.systemd import SystemdBackend
 from provision.host.ops.backends.transient import TransientBackend
 
@@ -39,8 +39,9 @@ def for_launch(req: dict, old: dict | None) -> ServerBackend:
     if req.get("persistent") or (req.get("restart") and old and name_of_record(old) == "systemd"
                                  and not old.get("stopped_at")):
         return BACKENDS["systemd"]
-    # where systemd is init, a server runs in a transient unit of its own: its cgroup is its identity
-    return BACKENDS["transient"] if systemd_available() else BACKENDS["detached"]
+    # where systemd is init, a server runs in a transient unit of its own: its cgroup is its identity;
+    # a non-root agent cannot start one (systemd-run for the system manager needs root): detached
+    return BACKENDS["transient"] if can_run_units() else BACKENDS["detached"]
 
 
 def server_state(req: dict, port: int) -> dict:

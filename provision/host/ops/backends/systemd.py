@@ -13,10 +13,12 @@ import os
 import sys
 import time
 
+from provision.host import inference
 from provision.host.lib import atomic
 from provision.host.ops.backends import identity, record, tree
 from provision.host.ops.backends.base import ServerBackend
 from provision.host.ops.backends.systemctl import systemctl as _systemctl
+from provision.host.ops.backends.systemctl import session_limits
 from provision.host.ops.backends.systemctl import systemd_available, unit_state  # noqa: F401 - re-exported
 
 UNIT_DIR = "/etc/systemd/system"
@@ -26,7 +28,7 @@ LOG_CAP = 64 << 20  # a persistent server's log is rotated at a start-up once bi
 LOG_KEEP = 3        # rotated logs kept (LOG.1 .. LOG.3)
 
 
-def unit_name(port: int, engine: str = "sglang") -> str:
+def unit_name(port: int, engine: str = inference.DEFAULT) -> str:
     """The persistent unit of the server on `port`, named for its engine (`systemctl status
     provision-vllm-8000` says what runs there)."""
     return f"provision-{engine}-{port}.service"
@@ -53,9 +55,10 @@ MARK = ("import os, sys; p = sys.argv[1]; cap, keep = int(sys.argv[2]), int(sys.
 
 
 def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log: str, grace: float,
-                       title: str = "SGLang") -> str:
-    """The service unit of a persistent server (pure)."""
+                       title: str = "SGLang", limits: dict | None = None) -> str:
+    """The service unit of a persistent server (pure). ``limits``: systemctl.server_limits."""
     q = systemd_quote
+    lim = "".join(f"{k}={v}\n" for k, v in (limits or {}).items())
     return (f"# written by provision launch --persistent; `provision stop` removes it\n"
             f"[Unit]\nDescription={title} on port {port} (managed by provision)\n"
             f"Wants=network-online.target\nAfter=network-online.target\n"
@@ -63,7 +66,7 @@ def render_server_unit(port: int, python: str, watcher: str, spec_path: str, log
             f"[Service]\nType=simple\n"
             f"ExecStartPre={q(python)} -c {q(MARK)} {q(log)} {LOG_CAP} {LOG_KEEP}\n"
             f"ExecStart={q(python)} {q(watcher)} {q(spec_path)}\n"
-            f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n"
+            f"KillMode=mixed\nTimeoutStopSec={int(grace)}\n{lim}"
             f"Restart=on-failure\nRestartSec={RESTART_SEC}\n\n"
             f"[Install]\nWantedBy=multi-user.target\n")
 
@@ -106,22 +109,30 @@ def coming_back(unit: dict) -> bool:
 class SystemdBackend(ServerBackend):
     name = "systemd"
 
+    def start_problem(self, req: dict) -> str | None:
+        if not systemd_available():
+            return "--persistent needs systemd as init (/run/systemd/system is missing here); start without it"
+        if os.geteuid() != 0:
+            return ("--persistent writes a unit of the system manager, which needs root: connect as root or "
+                    "with sudo (become), or start without it")
+        return None
+
     def _install(self, req: dict, launch: dict) -> dict:
         """Write the spec, the watcher and the unit, then (re)start the unit, enabled."""
-        if not systemd_available():
-            return {"ok": False, "error": {"kind": "no-systemd",
-                                           "message": "--persistent needs systemd as init (/run/systemd/system is "
-                                                      "missing here); start without it"}}
+        why = self.start_problem(req)
+        if why:
+            return {"ok": False, "error": {"kind": "no-systemd", "message": why}}
         spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
         sroot = record.state_root(req)
-        unit = unit_name(port, launch.get("engine") or "sglang")
+        unit = unit_name(port, launch.get("engine") or inference.DEFAULT)
         spec_path = record.side_file(req, port, "spec.json")
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
         atomic.write_text(os.path.join(UNIT_DIR, unit),
                           render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace,
-                                             launch.get("title") or "SGLang"), mode=0o644)
+                                             launch.get("title") or inference.get(launch.get("engine")).title,
+                                             session_limits()), mode=0o644)
         os.makedirs(sroot, mode=0o700, exist_ok=True)
         tree.clear_files(spec, ("pidfile",))
         for cmd in (["daemon-reload"], ["reset-failed", unit], ["enable", unit], ["restart", unit]):
@@ -150,7 +161,7 @@ class SystemdBackend(ServerBackend):
 
     def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
         """`systemctl restart` of the unit with the new spec: it stays enabled."""
-        new_unit = unit_name(int(launch["port"]), launch.get("engine") or "sglang")
+        new_unit = unit_name(int(launch["port"]), launch.get("engine") or inference.DEFAULT)
         if rec.get("unit") and rec["unit"] != new_unit:  # another engine on this port: its unit goes first
             err = self._remove_unit(req, rec, grace)
             if err:

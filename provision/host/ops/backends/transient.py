@@ -1,6 +1,6 @@
 """The transient-unit backend: where systemd is init, a server that is not --persistent runs in a
-transient unit of its own (``systemd-run --unit=... --collect -p KillMode=control-group``), under
-the same watcher (tree.py).  STDLIB ONLY.
+transient unit of its own (``systemd-run --unit=... --collect -p KillMode=control-group``, with the
+limits a GPU server needs: systemctl.server_limits), under the same watcher (tree.py).  STDLIB ONLY.
 
 The unit's cgroup is the server's identity: every process in it is the server's (its name is new
 for each launch), whatever its pid number or parent; `stop` is ``systemctl stop`` of the unit, which
@@ -14,19 +14,24 @@ import subprocess
 import sys
 import time
 
+from provision.host import inference
 from provision.host.lib import atomic
 from provision.host.lib.trust import trusted_binary  # the one policy for binaries run as root
 from provision.host.ops.backends import identity, record, tree
 from provision.host.ops.backends.base import ServerBackend
-from provision.host.ops.backends.systemctl import systemctl, unit_state
+from provision.host.ops.backends.systemctl import session_limits, systemctl, unit_state
 
 
-def unit_name(port: int, stamp: int, engine: str = "sglang") -> str:
+def unit_name(port: int, stamp: int, engine: str = inference.DEFAULT) -> str:
     return f"provision-{engine}-{port}-run{stamp}.service"
 
 
 class TransientBackend(ServerBackend):
     name = "transient"
+
+    def start_problem(self, req: dict) -> str | None:
+        run, why = trusted_binary("systemd-run")
+        return None if run and not why else f"systemd-run: {why or 'not found'} (a server runs in a transient unit here)"
 
     def start(self, req: dict, launch: dict) -> dict:
         spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
@@ -35,14 +40,16 @@ class TransientBackend(ServerBackend):
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
-        unit = unit_name(port, time.time_ns() // 1000, launch.get("engine") or "sglang")
+        unit = unit_name(port, time.time_ns() // 1000, launch.get("engine") or inference.DEFAULT)
         run, why = trusted_binary("systemd-run")
         if why or not run:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {why or 'not found'}"}}
+        limits = [a for k, v in session_limits().items() for a in ("-p", f"{k}={v}")]
+        title = launch.get("title") or inference.get(launch.get("engine")).title
         try:
-            p = subprocess.run([run, f"--unit={unit}", "--collect", "--quiet",
+            p = subprocess.run([run, f"--unit={unit}", "--collect", "--quiet", *limits,
                                 "-p", "KillMode=control-group", "-p", f"TimeoutStopSec={int(grace)}",
-                                "-p", f"Description={launch.get('title') or 'SGLang'} on port {port} (started by provision)",
+                                "-p", f"Description={title} on port {port} (started by provision)",
                                 sys.executable, watcher, spec_path], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as exc:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {exc}"}}

@@ -29,6 +29,10 @@ from provision.tasks.selection import selector
 
 DIST_INIT_PORT = 50000
 UP = ("ready", "running")  # rank 0 verdicts under which the other ranks keep running
+# rank 0 verdicts that leave its server running, still starting, as far as anyone knows (the follow
+# lost the host past --max-outage, or --deadline passed): the other ranks keep running with it, or
+# rank 0 would sit in NCCL holding its GPUs for a group that was torn down under it
+LEFT_RUNNING = ("unknown", "timeout")
 
 
 class MultiNode:
@@ -119,7 +123,7 @@ class MultiNode:
     def rank0_failed(self, host: Host) -> str | None:
         """Why this rank must not run (rank 0 already ended without coming up), or None."""
         name = host.get("server")
-        if name not in self.done or not self.done[name].is_set() or self.verdict.get(name) in UP:
+        if name not in self.done or not self.done[name].is_set() or self.verdict.get(name) in UP + LEFT_RUNNING:
             return None
         r0 = self.rank0(name)
         return f"rank 0 of server {name} ({r0.name}) {self.verdict.get(name)}: {self.detail.get(name) or 'no detail'}"
@@ -144,11 +148,18 @@ def follow_secondary(host: Host, multinode: MultiNode, *, poll: float, deadline:
             return HostResult(host.name, "crashed", f"rank {rank} of server {name} exited "
                               f"(exit status {ans.get('exit')}); see `provision logs {selector(host.name)}`")
         if time.monotonic() - t0 > deadline:
-            return HostResult(host.name, "timeout", f"rank 0 of server {name} not ready after {deadline:g} s")
+            return HostResult(host.name, "timeout", f"rank 0 of server {name} not ready after {deadline:g} s; "
+                              f"this rank (rank {rank}) was left running with it")
     v = multinode.verdict.get(name)
     if v in UP:
         return HostResult(host.name, "ready", f"rank {rank} of server {name}; "
                           "the server is ready (judged on rank 0)")
+    if v in LEFT_RUNNING:
+        r0 = multinode.rank0(name)
+        return HostResult(host.name, str(v), f"rank 0 of server {name} ({r0.name}) ended {v}: "
+                          f"{multinode.detail.get(name) or 'no detail'}; this rank (rank {rank}) was left running "
+                          f"with it: `provision wait {selector(r0.name)}` follows the group on, "
+                          f"`provision stop` ends it", data={"stopped": False, "rank0_verdict": v})
     why = multinode.rank0_failed(host) or f"rank 0 of server {name} ended {v}"
     stopped = stop()
     if stopped.verdict in ("stopped", "not-running"):

@@ -88,3 +88,20 @@ def test_a_secondary_whose_own_process_dies_reports_it_without_waiting():
     r = follow_secondary(hs[1], MultiNode(hs), poll=0.01, deadline=60, probe=lambda: {"running": False, "exit": 9},
                          stop=lambda: HostResult("gpu-b", "stopped", ""))
     assert r.verdict == "crashed" and "exit status 9" in r.detail
+
+
+@pytest.mark.parametrize("verdict", ["unknown", "timeout"])
+def test_a_secondary_stays_up_with_a_rank0_left_running(verdict):
+    """Rank 0's follow ended `unknown` (the host lost past --max-outage) or `timeout`: its server is
+    left running, so this rank is too (stopping it would leave rank 0 in NCCL holding its GPUs), and
+    the row says so; a rank that starts after that verdict is started, not refused."""
+    hs = group()
+    stops = []
+    mn = MultiNode(hs)
+    mn.finish(hs[0], verdict, "gpu-a: no answer for 300 s; the server is left running")
+    assert mn.rank0_failed(hs[1]) is None
+    r = follow_secondary(hs[1], mn, poll=0.01, deadline=60, probe=lambda: {"running": True},
+                         stop=lambda: stops.append(1) or HostResult("gpu-b", "stopped", ""))
+    assert stops == [] and r.verdict == verdict and r.data["stopped"] is False
+    assert r.detail.startswith(f"rank 0 of server k (gpu-a) ended {verdict}: gpu-a: no answer for 300 s")
+    assert "this rank (rank 1) was left running with it: `provision wait" in r.detail

@@ -101,6 +101,11 @@ def bench_fn(opts: BenchOptions, on_progress: Callable[[str, str, int, int], Non
     """One host's bench; ``on_progress(host, text, step, steps)`` after each of its requests."""
     def fn(host: Host, session, fleet) -> HostResult:
         t0 = time.monotonic()
+        rank = host.get("node_rank")
+        if host.get("server") and isinstance(rank, int) and rank > 0:  # SGLang serves a group on rank 0 alone
+            return HostResult(host.name, "not-applicable", f"rank {rank} of server {host.get('server')}: the ranks "
+                              "above 0 serve no requests (only a health route); the group is measured on its rank 0",
+                              data={"flags": [], "node_rank": rank})
 
         def on_event(event: dict) -> None:
             text = progress_text(event, time.monotonic() - t0)

@@ -52,6 +52,14 @@ def test_a_two_node_group_of_tp16_launches_restarts_and_reconciles_without_force
             assert ranks(h) == [f"GPU-sandbox-{i}" for i in range(8)], (h.name, ranks(h))
         pids = {h.name: json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"]
                 for h in gpair}
+        # bench: rank 0 serves the group and is measured; rank 1 serves nothing and says why
+        proc, doc = run_json("bench", "-i", inv, "--requests", "2", "--warmup", "0", "--max-new-tokens", "16",
+                             timeout=300)
+        by = {h["host"]: h for h in doc["hosts"]}
+        assert by["gn0"]["verdict"] == "measured" and by["gn0"]["decode_tok_s"] > 0, by["gn0"]
+        assert by["gn1"]["verdict"] == "not-applicable", by["gn1"]
+        assert "the ranks above 0 serve no requests" in by["gn1"]["detail"], by["gn1"]
+        assert proc.returncode in (0, 8), doc
         proc, doc = run_json("launch", "-i", inv, "--restart", "--poll", "0.5", "--deadline", "120", timeout=400)
         assert proc.returncode == 0 and all(r["verdict"] in ("ready", "running") for r in doc["hosts"]), doc
         again = {h.name: json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"]

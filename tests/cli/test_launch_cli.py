@@ -197,3 +197,39 @@ def test_a_restart_into_an_interpreter_that_does_not_exist_is_refused_before_any
         assert "health 200" in st.stdout and f"pid {rec['pid']}" in st.stdout, st.stdout
     finally:
         run("stop", "-i", inv)
+
+
+def test_a_restart_whose_new_start_fails_after_the_stop_says_so_and_marks_the_old_record_stopped(
+        tmp_path, ssh_env, host):
+    """What preflight cannot see: an interpreter that is there and executable but does not run (not
+    a program: exec format error). The old server is stopped first; the row says so in words, the
+    old record is marked stopped, the log keeps the watcher's own error, and `history` the attempt."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
+    old = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+    host.run("mkdir -p /opt/notpy/bin && printf 'not a program\\n' > /opt/notpy/bin/python3 && "
+             "chmod 755 /opt/notpy/bin/python3")
+    pb = tmp_path / "notpy.yaml"
+    pb.write_text(json.dumps({"name": "notpy", "launch": {"python": "/opt/notpy/bin/python3"}}))
+    journal = tmp_path / "journal.jsonl"
+    try:
+        proc, doc = run_json("launch", "-i", inv, "--restart", "--playbook", str(pb), "--poll", "0.5",
+                             env={"PROVISION_JOURNAL": str(journal)}, timeout=240)
+        r = doc["hosts"][0]
+        assert proc.returncode == 3 and r["verdict"] == "failed", r
+        assert r["detail"].startswith(f"the old server (pid {old['pid']}) was stopped; the new one failed: the server "
+                                      "did not start: OSError: [Errno 8] Exec format error"), r["detail"]
+        now = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+        assert now["pid"] == old["pid"] and now.get("stopped_at"), now
+        assert sglang_procs(host) == [], "nothing of either server runs"
+        log = r["detail"].rsplit("; see ", 1)[1]
+        assert "the watcher could not start the server: OSError: [Errno 8] Exec format error" in \
+            host.hostpath(log).read_text()
+        last = json.loads(journal.read_text().splitlines()[-1])
+        assert last["command"] == "launch" and last["verdict"] == "failed" and "was stopped" in last["detail"], last
+        st = run("status", "-i", inv, "--format", "lines")
+        assert "health 200" not in st.stdout, st.stdout
+    finally:
+        run("stop", "-i", inv)

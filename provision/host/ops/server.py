@@ -435,11 +435,19 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
             if not stopped["ok"]:
                 return stopped
             out = backend.start(req, launch)
-            out["replaced"] = stopped.get("pids") or []
+            if out.get("ok"):
+                out["replaced"] = stopped.get("pids") or []
+            else:
+                out["old_stopped"] = True
         replaced = out.get("replaced")
     else:
         out = backend.start(req, launch)
     if not out.get("ok"):
+        if replacing and out.get("old_stopped"):  # say it in words, and the record says it too
+            write_record(req, port, dict(old, stopped_at=time.time(), stopped_by="a restart whose new start failed"))
+            why = (out.get("error") or {}).get("message") or "no reason given"
+            out = dict(out, error=dict(out.get("error") or {}, message=(
+                f"the old server (pid {old.get('pid')}) was stopped; the new one failed: {why}")))
         return out
     eng = inference.get(inference.of_request(req))
     common = {"backend": backend.name, "engine": eng.name,

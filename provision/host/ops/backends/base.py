@@ -90,13 +90,16 @@ class ServerBackend:
 
     def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
         """Replace the running server `rec` with `launch`: stop, then start (a backend that can do
-        better, a unit's `systemctl restart`, overrides it). {"ok", "replaced": pids, ...}."""
+        better, a unit's `systemctl restart`, overrides it). {"ok", "replaced": pids, ...}; a start
+        that failed after the old server was stopped says "old_stopped"."""
         stopped = self.stop(req, rec, grace)
         if not stopped["ok"]:
             return stopped
         out = self.start(req, launch)
         if out.get("ok"):
             out["replaced"] = stopped.get("pids") or []
+        else:
+            out["old_stopped"] = True  # the caller says so, and marks the old record stopped
         return out
 
     def probe(self, req: dict, rec: dict, st: dict) -> dict:

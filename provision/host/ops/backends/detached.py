@@ -25,7 +25,7 @@ class DetachedBackend(ServerBackend):
         watcher_ident = identity.ident(watcher.pid)
         pid = tree.wait_pid(spec["pidfile"], lambda: watcher.poll() is not None)
         if pid is None:
-            return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
+            return {"ok": False, "error": {"kind": "start", "message": tree.start_failure(spec)}}
         return {"ok": True, "pid": pid, "watcher": watcher.pid,
                 "watcher_starttime": (watcher_ident or {}).get("starttime"), "unit": None,
                 "mechanism": "detached"}

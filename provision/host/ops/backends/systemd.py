@@ -151,7 +151,7 @@ class SystemdBackend(ServerBackend):
             time.sleep(0.02)
         pid = tree.wait_pid(spec["pidfile"], lambda: not tree.alive(watcher_pid, None))
         if pid is None:
-            return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
+            return {"ok": False, "error": {"kind": "start", "message": tree.start_failure(spec)}}
         return {"ok": True, "pid": pid, "watcher": watcher_pid,
                 "watcher_starttime": (identity.ident(watcher_pid) or {}).get("starttime"), "unit": unit,
                 "mechanism": "systemd unit " + unit, "log_offset": last_start_offset(spec["log"])}
@@ -173,6 +173,8 @@ class SystemdBackend(ServerBackend):
             out = self._install(req, launch)
             if out.get("ok"):
                 out["replaced"] = stopped.get("pids") or []
+            else:
+                out["old_stopped"] = True
             return out
         rec = self.refresh(req, rec)
         before = identity.owned(rec)
@@ -184,6 +186,8 @@ class SystemdBackend(ServerBackend):
                 return {"ok": False, "error": {"kind": "stop", "message": (
                     f"after systemctl restart {rec['unit']}, processes of the old server are still alive: {left}")}}
             out["replaced"] = before
+        elif not identity.still_alive(known):  # systemctl restart stopped the old server, the new one failed
+            out["old_stopped"] = True
         return out
 
     def refresh(self, req: dict, rec: dict) -> dict:

@@ -66,7 +66,7 @@ class TransientBackend(ServerBackend):
         pid = tree.wait_pid(spec["pidfile"], gone)
         watcher_pid = watcher["pid"]
         if pid is None:
-            return {"ok": False, "error": {"kind": "start", "message": f"the server did not start; see {spec['log']}"}}
+            return {"ok": False, "error": {"kind": "start", "message": tree.start_failure(spec)}}
         if not watcher_pid:
             watcher_pid = (unit_state(unit) or {}).get("MainPID") or 0
         return {"ok": True, "pid": pid, "watcher": watcher_pid,

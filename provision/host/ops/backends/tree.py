@@ -18,8 +18,11 @@ import time
 from provision.host.lib import procfs
 from provision.host.ops.backends import identity
 
+START_FAILED = "[provision] the watcher could not start the server:"  # its line in the log
+
 WATCHER = r"""
 import ctypes, json, os, subprocess, sys, signal, time
+START_FAILED = @START_FAILED@
 try:  # PR_SET_CHILD_SUBREAPER: the server's orphaned ranks become ours, not init's
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 except Exception:
@@ -72,8 +75,15 @@ def end_rest_of_tree(grace, reapfile):
 spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
 env = dict(spec["env"])
 log = open(spec["log"], "ab", buffering=0)
-p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                     env=env, cwd=spec["cwd"], preexec_fn=os.setpgrp)
+try:
+    p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         env=env, cwd=spec["cwd"], preexec_fn=os.setpgrp)
+except (OSError, ValueError, subprocess.SubprocessError) as exc:  # the server's own error goes in its log
+    log.write(("%s %s: %s\n" % (START_FAILED, type(exc).__name__, exc)).encode())
+    with open(spec["exitfile"] + ".tmp", "w") as fh:
+        fh.write("127")
+    os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+    sys.exit(127)
 with open(spec["pidfile"], "w") as fh:
     fh.write(str(p.pid))
 done = []
@@ -99,7 +109,22 @@ if spec.get("reapfile"):
 # forwarded SIGTERM/SIGINT) ends in success.
 if rc != 0 and not stopping:
     sys.exit(rc if rc > 0 else 128 - rc)
-"""
+""".replace("@START_FAILED@", repr(START_FAILED))
+
+
+def start_failure(spec: dict) -> str:
+    """Why a server did not start, in a sentence: the watcher's own line from the log when it could
+    not start it (an interpreter that does not run, say), and where the log is."""
+    why = ""
+    try:
+        with open(spec["log"], "rb") as fh:
+            fh.seek(max(0, os.path.getsize(spec["log"]) - 8192))
+            for line in fh.read().decode("utf-8", "replace").splitlines():
+                if line.startswith(START_FAILED):
+                    why = line[len(START_FAILED):].strip()
+    except OSError:
+        pass
+    return "the server did not start" + (f": {why}" if why else "") + f"; see {spec['log']}"
 
 
 def clear_files(spec: dict, keys: tuple = ("pidfile", "exitfile", "reapfile")) -> None:

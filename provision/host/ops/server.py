@@ -20,13 +20,13 @@ import urllib.request
 
 from provision.host import inference
 from provision.host.facts import installs
-from provision.host.lib import procfs
+from provision.host.lib import atomic, procfs
 from provision.host.ops import server_secrets
-from provision.host.ops.backends import identity, lock, select, tree
+from provision.host.ops.backends import identity, lock, record, select, tree
 from provision.host.ops.backends.base import health, port_open
 from provision.host.ops.backends.record import log_root, other_ports, read_record, state_root, write_record
-from provision.host.ops.backends.systemd import (RESTART_SEC, render_server_unit, systemd_available,  # noqa: F401
-                                                 systemd_quote, unit_name)
+from provision.host.ops.backends.systemd import (RESTART_SEC, UNIT_DIR, render_server_unit,  # noqa: F401
+                                                 systemd_available, systemd_quote, unit_name)
 from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher, for its tests
 from provision.host.ops.checks import check_model as _check_model
 from provision.host.lib.paths import default_state_dir
@@ -376,6 +376,66 @@ def _host_launch(req: dict, port: int, secrets: dict) -> dict:
             "engine": engine.name, "title": engine.title, "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
 
 
+# The files of a port's server that a new start writes over: its secrets, the watcher's spec and
+# script, and a persistent server's unit. A restart keeps a copy until the old server is gone.
+SIDE_FILES = ("secrets.yaml", "hf_token", "spec.json", "run.json", "watcher.py")
+
+
+def snapshot_files(paths: list[str]) -> dict:
+    """{path: (bytes, mode) or None when absent}: what put_back_files restores."""
+    out: dict = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                out[path] = (fh.read(), os.stat(path).st_mode & 0o777)
+        except FileNotFoundError:
+            out[path] = None
+        except OSError:
+            pass  # unreadable: left as it is
+    return out
+
+
+def put_back_files(snap: dict) -> list[str]:
+    """Restore a snapshot (absent files removed again): the paths that differed."""
+    changed = []
+    for path, was in snap.items():
+        try:
+            with open(path, "rb") as fh:
+                now: tuple | None = (fh.read(), os.stat(path).st_mode & 0o777)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            continue
+        if now == was:
+            continue
+        changed.append(path)
+        if was is None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        else:
+            atomic.write_bytes(path, was[0], mode=was[1])
+    return changed
+
+
+def _old_files(req: dict, port: int, old: dict) -> dict:
+    paths = [record.side_file(req, port, s) for s in SIDE_FILES]
+    if old.get("unit"):
+        paths.append(os.path.join(UNIT_DIR, str(old["unit"])))
+    return snapshot_files(paths)
+
+
+def _restore_old_files(snap: dict) -> None:
+    """The new start failed before the old server was stopped: it keeps running with the files its
+    record describes (its key, its unit: systemd's next Restart= runs what the record says)."""
+    changed = put_back_files(snap)
+    if any(p.endswith(".service") for p in changed):
+        from provision.host.ops.backends.systemctl import systemctl
+
+        systemctl("daemon-reload")  # the old unit text is back: systemd reads it again
+
+
 def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     prof = req["profile"]
     args = dict(prof["args"])
@@ -409,6 +469,7 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     secrets, why = server_secrets.keep_for_restart(req, old)
     if why:
         return _refused("secret", why, old)
+    kept = _old_files(req, port, old) if replacing else None
     req = dict(req, secrets=secrets)
     backend = select.for_launch(req, old)
     sroot = state_root(req)
@@ -424,6 +485,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     else:
         launch = _host_launch(req, port, secrets)
         if not launch["ok"]:
+            if kept is not None:
+                _restore_old_files(kept)
             return launch
     replaced = None
     if replacing:
@@ -443,6 +506,8 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
     else:
         out = backend.start(req, launch)
     if not out.get("ok"):
+        if kept is not None and not out.get("old_stopped"):
+            _restore_old_files(kept)  # the old server still runs: with its own files
         if replacing and out.get("old_stopped"):  # say it in words, and the record says it too
             write_record(req, port, dict(old, stopped_at=time.time(), stopped_by="a restart whose new start failed"))
             why = (out.get("error") or {}).get("message") or "no reason given"

@@ -233,3 +233,28 @@ def test_a_restart_whose_new_start_fails_after_the_stop_says_so_and_marks_the_ol
         assert "health 200" not in st.stdout, st.stdout
     finally:
         run("stop", "-i", inv)
+
+
+def test_a_restart_onto_a_full_log_disk_is_refused_before_anything_stops(tmp_path, ssh_env, host):
+    """The new start needs room for its log and record: a full disk is found before the healthy
+    server is stopped (it was stopped, then the start failed on ENOSPC)."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
+    old = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+    host.run("mkdir -p /var/log/full && mount -t tmpfs -o size=1m tmpfs /var/log/full && "
+             "(dd if=/dev/zero of=/var/log/full/filler bs=4k 2>/dev/null || true)")
+    pb = tmp_path / "fulllog.yaml"
+    pb.write_text(json.dumps({"name": "fulllog", "launch": {"log_dir": "/var/log/full"}}))
+    try:
+        proc, doc = launch(inv, "--restart", "--playbook", str(pb))
+        r = doc["hosts"][0]
+        assert proc.returncode == 3 and r["verdict"] == "refused", r
+        assert "the log directory /var/log/full has 0 KiB free" in r["detail"], r["detail"]
+        assert f"the running server (pid {old['pid']}) was left running" in r["detail"], r["detail"]
+        now = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+        assert now["pid"] == old["pid"] and not now.get("stopped_at"), now
+    finally:
+        host.run("umount /var/log/full", check=False)
+        run("stop", "-i", inv)

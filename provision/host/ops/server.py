@@ -182,7 +182,26 @@ def _start_checks(req: ServerRequest, python: str, old: dict | None) -> list:
     why = select.for_launch(dict(req), old).start_problem(dict(req))
     if why:
         out.append({"level": "fail", "check": "start", "message": why})
+    for what, path in (("state", state_root(req)), ("log", log_root(req))):  # the record, the spec, the log
+        free = _free_bytes(path)
+        if free is not None and free < START_FREE_BYTES:
+            out.append({"level": "fail", "check": "start", "message": (
+                f"the {what} directory {path} has {free // 1024} KiB free: the server's record and log could "
+                "not be written")})
     return out
+
+
+START_FREE_BYTES = 4 << 20  # the record, spec, unit and the first lines of the log
+
+
+def _free_bytes(path: str) -> int | None:
+    """Free bytes where `path` is (or its nearest existing parent), None when unknown."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or "/").free
+    except OSError:
+        return None
 
 
 def _gpu_checks(args: dict, visible: str | None, mine: set, theirs: dict) -> list:

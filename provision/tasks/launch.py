@@ -184,7 +184,7 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
                                                spec=spec.to_engine() if spec else None,
                                                patch_specs=[s.to_engine() for s in checked],
                                                overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT,
-                                               pull_timeout=pull, **extra),
+                                               pull_timeout=pull, persistent=persistent, **extra),
                                 timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull, sudo=sudo)
 
         pre: PreflightAnswer = preflight()

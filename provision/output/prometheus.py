@@ -101,14 +101,20 @@ def status_metrics(results: list[HostResult]) -> str:
             continue
         seen_host.add(r.host)
         rows = [x for x in results if x.host == r.host]
-        restart.add({"host": r.host}, 1 if any(x.data.get("restart_needed") for x in rows) else 0)
-        server = str(r.data.get("server_state") or "")
-        port = r.data.get("server_port")
-        if port is None:
-            m = _PORT.search(str(r.data.get("server") or ""))
-            port = m.group(1) if m else ""
-        if not r.failed:
+        if any(state_of(x) != "unreachable" for x in rows):  # an unreachable host has no figure, never a 0
+            restart.add({"host": r.host}, 1 if any(x.data.get("restart_needed") for x in rows) else 0)
+        # the server is the host's, not a spec's: from the first row that read it (a spec's error row
+        # before it says nothing of the server)
+        srv = next((x for x in rows if x.data.get("server_state") is not None or x.data.get("server")), None)
+        if srv is not None:
+            server = str(srv.data.get("server_state") or "")
+            port = srv.data.get("server_port")
+            if port is None:
+                m = _PORT.search(str(srv.data.get("server") or ""))
+                port = m.group(1) if m else ""
             up.add({"host": r.host, "port": port}, 1 if server.startswith("up") else 0)
+        elif not r.failed:
+            up.add({"host": r.host, "port": ""}, 0)
         if r.version or r.install:
             engine = str(r.data.get("engine") or DEFAULT_ENGINE)
             if engine == DEFAULT_ENGINE:

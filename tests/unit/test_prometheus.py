@@ -178,3 +178,22 @@ def test_promtool_finds_nothing_to_say_of_the_status_and_bench_metrics():
     assert lint(pm.status_metrics(status_rows() + [vllm])) == ""
     assert lint(pm.bench_metrics(bench_rows())) == ""
     assert "no help text" in lint("# TYPE foo_total gauge\nfoo_total 1\n")
+
+
+def test_the_servers_sample_is_the_hosts_and_an_unreachable_host_has_no_made_up_figure():
+    """issue 43 item 4: a host whose first spec row is an error still says its server is up (the
+    server is the host's, not the spec's), and an unreachable host has no provision_restart_needed
+    sample (a 0 there would be a made-up figure); promtool finds nothing to say of either."""
+    rows = [HostResult("gpu01", "error", "spec sm120-x: its file is not in this SGLang", version="0.5.9",
+                       install="/opt/v/sglang", error_kind="spec", data={"spec": "sm120-x"}),
+            HostResult("gpu01", "patched", version="0.5.9", install="/opt/v/sglang",
+                       data={"spec": "kimi-k25-eagle3", "server_state": "up", "server_port": 30000,
+                             "restart_needed": False}),
+            HostResult("gpu03", "unreachable", "connection refused", error_kind="connect", data={})]
+    text = pm.status_metrics(rows)
+    got, _ = samples(text)
+    assert got[("provision_server_up", frozenset({"host": "gpu01", "port": "30000"}.items()))] == 1
+    assert got[("provision_restart_needed", frozenset({"host": "gpu01"}.items()))] == 0
+    assert not any(k[0] in ("provision_restart_needed", "provision_server_up") and dict(k[1])["host"] == "gpu03"
+                   for k in got), got
+    assert lint(text) == ""

@@ -258,3 +258,26 @@ def test_a_restart_onto_a_full_log_disk_is_refused_before_anything_stops(tmp_pat
     finally:
         host.run("umount /var/log/full", check=False)
         run("stop", "-i", inv)
+
+
+def test_an_offline_host_with_the_hub_id_in_its_cache_is_not_refused(tmp_path, ssh_env, host):
+    """issue 43 item 1: an `offline` host whose Hugging Face cache has the model's snapshot starts it
+    (preflight refused before looking); one whose cache lacks it is refused, saying where it looked."""
+    snap = "/root/.cache/huggingface/hub/models--moonshotai--Kimi-K2.5"
+    host.run(f"mkdir -p {snap}/snapshots/0123abc {snap}/refs && printf 0123abc > {snap}/refs/main && "
+             f"cp -a /data/models/Kimi-K2.5/. {snap}/snapshots/0123abc/")
+    inv = inventory(tmp_path, ssh_env, host, extra={"offline": True, "args": {"model-path": "moonshotai/Kimi-K2.5"}})
+    run("patch", "-i", inv, check_rc=0)
+    try:
+        proc, doc = launch(inv)
+        r = doc["hosts"][0]
+        assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr[-2000:])
+        assert "marked offline" not in proc.stderr, proc.stderr
+    finally:
+        run("stop", "-i", inv)
+    host.run(f"rm -rf {snap}")
+    proc, doc = launch(inv)
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "refused", r
+    assert "model moonshotai/Kimi-K2.5 is a hub id: the host downloads it at start but is marked offline and hub id " \
+           "moonshotai/Kimi-K2.5 is not in this host's Hugging Face cache (/root/.cache/huggingface/hub)" in r["detail"], r

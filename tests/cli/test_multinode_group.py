@@ -90,14 +90,22 @@ def test_rank0s_follow_cut_past_max_outage_leaves_the_whole_group_running(tmp_pa
     run_json("patch", "-i", inv, timeout=300)
     pb = tmp_path / "quick-probe.yaml"  # the probe's call times out after 2 x 5 + 30 s, not 90 s
     pb.write_text(json.dumps({"name": "quick-probe", "launch": {"health_timeout": 5}}))
+    t0 = time.time()
     proc = subprocess.Popen([PROVISION, "launch", "-i", inv, "--playbook", str(pb), "--poll", "0.5", "--deadline", "300",
                              "--max-outage", "3", "--connect-timeout", "2", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
-        end = time.monotonic() + 60
-        while time.monotonic() < end and not all(h.hostpath("/var/lib/provision/server/server-30000.json").exists()
-                                                 for h in gpair):
+        def started(h) -> bool:  # this launch's record (the module's first test left stopped ones)
+            try:
+                return json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())[
+                    "started_at"] >= t0
+            except (OSError, ValueError, KeyError):
+                return False
+
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not all(started(h) for h in gpair):
             time.sleep(0.2)
+        assert all(started(h) for h in gpair), "both ranks started"
         pids = {h.name: json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"]
                 for h in gpair}
         with silent_drop(r0):

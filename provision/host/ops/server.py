@@ -129,9 +129,11 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
         checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
     offline = bool(req.get("offline"))
     eng = inference.get(inference.of_request(req))
-    checks += _check_model(str(args.get(eng.model_arg, "")), "model", offline)
+    env = _server_env(req, inst)  # type: ignore[arg-type]  # where the hub cache is, as the server will look
+    checks += _check_model(str(args.get(eng.model_arg, "")), "model", offline, env, args.get("revision"))
     if eng.draft_path(args):
-        checks += _check_model(str(eng.draft_path(args)), "drafter", offline)
+        checks += _check_model(str(eng.draft_path(args)), "drafter", offline, env,
+                               args.get("speculative-draft-model-revision"))
     checks += model_rows  # type: ignore[arg-type]
     # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
     mine = set(identity.owned(st["record"])) if st["record"] else set()

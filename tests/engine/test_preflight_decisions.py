@@ -151,3 +151,25 @@ def test_eagle_rows_by_algorithm_and_mode():
     row = modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "container", set(), "v")[0]
     assert row["level"] == "fail" and "launch with --overlay" in row["message"]
     assert modelcheck.eagle_rows("W", reg, "eagle3", specs, "overlay", set(), "v")[0]["level"] == "ok"
+
+
+def test_a_drafter_that_captures_no_target_layers_needs_only_get_embed_and_head():
+    """issue 43 item 1: with eagle_config.use_aux_hidden_state: false in the drafter's config.json,
+    SGLang 0.5.9 never calls set_eagle3_layers_to_capture (model_runner reads the flag), so a class
+    lacking only that is not refused; one lacking get_embed_and_head still is."""
+    no_aux = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"use_aux_hidden_state": False}}
+    assert modelcheck.called_methods("EAGLE3", no_aux) == ("get_embed_and_head",)
+    assert modelcheck.called_methods("EAGLE3", {"eagle_config": {"use_aux_hidden_state": True}}) == \
+        modelcheck.CALLED["EAGLE3"]
+    assert modelcheck.called_methods("EAGLE3", {}) == modelcheck.CALLED["EAGLE3"]
+    assert modelcheck.called_methods("EAGLE", no_aux) == ("get_embed_and_head",)
+    reg = {"S": {"missing": ["set_eagle3_layers_to_capture"], "getattr": False},
+           "W": {"missing": ["set_eagle3_layers_to_capture", "get_embed_and_head"], "getattr": False}}
+    (row,) = modelcheck.eagle_rows("S", reg, "EAGLE3", [], "edit", set(), "0.5.9",
+                                   modelcheck.called_methods("EAGLE3", no_aux))
+    assert row["level"] == "ok" and "use_aux_hidden_state is false" in row["message"], row
+    (row,) = modelcheck.eagle_rows("S", reg, "EAGLE3", [], "edit", set(), "0.5.9")
+    assert row["level"] == "fail"
+    (row,) = modelcheck.eagle_rows("W", reg, "EAGLE3", [], "edit", set(), "0.5.9",
+                                   modelcheck.called_methods("EAGLE3", no_aux))
+    assert row["level"] == "fail" and "lacks get_embed_and_head in SGLang 0.5.9" in row["message"], row

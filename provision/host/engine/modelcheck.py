@@ -113,8 +113,20 @@ def arch_rows(what: str, cfg: dict, registry: dict | None, version: str | None, 
                                          + f"; install {'an' if title[:1] in 'AEIOSU' else 'a'} {title} that has it")], None
 
 
+def called_methods(algorithm: str | None, draft_config: object) -> tuple:
+    """What SGLang calls on the target for `algorithm`: for EAGLE3 both methods, unless the drafter's
+    eagle_config says use_aux_hidden_state: false (then the target's layers are never captured: only
+    get_embed_and_head; 0.5.9's model_runner and eagle_worker read it so). Pure."""
+    alg = str(algorithm or "").upper()
+    called = CALLED.get(alg) or ("get_embed_and_head",)
+    ec = draft_config.get("eagle_config") if isinstance(draft_config, dict) else None
+    if alg == "EAGLE3" and isinstance(ec, dict) and ec.get("use_aux_hidden_state") is False:
+        return tuple(m for m in called if m == "get_embed_and_head")
+    return tuple(called)
+
+
 def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, specs: list[dict],
-               mode: str, in_place: set, version: str | None) -> list[dict]:
+               mode: str, in_place: set, version: str | None, called: tuple | None = None) -> list[dict]:
     """The EAGLE-3 interface: the target class must have every method this SGLang calls on it.
 
     ``specs``: candidate delegation specs (shipped playbooks' and --playbook), each with ``name`` and
@@ -126,10 +138,12 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
     if not cls or registry is None or alg not in ("EAGLE3",) + EAGLE_LIKE or cls in in_place:
         return []
     info = registry.get(cls) or {}
-    missing = [m for m in (CALLED.get(alg) or ("get_embed_and_head",)) if m in (info.get("missing") or [])]
+    called = called or CALLED.get(alg) or ("get_embed_and_head",)
+    missing = [m for m in called if m in (info.get("missing") or [])]
     if not missing:
-        return [_row("ok", "eagle3", f"{cls} has {', '.join(CALLED.get(alg) or ('get_embed_and_head',))} "
-                                     f"in SGLang {version}")]
+        return [_row("ok", "eagle3", f"{cls} has {', '.join(called)} in SGLang {version}"
+                     + ("" if tuple(called) == tuple(CALLED.get(alg) or ()) or alg != "EAGLE3" else
+                        " (the drafter's eagle_config.use_aux_hidden_state is false: SGLang calls nothing else)"))]
     if info.get("getattr"):
         return [_row("warn", "eagle3", f"{cls} lacks {', '.join(missing)} but forwards unknown attributes "
                                        "(__getattr__): not checked")]
@@ -250,7 +264,9 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
             rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes,
                               title)[0]
     if cls is not None and cls not in overlay_classes:  # an external package's class replaces the built-in
-        rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version)
+        rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version,
+                           called_methods(args.get("speculative-algorithm"),
+                                          (facts.get("draft") or {}).get("config")))
     rows += aux_layer_rows(facts.get("draft"), str(facts.get("engine_title") or ""), facts.get("aux_default"))
     rows += shard_rows("model", (facts.get("target") or {}).get("shards"))
     if facts.get("draft") is not None:

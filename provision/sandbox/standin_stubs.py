@@ -305,8 +305,16 @@ def _entry_classes(mod) -> list:
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
 
 
+class _Layer:
+    """A loaded layer as the EAGLE-3 methods read it (``embed_tokens.weight``, ``lm_head.weight``)."""
+
+    weight = "weight"
+
+
 class _Recorder:
     """Stands in for the inner language model; has the three EAGLE-3 methods."""
+
+    embed_tokens = _Layer()
 
     def __init__(self):
         self.calls: list[str] = []
@@ -344,12 +352,13 @@ class ModelProbe:
             inst = object.__new__(cls)
         except Exception:
             return None
-        for attr in ("language_model", "model", "llm"):
+        for attr, make in (("language_model", _Recorder), ("model", _Recorder), ("llm", _Recorder),
+                           ("lm_head", _Layer)):
             desc = inspect.getattr_static(cls, attr, None)
             if desc is not None and hasattr(desc, "__set__"):
                 continue
             try:
-                object.__setattr__(inst, attr, _Recorder())
+                object.__setattr__(inst, attr, make())
             except Exception:
                 pass
         return inst

@@ -160,3 +160,26 @@ def test_truncated_shard_is_refused(tmp_path, ssh_env, host):
     assert "2 of 64 shards are not whole" in detail
     assert "model-00017-of-00064.safetensors is" in detail and "truncated copy" in detail
     assert "model-00033-of-00064.safetensors is not a whole safetensors file" in detail
+
+
+def test_a_drafter_that_captures_no_layers_needs_only_get_embed_and_head(tmp_path, ssh_env, host):
+    """issue 43 item 1: Glm4ForCausalLM (SGLang 0.5.9) has get_embed_and_head and lacks
+    set_eagle3_layers_to_capture. With a drafter whose eagle_config says use_aux_hidden_state: false,
+    SGLang never calls the latter: the launch proceeds. With the stock drafter it is refused."""
+    host.run(f"cp -r {MODEL} /data/models/pf-glm4 && printf '%s' "
+             "'{\"architectures\": [\"Glm4ForCausalLM\"], \"model_type\": \"glm4\"}' > /data/models/pf-glm4/config.json")
+    host.run(f"cp -r {DRAFTER} /data/models/pf-noaux && python3 -c 'import json,sys; p=sys.argv[1]; "
+             "c=json.load(open(p)); c[\"eagle_config\"]={\"use_aux_hidden_state\": False}; json.dump(c, open(p, \"w\"))' "
+             "/data/models/pf-noaux/config.json")
+    glm = launch_only_profile(tmp_path, **{"model-path": "/data/models/pf-glm4"})
+    detail = refused(tmp_path, ssh_env, host, profile=glm)
+    assert "Glm4ForCausalLM lacks set_eagle3_layers_to_capture in SGLang 0.5.9" in detail, detail
+    inv = inventory(tmp_path, ssh_env, host, load="2")
+    proc, doc = run_json("launch", "-i", inv, "--playbook", glm, "--arg",
+                         "speculative-draft-model-path=/data/models/pf-noaux", "--poll", "0.5", timeout=240)
+    try:
+        r = doc["hosts"][0]
+        assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr[-3000:])
+        assert "speculative EAGLE3" in r["detail"], r
+    finally:
+        run("stop", "-i", inv, "--playbook", glm)

@@ -120,7 +120,7 @@ def called_methods(algorithm: str | None, draft_config: object) -> tuple:
     alg = str(algorithm or "").upper()
     called = CALLED.get(alg) or ("get_embed_and_head",)
     ec = draft_config.get("eagle_config") if isinstance(draft_config, dict) else None
-    if alg == "EAGLE3" and isinstance(ec, dict) and ec.get("use_aux_hidden_state") is False:
+    if alg == "EAGLE3" and isinstance(ec, dict) and "use_aux_hidden_state" in ec and not ec["use_aux_hidden_state"]:
         return tuple(m for m in called if m == "get_embed_and_head")
     return tuple(called)
 

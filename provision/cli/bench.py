@@ -38,16 +38,20 @@ from provision.errors import EXIT_NOTHING, ConfigError
 @click.option("--api-key-file", metavar="FILE",
               help="The server's API key (default: PROVISION_API_KEY, then the key the launch left in the "
                    "host's 0600 --config file).")
+@click.option("--admin-api-key-file", metavar="FILE",
+              help="The server's admin key, which SGLang alone accepts on /flush_cache once it has one "
+                   "(default: PROVISION_ADMIN_API_KEY, then the launch's --config file).")
 @metrics_options
 def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, save_baseline, min_speedup,
-          min_accept_length, force, api_key_file, metrics_file):
+          min_accept_length, force, api_key_file, admin_api_key_file, metrics_file):
     """Measure each host's running server: single-stream decode speed, accept length, speedup.
 
     \b
     For each host (hosts in parallel up to --forks, one server at a time each),
     from the host itself (the port is usually bound to 127.0.0.1):
       /server_info (version, speculative_* settings), /model_info;
-      POST /flush_cache: 400 means the server is busy: skipped (--force);
+      POST /flush_cache (with the admin key when the server has one): 400
+      means the server is busy: skipped (--force);
       --warmup requests, then --requests streaming /generate, one at a time,
       temperature 0, the shipped prompts (code, prose, math, a JSON tool call,
       a long context) in order.
@@ -99,10 +103,10 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
             pass
         except OSError as exc:
             raise ConfigError(f"--save-baseline {save_baseline}: cannot read it ({exc.strerror})") from None
-    secrets = secrets_from_env(files={"api-key": api_key_file} if api_key_file else None)
+    secrets = secrets_from_env(files={"api-key": api_key_file, "admin-api-key": admin_api_key_file})
     opts = tb.BenchOptions(port=server_port, requests=requests, max_new_tokens=max_new_tokens, warmup=warmup,
                            force=force, secrets={"args": {k: v for k, v in secrets["args"].items()
-                                                          if k == "api-key"}},
+                                                          if k in ("api-key", "admin-api-key")}},
                            timeout=ctx.conn.command_timeout)
     hosts = selected_hosts(ctx)
     if not hosts:

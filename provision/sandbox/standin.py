@@ -57,8 +57,9 @@ What it reproduces, and how
   (Prometheus, only with ``--enable-metrics``, else 404), ``POST /generate`` (``meta_info`` with
   ``prompt_tokens``, ``completion_tokens``, ``e2e_latency`` and, with speculative decoding,
   ``spec_accept_length`` 3.1 / ``spec_accept_rate`` 0.78), ``POST /v1/chat/completions``,
-  ``/v1/completions``, ``/flush_cache``.  ``--api-key`` guards every path except ``/health*`` and
-  ``/metrics*`` (401 ``{"error": "Unauthorized"}``).  Each generation logs SGLang's
+  ``/v1/completions``, ``/flush_cache``.  ``--api-key`` and ``--admin-api-key`` guard the paths as the
+  installed release's own ``decide_request_auth`` says (``standin_auth.py``; ``/flush_cache`` takes
+  only the admin key once there is one), never ``/health*`` nor ``/metrics*`` (401 ``{"error": "Unauthorized"}``).  Each generation logs SGLang's
   ``Prefill batch`` / ``Decode batch, ... accept len: 3.10, accept rate: 0.78, ... gen throughput
   (token/s): 96.20`` lines (54 tok/s and no accept figures without EAGLE-3).
 

@@ -17,10 +17,12 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 if __package__:  # provision.sandbox in a checkout
+    from provision.sandbox.standin_auth import rule as auth_rule
     from provision.sandbox.standin_log import forms_version, log, rank_dead_lines, _uvicorn
     from provision.sandbox.standin_ranks import Launch, RANKS_OUTLIVE, _Rank, _child_setup, _env_float, _env_int
     from provision.sandbox.standin_tracebacks import _print_traceback
 else:  # flat, beside the stand-in (/opt/provision-standin on a host, or run as a script)
+    from standin_auth import rule as auth_rule
     from standin_log import forms_version, log, rank_dead_lines, _uvicorn
     from standin_ranks import Launch, RANKS_OUTLIVE, _Rank, _child_setup, _env_float, _env_int
     from standin_tracebacks import _print_traceback
@@ -45,6 +47,7 @@ def _make_handler(L: Launch, state: _State):
     throughput = 96.2 if L.spec_alg == "EAGLE3" else 54.0
     flap_every = max(_env_int("PROVISION_STANDIN_FLAP_EVERY", 2), 1)
     flap_seconds = _env_float("PROVISION_STANDIN_FLAP_SECONDS", 0.0)
+    allowed = auth_rule(L.sglang_dir, L.api_key, L.admin_api_key)  # SGLang's own rule (standin_auth.py)
     gen = _generator(L)  # /generate, /flush_cache, internal_states (standin_generate.py, when installed)
     if gen is not None:  # its per-host speed and accept length (environment) in the log and /metrics too
         accept_len, throughput = (gen.accept_len if L.has_draft else accept_len), gen.tok_s
@@ -77,9 +80,7 @@ def _make_handler(L: Launch, state: _State):
             self._send(code, json.dumps(obj).encode())
 
         def _authorized(self, path: str) -> bool:
-            if not L.api_key or path.startswith("/health") or path.startswith("/metrics"):
-                return True
-            return self.headers.get("Authorization", "") == f"Bearer {L.api_key}"
+            return allowed(self.command, path, self.headers.get("Authorization"))
 
         def _body(self) -> dict:
             n = int(self.headers.get("content-length") or 0)

@@ -177,3 +177,28 @@ def test_api_key_from_the_launch_config_file_and_401_with_a_wrong_one(fleet):
         assert "wrong" not in proc.stdout and "launch-key-1" not in proc.stdout
     finally:
         run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5", timeout=300)
+
+
+def test_a_server_with_an_admin_key_is_flushed_with_it(fleet):
+    """issue 43 item 3: with --admin-api-key set, SGLang opens /flush_cache to the admin key alone
+    (ADMIN_OPTIONAL): bench sends it there (this run's, else the launch's --config file's) and the
+    API key everywhere else; a wrong admin key is a 401 row naming PROVISION_ADMIN_API_KEY."""
+    inv, names, tmp = fleet
+    good = names["good"]
+    keys = {"PROVISION_API_KEY": "launch-key-2", "PROVISION_ADMIN_API_KEY": "admin-key-2"}
+    proc = run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5", env=keys, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        quick = ("bench", "-i", inv, "--limit", good, "--requests", "2", "--max-new-tokens", "32", "--warmup", "0")
+        proc, doc = run_json(*quick, timeout=300)  # both keys from the host's 0600 --config file
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "measured", doc
+        proc, doc = run_json(*quick, env={"PROVISION_API_KEY": "launch-key-2"}, timeout=300)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "measured", doc
+        proc, doc = run_json(*quick, env={"PROVISION_ADMIN_API_KEY": "wrong-admin"}, timeout=300)
+        row = doc["hosts"][0]
+        assert proc.returncode == 3 and row["verdict"] == "failed", row
+        assert "POST /flush_cache answered 401 Unauthorized: the server wants its admin key" in row["detail"], row
+        assert "PROVISION_ADMIN_API_KEY" in row["detail"], row
+        assert "admin-key-2" not in proc.stdout + proc.stderr and "wrong-admin" not in proc.stdout + proc.stderr
+    finally:
+        run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5", timeout=300)

@@ -51,6 +51,7 @@ class InferenceEngine:
                                                             # figures), newest name first
     model_info_paths: tuple[str, ...] = ("/model_info",)  # the served model's path and class, newest name first
     flush_path = "/flush_cache"   # empties the cache before the bench (400: busy serving others)
+    flush_secret = "api-key"      # the launch secret that path takes (SGLang: the admin key when there is one)
     overlay_env = ""              # the variable naming a package of model classes it imports on purpose
     eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
     eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")

@@ -47,6 +47,7 @@ class SGLang(InferenceEngine):
     registry_reader = "entry-classes"
     model_info_paths = ("/model_info", "/get_model_info")
     flush_path = "/flush_cache"
+    flush_secret = "admin-api-key"  # ADMIN_OPTIONAL: with --admin-api-key set, only that key opens it
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"

@@ -51,15 +51,15 @@ class BenchFailure(Exception):
         self.kind, self.message = kind, message
 
 
-def config_api_key(path: str | None) -> str | None:
-    """The `api-key:` of the launch's 0600 --config file (values are JSON-quoted there)."""
+def config_secret(path: str | None, name: str = "api-key") -> str | None:
+    """The `name:` (api-key, admin-api-key) of the launch's 0600 --config file (values are JSON-quoted there)."""
     if not path:
         return None
     try:
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 key, sep, val = line.partition(":")
-                if sep and key.strip() == "api-key":
+                if sep and key.strip() == name:
                     val = val.strip()
                     try:
                         return str(json.loads(val))
@@ -73,22 +73,24 @@ def config_api_key(path: str | None) -> str | None:
 class Client:
     def __init__(self, host: str, port: int, key: str | None, timeout: float, engine=None):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
+        self.flush_key: str | None = None  # the flush path's own key (SGLang's admin key), when it has one
         self.engine = engine or inference.get()  # the server's engine: its endpoints
 
     def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
 
-    def _headers(self) -> dict:
+    def _headers(self, key: str | None = None) -> dict:
         h = {"Content-Type": "application/json", "Accept": "*/*"}
-        if self.key:
-            h["Authorization"] = f"Bearer {self.key}"
+        if key or self.key:
+            h["Authorization"] = f"Bearer {key or self.key}"
         return h
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, bytes]:
+        """One request; `key` replaces the client's API key for it (an admin path's key)."""
         conn = self._conn()
         try:
             conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                         headers=self._headers())
+                         headers=self._headers(key))
             resp = conn.getresponse()
             return resp.status, resp.read(1 << 20)
         except ConnectionRefusedError:
@@ -201,10 +203,12 @@ def gauge_sum(text: str, name: str) -> float:
     return total
 
 
-def status_failure(status: int, what: str, detail: str = "") -> BenchFailure:
+def status_failure(status: int, what: str, detail: str = "", secret: str = "api-key") -> BenchFailure:
     if status == 401:
-        return BenchFailure("unauthorized", f"{what} answered 401 Unauthorized: the server wants an API key "
-                                            "this run does not have (set PROVISION_API_KEY or --api-key-file, "
+        var = "PROVISION_" + secret.upper().replace("-", "_")
+        which = "its admin key" if secret == "admin-api-key" else "an API key"
+        return BenchFailure("unauthorized", f"{what} answered 401 Unauthorized: the server wants {which} "
+                                            f"this run does not have (set {var} or --{secret}-file, "
                                             "as for the launch)")
     if status == 503:
         return BenchFailure("loading", f"{what} answered 503: the server is still starting (or shutting down)")
@@ -222,8 +226,14 @@ def _where(req: dict) -> tuple[str, int, dict]:
 
 def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     host, port, rec = _where(dict(req))
-    key = ((req.get("secrets") or {}).get("args") or {}).get("api-key") or config_api_key(rec.get("config"))
-    client = Client(host, port, key, float(req.get("read_timeout", 120)), inference.get(rec.get("engine")))
+    given = (req.get("secrets") or {}).get("args") or {}
+
+    def secret(name: str) -> str | None:  # this run's, else the one the launch left in its --config file
+        return given.get(name) or config_secret(rec.get("config"), name)
+
+    engine = inference.get(rec.get("engine"))
+    client = Client(host, port, secret("api-key"), float(req.get("read_timeout", 120)), engine)
+    client.flush_key = secret(engine.flush_secret) if engine.flush_secret != "api-key" else None
     out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}
     # what the server's own answers may not say (vLLM's /v1/models has no version nor settings)
     out["record"] = {"engine": client.engine.name, "version": rec.get("version"), "tp": rec.get("tp"),
@@ -271,7 +281,7 @@ def _run(client: Client, req: dict, out: dict) -> None:
         status, model = client.get_json(path)
     if status == 200 and isinstance(model, dict):
         out["model_info"] = {k: model.get(k) for k in ("model_path", "architectures", "weight_version")}
-    status, body = client.request("POST", client.engine.flush_path)
+    status, body = client.request("POST", client.engine.flush_path, key=client.flush_key)
     if status == 200:
         out["flushed"] = True
     elif status == 400:
@@ -282,7 +292,7 @@ def _run(client: Client, req: dict, out: dict) -> None:
                                        "--force measures anyway, and the figures then include that traffic")
         out["busy_forced"] = True
     elif status == 401:
-        raise status_failure(status, f"POST {client.engine.flush_path}")
+        raise status_failure(status, f"POST {client.engine.flush_path}", "", client.engine.flush_secret)
     else:
         out["flushed"] = False
         out["flush_status"], out["flush_path"] = status, client.engine.flush_path

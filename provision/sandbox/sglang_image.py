@@ -138,3 +138,22 @@ def ensure_sglang_image(version: str = "0.5.9", log: Callable[[str], object] | N
 def podman_in_store(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     """podman on this machine against the shared store (for tests and the benchmark)."""
     return _images.podman(*args, check=check, timeout=timeout, store=_images.shared_store())
+
+
+
+BAKED_REPO = "localhost/provision-sglang-baked"
+# the sandbox hosts' /data/models laid out at /models: a user's image with its weights in it
+BAKED_MODEL = "/" + str(Path(_hosts.SANDBOX_MODEL).relative_to("/data"))
+BAKED_DRAFTER = "/" + str(Path(_hosts.SANDBOX_DRAFTER).relative_to("/data"))
+
+
+def ensure_baked_image(version: str = "0.5.9", log: Callable[[str], object] | None = None) -> str:
+    """The SGLang ``version`` image with the sandbox's checkpoint and drafter baked in at
+    ``BAKED_MODEL`` and ``BAKED_DRAFTER``: model folders no volume holds."""
+    base, _ = ensure_sglang_image(version, log)
+    tag = f"{BAKED_REPO}:{version}-{_images.content_hash({'base': base, 'model': BAKED_MODEL, 'layout': 1})}"
+    _images.ensure_layer_image(
+        tag, base, _hosts._fake_weights, name=f"sglang-baked-{version}",
+        changes=("WORKDIR /sgl-workspace", 'CMD ["/bin/bash"]', f"LABEL provision.sandbox=sglang-baked-{version}"),
+        store=_images.shared_store(), log=log)
+    return tag

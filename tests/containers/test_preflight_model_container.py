@@ -80,3 +80,34 @@ def test_mla_drafter_gemma3_and_a_truncated_shard_are_refused(tmp_path, ssh_env,
         assert "1 of 64 shards are not whole: model-00005-of-00064.safetensors" in detail
     finally:
         host.run("rm -rf /data/models/pf-*", check=False)
+
+
+def test_a_model_on_no_volume_is_read_in_the_image_refused_when_absent_accepted_when_baked_in(
+        tmp_path, ssh_env, podman_host, sglang_images):
+    """issue 43 item 2: a profile with no `volumes:` names model folders the image must hold.
+    Preflight reads them in a throw-away container of the image: on the plain image they are
+    refused before any server container exists; baked into the image, the launch is ready."""
+    from provision.sandbox.sglang_image import BAKED_DRAFTER, BAKED_MODEL, ensure_baked_image
+
+    def no_volumes(image, load):
+        pb = json.loads(open(launch_only(tmp_path, image, load=load, **{
+            "model-path": BAKED_MODEL, "speculative-draft-model-path": BAKED_DRAFTER})).read())
+        del pb["launch"]["container"]["volumes"]
+        path = tmp_path / "no-volumes.yaml"
+        path.write_text(json.dumps(pb))
+        return str(path)
+
+    detail = refused(tmp_path, ssh_env, podman_host, no_volumes(sglang_images["0.5.9"], "600"))
+    assert (f"model {BAKED_MODEL} is neither on a volume nor in image {sglang_images['0.5.9']}: the server would "
+            "die after it starts; mount the host folder that holds it") in detail, detail
+    assert f"drafter {BAKED_DRAFTER} is neither on a volume nor in image" in detail, detail
+
+    baked = ensure_baked_image("0.5.9")
+    pb, inv = no_volumes(baked, "2"), inventory(tmp_path, ssh_env, podman_host)
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--poll", "0.5", timeout=420)
+    try:
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc["hosts"][0]["detail"] + proc.stderr
+        assert "not checked" not in proc.stderr and "on a volume" not in proc.stderr, proc.stderr  # read, and found
+    finally:
+        run("stop", "-i", inv, "--playbook", pb, check_rc=0)
+    assert containers(ssh_env, podman_host) == []

@@ -347,8 +347,16 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     img = image_install(req, conf, spec_files(req))
     if img.get("error"):
         return {"ok": False, "error": img["error"], "checks": []}
+    vols = list(conf.get("volumes") or [])
+    eng = inference.get(inference.of_request(req))
+    model_paths = [(str(p), what) for p, what in ((args.get(eng.model_arg), "model"), (eng.draft_path(args), "drafter"))
+                   if p]
+    # a folder on no volume is the image's own: read where the server will look, before any start
+    in_image = preflight_model.image_models(runtime_path(conf["runtime"]), img, bundle,
+                                            {p: w for p, w in model_paths if p.startswith("/") and
+                                             host_path(vols, p) is None})
     model_rows = preflight_model.image_model_checks(req, runtime_path(conf["runtime"]), img, bundle,
-                                                    lambda p: host_path(list(conf.get("volumes") or []), p))
+                                                    lambda p: host_path(vols, p), in_image)
     req = preflight_model.with_covering_specs(req, model_rows)  # --overlay: it carries a covering spec
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
     if set(spec_files(req)) - set(img.get("files") or {}) - set(img.get("file_errors") or {}):
@@ -390,19 +398,14 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         checks.append({"level": "fail", "check": "port", "message": f"something is already listening on {bind}:{port}"})
     elif not ours_running:
         checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
-    vols = list(conf.get("volumes") or [])
     offline = bool(req.get("offline"))
-    for key, what in (("model-path", "model"), ("speculative-draft-model-path", "drafter")):
-        path = str(args.get(key) or "")
-        if not path:
-            continue
+    for path, what in model_paths:
         if not path.startswith("/"):
             checks += preflight_checks.check_model(path, what, offline)
             continue
         on_host = host_path(vols, path)
         if on_host is None:
-            checks.append({"level": "info", "check": what, "message": (
-                f"{what} {path} is not on a volume: it must be in the image (not checked)")})
+            checks += in_image_rows(path, what, conf["image"], in_image.get(path) or {})
         else:
             checks += [dict(c, message=c["message"] + f" (in the container: {path})")
                        for c in preflight_checks.check_model(on_host, what, offline)]
@@ -411,6 +414,22 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     checks += model_rows
     return {"ok": True, "checks": checks, "running": ours_running, "record": st["record"] if rec else None,
             "survivors": st.get("survivors") or [], "image": public(img), "fix": fix, "overlay": staged, "facts": {}}
+
+
+def in_image_rows(path: str, what: str, image: str, got: dict) -> list[dict]:
+    """The path check of a model folder on no volume, from what was read inside the image. Pure."""
+    if "rows" not in got:
+        return [{"level": "warn", "check": what, "message": got.get("error") or f"{what} {path}: not checked"}]
+    rows = []
+    for r in got["rows"]:
+        if r["level"] == "fail" and r["message"] == f"{what} {path} does not exist":
+            r = dict(r, message=(f"{what} {path} is neither on a volume nor in image {image}: the server would die "
+                                 f"after it starts; mount the host folder that holds it (launch.container.volumes: "
+                                 f"HOST_DIR:{path}:ro) or use an image that has it"))
+        else:
+            r = dict(r, message=r["message"] + f" (in image {image}, on no volume)")
+        rows.append(r)
+    return rows
 
 
 def prepare_start(req: dict, sroot: str) -> dict:

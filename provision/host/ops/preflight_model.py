@@ -144,13 +144,16 @@ def _overlay_classes(env: dict) -> tuple[list[str], str | None]:
         return [], f"{pkg_dir}: not read ({exc})"
 
 
-def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | None] | None) -> dict:
+def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | None] | None,
+                in_image: dict | None = None) -> dict:
     if locate is not None and not path.startswith("/"):
         return {"path": path, "skip": f"{path} is a hub id, read inside the container: not checked"}
     if locate is not None:
         host_path = locate(path)
-        if host_path is None:
-            return {"path": path, "skip": f"{path} is not on a volume: it must be in the image (not checked)"}
+        if host_path is None:  # only in the image: read there (image_models), else not checked
+            got = (in_image or {}).get(path) or {}
+            return got.get("fact") or {"path": path, "skip": got.get("error") or
+                                       f"{path} is not on a volume and was not read in the image: not checked"}
         path_on_host = host_path
     else:
         path_on_host = path
@@ -177,23 +180,24 @@ def _model_fact(path: str, env: dict, revision, locate: Callable[[str], str | No
 
 def model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str,
                  in_place: set | None = None, locate: Callable[[str], str | None] | None = None,
-                 tables: dict | None = None, python: str | None = None) -> list[dict]:
+                 tables: dict | None = None, python: str | None = None, in_image: dict | None = None) -> list[dict]:
     """Check rows for the profile's model, drafter, flags and EAGLE-3 interface on this install.
 
     ``mode``: "edit" (the server imports the installed files) or "overlay" (launch --overlay, or a
     container: the overlay carries a delegation spec). ``in_place``: classes whose spec this
     preflight already checks. ``locate``: for a container, the host folder of a path in it.
     ``tables``: the install's registry and flag table when already read (an image's). ``python``:
-    the server's interpreter (an engine whose own parser is asked runs it there)."""
+    the server's interpreter (an engine whose own parser is asked runs it there). ``in_image``: what
+    :func:`image_models` read of the paths on no volume."""
     try:
         return _model_checks(req, sglang_dir, version, env, mode=mode, in_place=in_place or set(), locate=locate,
-                             tables=tables, python=python)
+                             tables=tables, python=python, in_image=in_image)
     except Exception as exc:  # noqa: BLE001 - bad input never crashes preflight: one warn row instead
         return [{"level": "warn", "check": "model", "message": f"model checks skipped: {type(exc).__name__}: {exc}"}]
 
 
 def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str, in_place: set,
-                  locate, tables: dict | None, python: str | None) -> list[dict]:
+                  locate, tables: dict | None, python: str | None, in_image: dict | None = None) -> list[dict]:
     args = dict((req.get("profile") or {}).get("args") or {})
     eng = inference.get(inference.of_request(req))
     if tables is None:
@@ -206,10 +210,10 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
                    "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes,
                    "engine_title": eng.title, "spec_method": eng.spec_method(args),
                    "spec_methods": tables.get("spec_methods")}
-    found["target"] = _model_fact(str(args.get(eng.model_arg) or ""), env, revision, locate)
+    found["target"] = _model_fact(str(args.get(eng.model_arg) or ""), env, revision, locate, in_image)
     if eng.draft_path(args):
         found["draft"] = _model_fact(str(eng.draft_path(args)), env,
-                                     args.get("speculative-draft-model-revision"), locate)
+                                     args.get("speculative-draft-model-revision"), locate, in_image)
     for key in ("target", "draft"):  # SGLang's Transformers fallback, read only when the registry lacks the class
         f = found.get(key) or {}
         archs = (f.get("config") or {}).get("architectures") if isinstance(f.get("config"), dict) else None
@@ -265,20 +269,57 @@ def main(request: bytes, bundle: bytes) -> int:
     from provision.host.bootstrap import RESULT_PREFIX
 
     req = json.loads(request)
-    tables = install_tables(req["sglang"], None, req.get("engine"), "python3")
-    sys.stdout.write(RESULT_PREFIX + json.dumps(tables) + "\n")
+    if "paths" in req:  # image_models: the model folders as the server will find them in the image
+        from provision.host.ops.checks import check_model
+
+        out: dict = {path: {"rows": check_model(path, what, False), "fact": _model_fact(path, {}, None, None)}
+                     for path, what in req["paths"].items()}
+    else:
+        out = install_tables(req["sglang"], None, req.get("engine"), "python3")
+    sys.stdout.write(RESULT_PREFIX + json.dumps(out) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def _in_image(rt: str, img: dict, bundle: bytes, request: dict) -> tuple[object, str]:
+    """:func:`main`'s answer to `request` from a throw-away container of the image
+    (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin): (answer, "")
+    or (None, why not)."""
+    import subprocess
+
+    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code, frame
+
+    try:
+        p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
+                            str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
+                            bootstrap_code("provision.host.ops.preflight_model")],
+                           input=frame(bundle, json.dumps(request).encode()), capture_output=True,
+                           timeout=IMAGE_TIMEOUT)
+        for line in p.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith(RESULT_PREFIX):
+                return json.loads(line[len(RESULT_PREFIX):]), ""
+        return None, (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return None, str(exc)
+
+
+def image_models(rt: str | None, img: dict, bundle: bytes, paths: dict[str, str]) -> dict:
+    """The model folders on no volume (`paths`: container path -> "model"/"drafter"), read inside a
+    throw-away container of the image, where the server will look: {path: {"rows": the path
+    check's rows, "fact": what model_checks reads}} or {path: {"error": why not read}}."""
+    if not paths or rt is None:
+        return {}
+    got, why = _in_image(rt, img, bundle, {"paths": paths})
+    if not isinstance(got, dict):
+        return {p: {"error": f"{p} is not on a volume and the image could not be read ({why}): not checked"}
+                for p in paths}
+    return got
 
 
 def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str, engine: str | None = None) -> dict:
     """The registry and flag table of an image's `engine` (SGLang by default), read inside a throw-away container of it
     (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin), cached per
     image id in <state>/images/."""
-    import subprocess
-
-    from provision.host.bootstrap import RESULT_PREFIX, bootstrap_code, frame
-
     key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
     cache = os.path.join(state_dir, "images", f"{key}-preflight-v{CACHE_VERSION}.json")
     try:
@@ -288,32 +329,21 @@ def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str, engine: str 
             return dict(doc["tables"], cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    why = "no answer"
-    try:
-        p = subprocess.run([rt, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3",
-                            str(img.get("image_id") or img.get("image")), "-I", "-S", "-c",
-                            bootstrap_code("provision.host.ops.preflight_model")],
-                           input=frame(bundle, json.dumps({"sglang": img.get("install"), "engine": engine}).encode()),
-                           capture_output=True, timeout=IMAGE_TIMEOUT)
-        for line in p.stdout.decode("utf-8", "replace").splitlines():
-            if line.startswith(RESULT_PREFIX):
-                tables = json.loads(line[len(RESULT_PREFIX):])
-                try:
-                    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-                    atomic.write_json(cache, {"sglang": img.get("install"), "engine": inference.get(engine).name,
-                                              "tables": tables}, durable=False)
-                except OSError:
-                    pass
-                return dict(tables, cached=False)
-        why = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        why = str(exc)
+    tables, why = _in_image(rt, img, bundle, {"sglang": img.get("install"), "engine": engine})
+    if isinstance(tables, dict):
+        try:
+            os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+            atomic.write_json(cache, {"sglang": img.get("install"), "engine": inference.get(engine).name,
+                                      "tables": tables}, durable=False)
+        except OSError:
+            pass
+        return dict(tables, cached=False)
     msg = f"the image's {inference.get(engine).title} was not read ({why})"
     return {"registry": None, "registry_error": msg, "flags": None, "flags_error": msg, "cached": False}
 
 
 def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
-                       locate: Callable[[str], str | None]) -> list[dict]:
+                       locate: Callable[[str], str | None], in_image: dict | None = None) -> list[dict]:
     """model_checks for a container launch: the image's registry and parser, the model paths
     through the volumes. The overlay carries a covering spec with --overlay; else the message
     says to launch with it."""
@@ -328,4 +358,4 @@ def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
     own = list(req.get("specs") or []) + ([req["spec"]] if req.get("spec") else [])
     return model_checks(req, str(img.get("install") or ""), img.get("version"), env,
                         mode="overlay" if req.get("overlay") else "container", locate=locate, tables=tables,
-                        in_place={s.get("class") for s in own})
+                        in_place={s.get("class") for s in own}, in_image=in_image)

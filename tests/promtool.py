@@ -4,12 +4,14 @@ prometheus package; .ci/run extracts the one binary to ~/.cache/provision-tools,
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 
 import pytest
 
-CACHED = os.path.expanduser("~/.cache/provision-tools/promtool")
+# the user's real home: an ssh test's fixtures point HOME elsewhere
+CACHED = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "provision-tools", "promtool")
 
 
 def promtool() -> str:

@@ -21,8 +21,10 @@ def audit(ctx, spec, install_path, python_):
     """Find every SGLang wrapper model whose EAGLE-3 methods are missing.
 
     Reads every file of the host's installed sglang/srt/models/ with `ast`
-    (importing nothing), builds the class graph, and lists each wrapper that
-    lacks set_eagle3_layers_to_capture or get_embed_and_head, classified as
+    (importing nothing), builds the class graph, and lists each registered
+    class that lacks set_eagle3_layers_to_capture or get_embed_and_head while
+    an attribute holds a model that has it (registered or not, the method its
+    own or inherited, forward calling it or assigned from it), classified as
     fixable (delegation is enough), conditional (depends on the inner model),
     needs-more (forward bypasses the inner model) or unknown.
 

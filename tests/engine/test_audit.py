@@ -516,3 +516,61 @@ def test_synthetic_methods_inherited_from_outside_models(tmp_path):
     spec = spec_for(g["Gap"])
     # the inner has no set_embed_and_head: the parity method gets the default signature
     assert spec["methods"][2] == {"name": "set_embed_and_head", "params": "self, embed, head"}
+
+
+def test_synthetic_inner_models_not_registered_inherited_or_run_by_assignment(tmp_path):
+    """issue 43 item 5: an attribute holding a model that has a method the wrapper lacks counts,
+    whether that model is registered or not, defines the method or inherits it, and whether the
+    wrapper's forward calls it or is it (`self.forward = self.thinker.forward`); one holding a
+    class with none of the lacking methods does not."""
+    models = {
+        "inner.py": """
+            from torch import nn
+            class Base(nn.Module):
+                def set_eagle3_layers_to_capture(self, layer_ids=None):
+                    pass
+                def get_embed_and_head(self):
+                    pass
+            class Thinker(Base):
+                def forward(self, *a):
+                    pass
+            class HalfModel(nn.Module):
+                def set_eagle3_layers_to_capture(self, layer_ids=None):
+                    pass
+            class Vision(nn.Module):
+                pass
+        """,
+        "wrap.py": """
+            from sglang.srt.models.inner import Thinker, HalfModel, Vision
+            class Omni:
+                def __init__(self, config):
+                    self.thinker = Thinker(config)
+                    self.forward = self.thinker.forward
+            class Mtp:
+                def __init__(self, config):
+                    self.model = HalfModel(config)
+                def forward(self, *a):
+                    return self.model(*a)
+                def get_embed_and_head(self):
+                    pass
+            class OnlyVision:
+                def __init__(self, config):
+                    self.vision = Vision(config)
+                def forward(self, *a):
+                    return self.vision(*a)
+            class HalfOfWhatItLacks:
+                def __init__(self, config):
+                    self.model = HalfModel(config)
+                def forward(self, *a):
+                    return self.model(*a)
+            EntryClass = [Omni, Mtp, OnlyVision, HalfOfWhatItLacks]
+        """,
+    }
+    g = gaps(_audit(tmp_path, models))
+    assert sorted(g) == ["HalfOfWhatItLacks", "Mtp", "Omni"], g
+    assert (g["Omni"]["attr"], g["Omni"]["verdict"], inner_names(g["Omni"])) == ("thinker", "fixable", ["Thinker"])
+    assert g["Omni"]["forward_runs_inner"] is True
+    assert (g["Mtp"]["missing"], g["Mtp"]["verdict"]) == (["set_eagle3_layers_to_capture"], "fixable")
+    assert "HalfModel, which has set_eagle3_layers_to_capture, and forward runs it" in g["Mtp"]["reason"]
+    assert g["HalfOfWhatItLacks"]["verdict"] == "needs-more"
+    assert "lacks get_embed_and_head" in g["HalfOfWhatItLacks"]["reason"]

@@ -8,11 +8,13 @@ helpers), and nothing from SGLang: every model file is read with ``ast``, never 
 ``audit_models(models_dir)`` parses each ``*.py`` in ``sglang/srt/models/``
 once, builds the class graph across those files (bases resolved through each
 file's imports, methods defined or inherited), finds the WRAPPERS (a class
-listed in an ``EntryClass`` whose ``__init__`` stores another ``EntryClass``
-model on ``self.<attr>``) and classifies each wrapper that lacks one of the
+listed in an ``EntryClass`` whose ``__init__`` stores a model on ``self.<attr>``: another
+``EntryClass`` class, or any class that has a target method the wrapper lacks, defined or
+inherited; its
+``forward`` may run it by a call or be it, ``self.forward = self.<attr>.forward``) and classifies each wrapper that lacks one of the
 EAGLE-3 target methods (``set_eagle3_layers_to_capture``, ``get_embed_and_head``):
 
-``fixable``      every inner class has both target methods and the wrapper's
+``fixable``      every inner class has the target methods the wrapper lacks and the wrapper's
                  ``forward`` runs the inner model's own forward;
 ``conditional``  some possible inner classes have the methods, some don't;
 ``needs-more``   the forward bypasses the inner forward, or no inner class has
@@ -309,10 +311,16 @@ class _Auditor:
     def analyse(self, c: IndexedClass):
         self._budget = 20000
         slots: dict = {}
+        forward_of = None  # `self.forward = self.<attr>.forward` in __init__: forward is the inner one's
+        lacks = [m for m in TARGET_METHODS if m not in self.ix.all_methods(c)]
         for owner, fn in self.init_functions(c):
             info = self.ix.info(fn, owner.module)
             ctx = _Ctx(c, owner.module, info)
             for attr, value in info.self_assigns:
+                if attr == "forward":
+                    inner_fn = value.value if isinstance(value, ast.Attribute) and value.attr == "forward" else value
+                    if is_self_attr(inner_fn):
+                        forward_of = inner_fn.attr
                 outs = self.outcomes(ctx, value)
                 if not outs:
                     continue
@@ -321,7 +329,10 @@ class _Auditor:
                 )
                 for kind, what in outs:
                     if kind == "class":
-                        if what.key in self.entries and what is not c:
+                        # a model: registered itself, or any class that has a target method this one
+                        # lacks, its own or inherited
+                        if what is not c and (what.key in self.entries or
+                                              any(m in self.ix.all_methods(what) for m in lacks)):
                             if what not in slot["inner"]:
                                 slot["inner"].append(what)
                         elif what.name not in slot["other"]:
@@ -335,7 +346,7 @@ class _Auditor:
         for attr, slot in slots.items():
             if not slot["inner"] and not slot["dynamic"]:
                 continue
-            runs, routed, evidence = self.forward_use(c, attr)
+            runs, routed, evidence = (True, False, []) if attr == forward_of else self.forward_use(c, attr)
             relevant = (
                 bool(slot["inner"])
                 or attr in (getattr_to, call_to)
@@ -370,7 +381,7 @@ class _Auditor:
                 "has": present,
                 "lacks": [m for m in SPEC_METHODS if m not in im],
             })
-            (have if all(m in im for m in TARGET_METHODS) else lack).append(inner.name)
+            (have if all(m in im for m in missing) else lack).append(inner.name)  # what the wrapper lacks
         methods: dict = {}
         for name in have + lack:  # params from classes that have both first
             for m in SPEC_METHODS:
@@ -412,7 +423,9 @@ class _Auditor:
             verdict = "fixable"
             reason = (
                 f"self.{attr} is {' or '.join(have)}, which "
-                f"{'has' if len(have) == 1 else 'all have'} both target methods, and forward runs it, "
+                f"{'has' if len(have) == 1 else 'all have'} "
+                f"{'both target methods' if len(missing) == len(TARGET_METHODS) else ' and '.join(missing)}, "
+                "and forward runs it, "
                 "so delegating the methods is enough."
             )
         elif have:
@@ -425,7 +438,7 @@ class _Auditor:
             verdict = "needs-more"
             reason = (
                 f"self.{attr} is {' or '.join(lack)}, which lacks "
-                f"{' and '.join(m for m in TARGET_METHODS if not all(m in by_class[n] for n in lack))}, "
+                f"{' and '.join(m for m in missing if not all(m in by_class[n] for n in lack))}, "
                 "so the inner class needs the methods before delegation can help."
             )
         rec["verdict"] = verdict

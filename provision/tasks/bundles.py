@@ -13,6 +13,7 @@ import functools
 # What patch and reconcile never import (the audit, the server control, the model checks, bench):
 # left out of their bundle, so each host receives, keeps and parses ~40% less.
 LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_cli", "ops.audit", "ops.server",
+                           "ops.server_preflight", "ops.server_launch", "ops.server_record",
                            "ops.restore", "ops.container", "ops.checks", "ops.server_secrets", "ops.backends",
                            "ops.backends.base", "ops.backends.container", "ops.backends.detached",
                            "ops.backends.identity", "ops.backends.lock", "ops.backends.record", "ops.backends.select",

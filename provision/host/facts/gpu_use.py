@@ -7,15 +7,14 @@ server will use, never the host's. SGLang places TP rank r of a node on CUDA dev
 entry listed there (an index or a UUID). A node runs ``tp-size * pp-size / nnodes`` ranks.
 
 The readers (``parse_gpu_list``, ``parse_compute_apps``) and the decision (``server_gpus``) are pure;
-``read`` runs nvidia-smi under the one policy for binaries run as root (lib/trust.py).
+``read`` runs nvidia-smi the one way (facts/nvidia_smi.py).
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 
-from provision.host.lib.trust import SAFE_ENV, trusted_binary
+from provision.host.facts import nvidia_smi
 
 APPS_QUERY = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader"]
 _GPU_LINE = re.compile(r"^GPU (\d+): .*\(UUID: ([^)\s]+)\)\s*$")
@@ -92,15 +91,15 @@ def describe(gpus: list[dict]) -> str:
 def read(timeout: float = 20) -> dict:
     """{"available": True, "gpus": [...], "apps": [...]} from nvidia-smi, or {"available": False,
     "why": ...}; "error" when a query failed."""
-    smi, why = trusted_binary("nvidia-smi")
-    if not smi or why:
-        return {"available": False, "why": why if smi else "nvidia-smi not found"}
+    listed = nvidia_smi.run(["-L"], timeout)
+    if listed.get("refused"):
+        return {"available": False, "why": listed["why"] if listed["path"] else "nvidia-smi not found"}
     out: dict = {"available": True, "gpus": [], "apps": []}
-    run = {"capture_output": True, "text": True, "timeout": timeout, "env": dict(SAFE_ENV), "cwd": "/",
-           "stdin": subprocess.DEVNULL}
-    try:
-        out["gpus"] = parse_gpu_list(subprocess.run([smi, "-L"], **run).stdout)  # type: ignore[call-overload]
-        out["apps"] = parse_compute_apps(subprocess.run([smi] + APPS_QUERY, **run).stdout)  # type: ignore[call-overload]
-    except (OSError, subprocess.SubprocessError) as exc:
-        out["error"] = str(exc)
+    for key, parse, ran in (("gpus", parse_gpu_list, lambda: listed),
+                            ("apps", parse_compute_apps, lambda: nvidia_smi.run(APPS_QUERY, timeout))):
+        got = ran()
+        if "why" in got:
+            out["error"] = got["why"]
+            return out
+        out[key] = parse(got["stdout"])
     return out

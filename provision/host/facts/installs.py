@@ -545,3 +545,14 @@ def owner_python(install: dict) -> tuple[str, dict]:
         return python, env
     py = shutil.which("python3") or "/usr/bin/python3"
     return py, {"PYTHONPATH": install["pythonpath"]}
+
+
+def server_python(install: dict, profile: dict) -> tuple[str, dict]:
+    """(interpreter, extra env) that runs the server: the profile's `python:` when it names one,
+    else owner_python's. The one rule for the server, used by its preflight, its start checks, its
+    environment and its start alike. It differs from owner_python (the rule for reading and staging
+    the install's files) only by that choice: a launch may run its own interpreter (a wrapper venv
+    that imports the same install), while the files read and staged are always the owner's. The
+    extra env (a checkout's PYTHONPATH) is the owner's either way: it is where the install is."""
+    python, env = owner_python(install)
+    return (profile.get("python") or python), env

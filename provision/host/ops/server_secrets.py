@@ -27,7 +27,14 @@ def control_variable(name: str) -> str:
 
 
 def render_config(args: dict) -> str:
+    """The --config file of the flag secrets (api-key, admin-api-key), for a host server and a
+    container's alike: the one renderer (pure)."""
     return CONFIG_HEAD + "".join(f"{k}: {json.dumps(str(v))}\n" for k, v in args.items())
+
+
+def token_of(secrets: dict) -> str | None:
+    """The Hugging Face token among the environment secrets, if one is set (pure)."""
+    return next((str(v) for k, v in (secrets.get("env") or {}).items() if k in TOKEN_ENV and v), None)
 
 
 def parse_config(text: str) -> dict:
@@ -109,7 +116,7 @@ def write_host_files(req: dict, port: int, secrets: dict) -> tuple[str | None, s
         files.update({k: cfg for k in secrets["args"]})
     else:  # a launch without a key replaces one with: the old key's file goes with it
         _unlink(path)
-    value = next((v for k, v in (secrets.get("env") or {}).items() if k in TOKEN_ENV and v), None)
+    value = token_of(secrets)
     path = record.side_file(req, port, "hf_token")
     if value:
         token = path

@@ -24,6 +24,7 @@ TYPE_CHECKING = False  # not typing's: a host never imports typing (see provisio
 from provision.host import inference
 from provision.host.facts import installs
 from provision.host.lib import atomic
+from provision.host.ops import server_secrets
 from provision.host.ops.backends.base import ServerBackend
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
@@ -152,11 +153,9 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
     env["PYTHONUNBUFFERED"] = "1"
     config_file = None
     if secrets.get("args"):
-        atomic.write_text(os.path.join(sdir, "config.yaml"), "# written by provision; holds secrets\n" + "".join(
-            f"{k}: {json.dumps(str(v))}\n" for k, v in secrets["args"].items()))
+        atomic.write_text(os.path.join(sdir, "config.yaml"), server_secrets.render_config(secrets["args"]))
         config_file = f"{SECRETS_DIR}/config.yaml"
-    token = next((v for k, v in (secrets.get("env") or {}).items() if k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")),
-                 None)
+    token = server_secrets.token_of(secrets)
     if token:
         atomic.write_text(os.path.join(sdir, "hf_token"), str(token))
         env["HF_TOKEN_PATH"] = f"{SECRETS_DIR}/hf_token"

@@ -140,7 +140,6 @@ def podman_in_store(*args: str, check: bool = True, timeout: float = 120) -> sub
     return _images.podman(*args, check=check, timeout=timeout, store=_images.shared_store())
 
 
-
 BAKED_REPO = "localhost/provision-sglang-baked"
 # the sandbox hosts' /data/models laid out at /models: a user's image with its weights in it
 BAKED_MODEL = "/" + str(Path(_hosts.SANDBOX_MODEL).relative_to("/data"))

@@ -8,10 +8,10 @@ helpers), and nothing from SGLang: every model file is read with ``ast``, never 
 ``audit_models(models_dir)`` parses each ``*.py`` in ``sglang/srt/models/``
 once, builds the class graph across those files (bases resolved through each
 file's imports, methods defined or inherited), finds the WRAPPERS (a class
-listed in an ``EntryClass`` whose ``__init__`` stores a model on ``self.<attr>``: another
-``EntryClass`` class, or any class that has a target method the wrapper lacks, defined or
-inherited; its
-``forward`` may run it by a call or be it, ``self.forward = self.<attr>.forward``) and classifies each wrapper that lacks one of the
+listed in an ``EntryClass`` whose ``__init__`` stores a model on ``self.<attr>``:
+another ``EntryClass`` class, or any class that has a target method the wrapper
+lacks, defined or inherited; its ``forward`` may call it or be it,
+``self.forward = self.<attr>.forward``) and classifies each wrapper that lacks one of the
 EAGLE-3 target methods (``set_eagle3_layers_to_capture``, ``get_embed_and_head``):
 
 ``fixable``      every inner class has the target methods the wrapper lacks and the wrapper's

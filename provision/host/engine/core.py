@@ -385,7 +385,8 @@ def _core(source, spec, resolve_module) -> Core:
     s = validate_spec(spec)
     filename = s["file"]
     text, enc = _decode(source)
-    names = [m["name"] for m in s["methods"]]
+    attr_names = [a["name"] for a in s.get("attributes") or []]  # an interface spec's class attributes
+    names = attr_names + [m["name"] for m in s["methods"]]
     notes = []
     tree = _try_parse(text)
     hand = _hand_patch(text, tree, set(names))
@@ -410,16 +411,16 @@ def _core(source, spec, resolve_module) -> Core:
     ours, old_ours = [], []
     for name, line, node, kind in _scope_bindings(cls.body):
         if doc.in_block(line):
-            if kind == "def" and node in cls.body:
+            if (kind == "def" or name in attr_names) and node in cls.body:
                 ours.append(name)
             continue
         if doc.other_block_at(line) is not None:
-            if kind == "def" and node in cls.body and name not in old_ours:
+            if (kind == "def" or name in attr_names) and node in cls.body and name not in old_ours:
                 old_ours.append(name)
             continue
         local.setdefault(name, []).append((line, kind, node))
-    resolver = _Resolver(resolve_module, notes)
-    mod = _Module(module_name(filename), tree)
+    resolver = _Resolver(resolve_module, notes, s["package"])
+    mod = _Module(module_name(filename, s["package"]), tree)
     inherited = resolver.inherited(mod, cls)
     native, via = [], {}
     for n in names:
@@ -430,7 +431,7 @@ def _core(source, spec, resolve_module) -> Core:
             where, bound = inherited[n][0], inherited[n][1]
         else:
             continue
-        why = _not_a_method(n, bound)
+        why = None if n in attr_names else _not_a_method(n, bound)
         if why:
             raise EngineError("not-a-method", f"expected {n} in {where} to be a method (a def, or a function bound in the class body), found {why}; provision cannot tell whether the class has the method. Make it a def, or remove that binding")
         native.append(n)
@@ -504,12 +505,25 @@ def _edit_kind(spec):
     return None
 
 
+def _expanded(spec, resolve_module):
+    """An interface spec as the delegation spec it is on this release (engine/interface.py, its
+    protocol read through `resolve_module`); any other spec as it is. Raises EngineError."""
+    if isinstance(spec, dict) and spec.get("kind") == "interface":
+        from provision.host.engine import interface
+        return interface.expand(spec, resolve_module)
+    return spec
+
+
 def plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
     """Decide what patching `source` means. Pure; see the module docstring."""
     try:
         kind = _edit_kind(spec)
         if kind is not None:
             return edits.plan_patch(kind, source, spec)
+        try:
+            spec = _expanded(spec, resolve_module)
+        except EngineError as e:
+            return _result(error=e.as_dict())
         return _plan_patch(source, spec, resolve_module)
     except Exception as e:  # a bug must become a verdict, never a traceback on a host
         return _result(error=_internal(e))
@@ -615,7 +629,7 @@ def _renamed_blocks(text: str, lines: list, s: dict, notes: list) -> list:
         return []
     idx = tree.body.index(hits[0])
     hi = _first_line(tree.body[idx + 1]) - 1 if idx + 1 < len(tree.body) else len(lines)
-    names = {m["name"] for m in s["methods"]}
+    names = {m["name"] for m in s.get("methods") or []}  # an interface spec's are the release's: none here
     out = []
     for b in _other_blocks(lines, s["name"], hits[0].lineno - 1, hi):
         extra = [n for n in _block_defs(lines, b) if n not in names]
@@ -634,6 +648,10 @@ def check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
         kind = _edit_kind(spec)
         if kind is not None:
             return edits.check_structure(kind, source, spec)
+        try:
+            spec = _expanded(spec, resolve_module)
+        except EngineError as e:
+            return [e.message]
         return _check_structure(source, spec, resolve_module)
     except Exception as e:
         return [_internal(e)["message"]]
@@ -653,17 +671,17 @@ def _check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
         if kind != "del":
             counts.setdefault(name, []).append((line, kind, node))
     inherited = None
-    for m in s["methods"]:
+    for m in (s.get("attributes") or []) + s["methods"]:
         n = m["name"]
         found = counts.get(n, [])
         if len(found) > 1:
             problems.append(f"{n} is defined {len(found)} times in class {s['class']} (lines {', '.join(str(f[0]) for f in found)}); the last one silently wins")
         elif not found:
             if inherited is None:
-                inherited = _Resolver(resolve_module, []).inherited(_Module(module_name(s["file"]), tree), doc.cls)
+                inherited = _Resolver(resolve_module, [], s["package"]).inherited(_Module(module_name(s["file"], s["package"]), tree), doc.cls)
             if n not in inherited:
                 problems.append(f"{n} is not defined in class {s['class']}")
-        elif doc.in_block(found[0][0]) and (found[0][1] != "def" or found[0][2] not in doc.cls.body):
+        elif "params" in m and doc.in_block(found[0][0]) and (found[0][1] != "def" or found[0][2] not in doc.cls.body):
             problems.append(f"{n} in the managed block is not a method directly in class {s['class']}")
     return problems
 
@@ -674,6 +692,14 @@ def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | N
         kind = _edit_kind(spec)
         if kind is not None:
             return cast("Inspection", edits.inspect(kind, source, cast(dict, spec)))
+        try:
+            spec = _expanded(spec, resolve_module)
+        except EngineError as e:  # the release's protocol could not be read: said, nothing judged
+            return {"class": cast(dict, spec).get("class"), "methods": {}, "native_via": {},
+                    "block": {"present": False, "sha": None, "expected_sha": None, "matches": None, "names": []},
+                    "hand_patch": False, "hand_patch_form": None, "hand_patch_defs": [],
+                    "module_level_leftovers": [], "would_change": None, "planned_verdict": None,
+                    "notes": [], "error": cast("ErrorInfo", e.as_dict())}
         return cast("Inspection", _inspect(source, spec, resolve_module))
     except Exception as e:
         return {"class": None, "methods": {}, "native_via": {}, "block": {"present": False, "sha": None,
@@ -704,7 +730,7 @@ def _inspect(source: bytes, spec: dict, resolve_module=None) -> dict:
         return out
     s, doc = c["s"], c["doc"]
     out["class"] = s["class"]
-    for m in s["methods"]:
+    for m in (s.get("attributes") or []) + s["methods"]:
         n = m["name"]
         out["methods"][n] = ("native" if n in c["native"] else "ours" if n in c["ours"] or n in c["old_ours"]
                              else "missing")

@@ -259,14 +259,15 @@ def import_bindings(node, packages: list) -> list:
 
 
 class Resolver:
-    def __init__(self, resolve_module, notes: list):
+    def __init__(self, resolve_module, notes: list, package: str = PACKAGE):
         self.cb = resolve_module
         self.notes = notes
         self.cache = {}
+        self.package = package  # the package whose modules resolve_module reads (sglang, vllm)
 
     def module(self, name: str, load: bool = True):
-        """The parsed SGLang module `name` (read through the callback once), or None."""
-        if not name or name.split(".")[0] != PACKAGE or self.cb is None:
+        """The parsed module `name` of the package (read through the callback once), or None."""
+        if not name or name.split(".")[0] != self.package or self.cb is None:
             return None
         if name in self.cache:
             return self.cache[name]

@@ -29,7 +29,7 @@ def spec_sha(s: dict) -> str:
 
 
 def block_sha(s: dict, names) -> str:
-    """The delegation block's sha: of its methods `names`, rendered as in a class body."""
+    """The delegation block's sha: of its attributes and methods `names`, rendered as in a class body."""
     text = render_methods(s, "    ", "\n", names=names)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
@@ -40,11 +40,14 @@ def block_shas(spec: dict) -> tuple:
     s = validate_spec(spec)
     if isinstance(s, dict) and s.get("kind") in EDIT_KINDS:
         return (spec_sha(s),)
+    if s.get("kind") == "interface":
+        return ()  # its members are read from the installed release: the host judges it in full
     return (block_sha(s, [m["name"] for m in s["methods"]]),)
 
 
 def render_methods(spec: dict, indent: str = "    ", newline: str = "\n", names=None, unit: str | None = None) -> str:
-    """The delegation methods (no markers), each line ending with `newline`.
+    """The delegation methods (no markers), each line ending with `newline`; first the
+    class attributes an interface spec sets (`name = value`), when it has any.
 
     `indent` is the indentation of the `def` lines (the class body's), `unit`
     one more level inside a method (defaults to `indent`, right for a module-level
@@ -54,6 +57,10 @@ def render_methods(spec: dict, indent: str = "    ", newline: str = "\n", names=
     unit = indent if unit is None else unit
     d = s["delegate"]
     chunks = []
+    attrs = [f"{indent}{a['name']} = {a['value']}" for a in s.get("attributes") or []
+             if names is None or a["name"] in names]
+    if attrs:
+        chunks.append(attrs)
     for m in s["methods"]:
         if names is not None and m["name"] not in names:
             continue

@@ -23,17 +23,20 @@ ERROR_KINDS = (
     # mapping-entry and replace (engine/mapping_entry.py, engine/replace.py)
     "scope-missing", "scope-ambiguous", "mapping-missing", "mapping-ambiguous", "mapping-layout",
     "key-missing", "fragment-missing", "fragment-ambiguous", "fragment-layout",
+    # interface (engine/interface.py)
+    "protocol-missing",
 )
 
 # The kinds of spec (what a spec's `kind:` may say); "delegate" when it says nothing.
-KINDS = ("delegate", "mapping-entry", "replace")
+KINDS = ("delegate", "mapping-entry", "replace", "interface")
 DEFAULT_PACKAGE = PACKAGE
 # The keys each kind's spec may carry besides the common ones.
 COMMON_KEYS = ("name", "kind", "package", "file", "applies")
 KIND_KEYS = {
-    "delegate": ("class", "delegate", "methods", "unit"),
+    "delegate": ("class", "delegate", "methods", "unit", "attributes"),
     "mapping-entry": ("mapping", "key", "value", "copy_of"),
     "replace": ("scope", "find", "replace", "native_if"),
+    "interface": ("class", "delegate", "protocol"),
 }
 _CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}\Z")
 _PKG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
@@ -83,6 +86,8 @@ def validate_spec(spec) -> dict:
         raise EngineError("spec", f"spec `package`: expected the import name of an installed package (an identifier like flashinfer), found {package!r}")
     if kind == "delegate":
         out = _validate_delegate(spec, package)
+    elif kind == "interface":
+        out = _validate_interface(spec, package)
     else:
         out = _validate_common(spec, package)
         out.update(_validate_mapping_entry(spec) if kind == "mapping-entry" else _validate_replace(spec))
@@ -226,7 +231,53 @@ def _validate_delegate(spec: dict, package: str) -> dict:
             raise EngineError("spec", f"{where}.params: expected a string like 'self, x=None', found {type(params).__name__}")
         out.append(_parse_params(mname, params.strip(), where))
     base.update({"class": cls, "delegate": delegate, "methods": out})
+    if spec.get("attributes"):
+        base["attributes"] = _validate_attributes(spec["attributes"], delegate, seen)
     return base
+
+
+def _validate_interface(spec: dict, package: str) -> dict:
+    """An interface spec: the class, the attribute holding its inner model, and the protocol
+    (`FILE:Class`, FILE relative to the package) whose members the class must have. The members
+    are read from the installed release's protocol on the host (engine/interface.py)."""
+    base = _validate_common(spec, package)
+    for key in ("class", "delegate"):
+        if not _is_plain_ident(_field(spec, key)) or _mangled(spec[key]):
+            raise EngineError("spec", f"spec `{key}`: expected a Python identifier, found {spec[key]!r}")
+    protocol = _field(spec, "protocol")
+    file, _, cls = protocol.partition(":")
+    try:
+        _validate_common({"name": "x", "file": file}, package)
+    except EngineError:
+        file = ""
+    if not file or not _is_plain_ident(cls):
+        raise EngineError("spec", f"spec `protocol`: expected FILE:Class, the file relative to the {package} package that declares the interface and its class (like model_executor/models/interfaces.py:SupportsEagle3), found {protocol!r}")
+    base.update({"class": spec["class"], "delegate": spec["delegate"], "protocol": protocol})
+    return base
+
+
+def _validate_attributes(attributes, delegate: str, method_names: set) -> list:
+    """A delegate spec's `attributes:` (what an interface spec expands to: class attributes the
+    block sets where the class lacks them): [{name, value}], value a one-line expression."""
+    if not isinstance(attributes, list):
+        raise EngineError("spec", f"spec `attributes`: expected a list of {{name, value}}, found {type(attributes).__name__}")
+    out, seen = [], set()
+    for i, a in enumerate(attributes):
+        name = a.get("name") if isinstance(a, dict) else None
+        value = a.get("value") if isinstance(a, dict) else None
+        if not _is_plain_ident(name) or _mangled(name) or name in seen or name in method_names or name == delegate:
+            raise EngineError("spec", f"spec `attributes[{i}].name`: expected a unique attribute name (not a method's or the delegate's), found {name!r}")
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n\x00"):
+            raise EngineError("spec", f"spec `attributes[{i}].value`: expected a one-line Python expression, found {value!r}")
+        import ast
+
+        try:
+            ast.parse(value.strip(), mode="eval")
+        except SyntaxError as e:
+            raise EngineError("spec", f"spec `attributes[{i}].value`: expected a Python expression, found {value!r} ({e.msg})")
+        seen.add(name)
+        out.append({"name": name, "value": value.strip()})
+    return out
 
 
 def _is_plain_ident(s) -> bool:

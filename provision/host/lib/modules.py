@@ -1,4 +1,4 @@
-"""SGLang module names and files: the one module resolver.  STDLIB ONLY (a leaf)."""
+"""An engine package's module names and files: the one module resolver.  STDLIB ONLY (a leaf)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ def module_name(spec_file: str, package: str = PACKAGE) -> str:
     return ".".join([package] + parts)
 
 
-def make_resolver(package_dir: str) -> Resolver:
-    """resolve_module for the sglang package at `package_dir` (the directory that
-    holds srt/): `sglang.a.b` -> package_dir/a/b.py or package_dir/a/b/__init__.py."""
+def make_resolver(package_dir: str, package: str = PACKAGE) -> Resolver:
+    """resolve_module for the package at `package_dir` (sglang's: the directory that holds
+    srt/; vllm's: model_executor/): `sglang.a.b` -> package_dir/a/b.py or package_dir/a/b/__init__.py."""
     root = os.path.abspath(package_dir)
 
     def resolve(name: str) -> bytes | None:
         parts = name.split(".")
-        if parts[0] != PACKAGE or not all(p.isidentifier() for p in parts):
+        if parts[0] != package or not all(p.isidentifier() for p in parts):
             return None
         base = os.path.join(root, *parts[1:])
         for cand in (base + ".py", os.path.join(base, "__init__.py")):

@@ -368,11 +368,11 @@ def _backup(state_dir: str, real: str, data: bytes, sha: str, *, sglang_version,
 
 
 def _default_resolver(path: str, spec: dict):
-    """Derive the sglang package directory from `path` ending in spec["file"]."""
+    """Derive the spec's package directory (sglang's, vllm's) from `path` ending in spec["file"]."""
     rel = spec.get("file") if isinstance(spec, dict) else None
     ap = os.path.abspath(path)
     if isinstance(rel, str) and ap.replace(os.sep, "/").endswith("/" + rel):
-        return make_resolver(ap[: -len(rel) - 1])
+        return make_resolver(ap[: -len(rel) - 1], spec.get("package") or "sglang")
     return None
 
 

@@ -36,7 +36,10 @@ def _spec_file(install: dict, spec: dict) -> tuple:
     relative to the package the spec names, as the install's interpreter finds it (None when
     that package is missing: PackageInfo's error says so)."""
     path, info = packages.spec_file(install, spec)
-    resolver = make_resolver(install["path"]) if (spec.get("package") or PACKAGE) == PACKAGE else None
+    package, rel = spec.get("package") or PACKAGE, spec.get("file") or ""
+    # base classes (and an interface spec's protocol) are read in the spec's own package
+    root = path[: -len(rel) - 1] if path and rel and path.replace(os.sep, "/").endswith("/" + rel) else None
+    resolver = make_resolver(root, package) if root else None
     return path, info, resolver
 
 

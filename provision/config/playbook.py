@@ -52,6 +52,7 @@ _KIND_PATCH_KEYS = {
     "mapping-entry": {"mapping", "key", "value", "copy_of"},
     "replace": {"scope", "find", "replace", "native_if"},
     "interface": {"class", "delegate", "protocol"},
+    "list-entry": {"scope", "list", "value"},
 }
 _METHOD_KEYS = {"name", "params"}
 
@@ -145,7 +146,7 @@ def _engine_check(spec: PatchSpec, path: str) -> None:
 def parse_patch(data: Any, path: str, name: str, engine: str | None = None) -> PatchSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{_where(path, 'patch')}: expected a mapping with file, class, delegate, methods "
-                          "(or kind: mapping-entry | replace | interface and their fields)")
+                          "(or kind: mapping-entry | replace | interface | list-entry and their fields)")
     kind = data.get("kind") or "delegate"
     if kind not in _KIND_PATCH_KEYS:
         raise ConfigError(f"{_where(path, 'patch.kind')}: expected one of {', '.join(_KIND_PATCH_KEYS)}, got {kind!r}")

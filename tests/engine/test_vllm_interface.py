@@ -105,3 +105,95 @@ def test_without_the_release_to_read_the_protocol_from_nothing_is_guessed():
     d = _vllm("0.32.0")
     plan = core.plan_patch((d / KIMI_VL["file"]).read_bytes(), KIMI_VL, None)
     assert plan["error"]["kind"] == "protocol-missing"
+
+
+# ---------------------------------------------------------------- the allow-list (list-entry)
+
+ALLOW = {"name": "kimi-k25-allow-list-vllm", "kind": "list-entry", "package": "vllm", "file": "config/speculative.py",
+         "scope": "SpeculativeConfig._verify_args", "list": ["eagle3_target_supported", "aux_hidden_states_supported"],
+         "value": '"kimi_k2"'}
+
+
+def _allow_list(text: bytes) -> list:
+    tree = ast.parse(text)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id in ALLOW["list"]:
+            return ast.literal_eval(n.value)
+    return []
+
+
+@pytest.mark.parametrize("version,name", [("0.16.0", "eagle3_target_supported"), ("0.17.0", "aux_hidden_states_supported")])
+def test_the_allow_list_gets_the_entry_under_the_name_each_release_gave_it(version, name):
+    src = (_vllm(version) / ALLOW["file"]).read_bytes()
+    assert "kimi_k2" not in _allow_list(src)
+    plan = core.plan_patch(src, ALLOW)
+    assert plan["verdict"] == "patched", plan
+    assert _allow_list(plan["new"]) == _allow_list(src) + ["kimi_k2"]
+    assert f"{name} = [" in plan["new"].decode()
+    assert core.plan_patch(plan["new"], ALLOW)["verdict"] == "unchanged"
+    assert core.check_structure(plan["new"], ALLOW) == []
+    back = core.plan_unpatch(plan["new"], ALLOW)
+    assert back["verdict"] == "unpatched" and back["new"] == src
+
+
+def test_the_allow_list_has_it_from_018():
+    plan = core.plan_patch((_vllm("0.18.0") / ALLOW["file"]).read_bytes(), ALLOW)
+    assert plan["verdict"] == "native" and plan["new"] is None
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
+def test_a_release_without_the_allow_list_is_said_not_guessed(version):
+    plan = core.plan_patch((_vllm(version) / ALLOW["file"]).read_bytes(), ALLOW)
+    assert plan["error"]["kind"] == "mapping-missing"
+    assert "eagle3_target_supported or aux_hidden_states_supported" in plan["error"]["message"]
+
+
+def test_list_entry_keeps_every_byte_adds_the_comma_it_needs_and_takes_it_out_again():
+    src = b"def f():\n    xs = (\r\n        'a',\r\n        'b'  # last\r\n    )\r\n    return xs\n"
+    spec = {"name": "t", "kind": "list-entry", "file": "m.py", "scope": "f", "list": "xs", "value": "'c'"}
+    plan = core.plan_patch(src, spec)
+    assert plan["verdict"] == "patched", plan
+    ns: dict = {}
+    exec(plan["new"].decode(), ns)
+    assert ns["f"]() == ("a", "b", "c")
+    assert b"'b',  # last\r\n" in plan["new"] and b"        'c',\r\n" in plan["new"]
+    assert core.plan_unpatch(plan["new"], spec)["new"] == src
+    bad = dict(spec, value="some_name")
+    with pytest.raises(Exception):
+        from provision.host.engine.spec import validate_spec
+        validate_spec(bad)
+
+
+# ---------------------------------------------------------------- the shipped vLLM specs, per release
+
+P, N, NA = "patched", "native", "not-applicable"
+SHIPPED = {  # spec -> its verdict on 0.16, 0.17, 0.18, 0.32, 0.34 (patched: the gap is there)
+    "kimi-k25-eagle3-vllm": (P, P, N, N, N),
+    "kimi-k25-allow-list-vllm": (P, P, N, NA, NA),
+    "kimi-vl-eagle3-vllm": (NA, NA, P, P, P),
+    "kimi-vl-proposer-vllm": (NA, NA, NA, P, NA),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_each_shipped_vllm_spec_is_missing_where_the_gap_is_and_native_where_upstream_fixed_it(name):
+    from packaging.specifiers import SpecifierSet
+
+    from provision.config.playbook import load_playbook
+
+    spec = load_playbook(name).patch.to_engine()
+    assert spec["package"] == "vllm" and "vllm" in spec["applies"]
+    got = []
+    for version in VERSIONS:
+        if version not in SpecifierSet(spec["applies"]["vllm"]):
+            got.append(NA)
+            continue
+        d = _vllm(version)
+        src = (d / spec["file"]).read_bytes()
+        plan = core.plan_patch(src, spec, make_resolver(str(d), "vllm"))
+        got.append(plan["verdict"])
+        if plan["new"] is not None:
+            assert core.plan_patch(plan["new"], spec, make_resolver(str(d), "vllm"))["verdict"] == "unchanged"
+            assert core.plan_unpatch(plan["new"], spec)["new"] == src
+    assert tuple(got) == SHIPPED[name], dict(zip(VERSIONS, got))

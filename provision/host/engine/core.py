@@ -502,6 +502,9 @@ def _edit_kind(spec):
     if kind == "replace":
         from provision.host.engine import replace
         return replace
+    if kind == "list-entry":
+        from provision.host.engine import list_entry
+        return list_entry
     return None
 
 

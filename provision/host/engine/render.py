@@ -16,7 +16,7 @@ from provision.host.engine.markers import begin_line, end_line
 from provision.host.engine.spec import KIND_KEYS, validate_spec
 
 # the kinds that edit one place in a file (engine/edits.py); the rest are delegation blocks
-EDIT_KINDS = ("mapping-entry", "replace")
+EDIT_KINDS = ("mapping-entry", "replace", "list-entry")
 
 
 def spec_sha(s: dict) -> str:

@@ -28,7 +28,7 @@ ERROR_KINDS = (
 )
 
 # The kinds of spec (what a spec's `kind:` may say); "delegate" when it says nothing.
-KINDS = ("delegate", "mapping-entry", "replace", "interface")
+KINDS = ("delegate", "mapping-entry", "replace", "interface", "list-entry")
 DEFAULT_PACKAGE = PACKAGE
 # The keys each kind's spec may carry besides the common ones.
 COMMON_KEYS = ("name", "kind", "package", "file", "applies")
@@ -37,6 +37,7 @@ KIND_KEYS = {
     "mapping-entry": ("mapping", "key", "value", "copy_of"),
     "replace": ("scope", "find", "replace", "native_if"),
     "interface": ("class", "delegate", "protocol"),
+    "list-entry": ("scope", "list", "value"),
 }
 _CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}\Z")
 _PKG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
@@ -90,7 +91,8 @@ def validate_spec(spec) -> dict:
         out = _validate_interface(spec, package)
     else:
         out = _validate_common(spec, package)
-        out.update(_validate_mapping_entry(spec) if kind == "mapping-entry" else _validate_replace(spec))
+        out.update(_validate_mapping_entry(spec) if kind == "mapping-entry"
+                   else _validate_list_entry(spec) if kind == "list-entry" else _validate_replace(spec))
     out["kind"], out["package"] = kind, package
     if spec.get("applies") is not None:
         out["applies"] = validate_applies(spec["applies"])
@@ -175,6 +177,26 @@ def _validate_mapping_entry(spec: dict) -> dict:
         if copy_of == key:
             raise EngineError("spec", f"spec `copy_of`: expected another key than `key` ({key!r})")
     return {"mapping": mapping, "key": key, "value": value, "copy_of": copy_of}
+
+
+def _validate_list_entry(spec: dict) -> dict:
+    scope = spec.get("scope")
+    if scope is not None and (not isinstance(scope, str) or not all(_is_plain_ident(p) for p in scope.split("."))):
+        raise EngineError("spec", f"spec `scope`: expected a dotted def or class path like Class.method, found {scope!r}")
+    names = spec.get("list")
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not names or not all(_is_plain_ident(n) for n in names) or len(set(names)) != len(names):
+        raise EngineError("spec", f"spec `list`: expected the name a list literal is bound to, or a list of the names releases gave it, found {spec.get('list')!r}")
+    value = spec.get("value")
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n\x00"):
+        raise EngineError("spec", f"spec `value`: expected a one-line Python literal (the element, like '\"kimi_k2\"'), found {value!r}")
+    import ast  # here, not at the top: the fast path reads markers and never parses a spec
+
+    try:
+        ast.literal_eval(value.strip())
+    except (SyntaxError, ValueError) as e:
+        raise EngineError("spec", f"spec `value`: expected a Python literal (a string, number, ...: provision compares it with the elements), found {value!r} ({e})")
+    return {"scope": scope or None, "list": list(names), "value": value.strip()}
 
 
 def validate_applies(applies) -> dict:

@@ -45,7 +45,7 @@ def host_line(r: HostResult, check: bool = False, *, verdict: str | None = None,
             verdict = WOULD.get(verdict, f"would-be-{verdict}")
     parts = [r.host, verdict]
     if r.version:
-        parts.append(f"sglang {r.version}")
+        parts.append(f"{r.data.get('engine_package') or 'sglang'} {r.version}")
     if r.data.get("spec"):
         parts.append(f"spec {r.data['spec']}")
     if r.file:

@@ -6,6 +6,8 @@ turns the host's JSON answer into a HostResult.
 
 from __future__ import annotations
 
+import os
+
 from typing import TYPE_CHECKING
 
 from provision.config.inventory import Host
@@ -70,8 +72,9 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
     err = answer.get("error") or res.get("error")
     others = [r["path"] for r in facts.get("installs", []) if r["path"] != facts.get("chosen")]
     notes = list(res.get("notes") or []) + discovery_notes(facts, skipped=False)
+    engine_pkg = os.path.basename(str(facts.get("chosen") or "")) or DEFAULT_PACKAGE  # sglang, vllm: the install's package
     if others:
-        notes.append("other SGLang installs left alone: " + ", ".join(others))
+        notes.append(f"other {engine_pkg} installs left alone: " + ", ".join(others))
     if res.get("verify_import"):
         vi = res["verify_import"]
         notes.append(f"verify-import: {vi['status']} ({vi['why']})")
@@ -85,11 +88,12 @@ def result_from_answer(host: str, answer: PatchAnswer, *, check: bool = False) -
     elif res.get("verify_import", {}).get("status") == "failed":
         verdict, detail = "failed", "verify-import: " + res["verify_import"]["why"]
     pkg = res.get("package") or {}
-    if pkg and pkg.get("name") != DEFAULT_PACKAGE:
+    if pkg and pkg.get("name") not in (DEFAULT_PACKAGE, engine_pkg):
         notes.append(package_note(pkg))
     data = {k: res[k] for k in ("sha_before", "sha_after", "backup", "real_file", "kept", "native",
                                 "restart_needed", "module_level_leftovers", "package") if k in res}
     data["install_kind"] = inst.get("kind")
+    data["engine_package"] = engine_pkg
     data["interpreters"] = inst.get("interpreters")
     data["chosen_reason"] = facts.get("chosen_reason")
     if inst.get("git"):

@@ -10,14 +10,18 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
     from provision.host.protocol import AuditAnswer
 
 
-def known_specs(extra: str | None = None) -> list:
+def known_specs(extra: str | None = None, engine: str | None = None) -> list:
+    """The shipped playbooks' specs (and `extra`'s) of files in `engine`'s package (default SGLang's):
+    the coverage the audit counts."""
     from provision.config.playbook import PACKAGE_PLAYBOOKS, load_playbook
+    from provision.host import inference
 
+    package = inference.PACKAGES[engine or inference.DEFAULT]
     specs = []
     paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
     for p in paths:
         pb = load_playbook(str(p))
-        if pb.patch is not None:
+        if pb.patch is not None and pb.patch.package == package:
             specs.append(pb.patch)
     return specs
 
@@ -57,10 +61,15 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["verdict"] == "fixable" and not (r["covered_by"])]
 
 
-def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0):
-    """The per-host audit: one remote call, the answer as a HostResult (gaps or ok)."""
+def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0, engine: str | None = None):
+    """The per-host audit of `engine`'s install (default SGLang): one remote call, the answer as a
+    HostResult (gaps or ok)."""
+    from provision.host import inference
+
+    engine = engine or inference.DEFAULT
+
     def fn(host, session, fleet) -> HostResult:
-        ans: AuditAnswer = session.call({"op": "audit", "specs": [s.to_engine() for s in specs],
+        ans: AuditAnswer = session.call({"op": "audit", "engine": engine, "specs": [s.to_engine() for s in specs],
                             "install_path": host.install_path(install_path),
                             "python": python or host.get("python")},
                            timeout=timeout, sudo=fleet.uses_sudo(host, session))
@@ -72,7 +81,8 @@ def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0):
         return HostResult(host.name, "gaps" if unc else "ok",
                           f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
                           version=inst.get("version"), install=inst.get("path"),
-                          data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc],
+                          data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc], "engine": engine,
+                                "engine_package": inference.PACKAGES[engine],
                                 "files_scanned": ans["audit"].get("files_scanned")})
 
     return fn

@@ -50,6 +50,10 @@ def spec_for(gap: dict, allow_conditional: bool = False) -> dict:
         )
     if verdict not in ("fixable", "conditional"):
         raise ValueError(f"{cls} has an unrecognised verdict {verdict!r}.")
+    if gap.get("kind") == "interface":  # vLLM's: the members are read from the release's protocol
+        return {"name": _kebab(cls) + "-eagle3-vllm", "kind": "interface", "package": "vllm",
+                "file": gap["file"], "class": cls, "delegate": gap["attr"], "protocol": gap["protocol"],
+                "missing": list(gap.get("missing") or [])}
     already = set(gap.get("has") or [])
     params = gap.get("methods") or {}
     methods = [{"name": m, "params": params.get(m) or DEFAULT_PARAMS[m]} for m in SPEC_METHODS if m not in already]
@@ -85,6 +89,8 @@ def spec_yaml(spec: dict, source_note: str) -> str:
     yaml.safe_load of the result gives {"name", "description", "patch": {file,
     class, delegate, methods: [{name, params}]}}.
     """
+    if spec.get("kind") == "interface":
+        return _interface_yaml(spec, source_note)
     for key in ("name", "file", "class", "delegate", "methods"):
         if key not in spec:
             raise ValueError(f"the spec has no {key!r}: build it with spec_for().")
@@ -115,4 +121,32 @@ def spec_yaml(spec: dict, source_note: str) -> str:
     for m in spec["methods"]:
         lines.append(f"    - name: {_scalar(m['name'])}")
         lines.append(f"      params: {json.dumps(str(m['params']))}")
+    return "\n".join(lines) + "\n"
+
+
+def _interface_yaml(spec: dict, source_note: str) -> str:
+    """An interface spec (vLLM) as a playbook, in the layout of playbooks/kimi-vl-eagle3-vllm.yaml."""
+    lines = [("# " + line).rstrip() for line in (str(source_note or "").splitlines() or [""])]
+    missing = ", ".join(spec.get("missing") or [])
+    said = (f"the members of {spec['protocol'].partition(':')[2]} the class lacks" + (f" ({missing})" if missing else "")
+            + ", read from the installed release's own protocol; its methods forward to the inner model.")
+    wrapped = textwrap.wrap(said, 88, break_on_hyphens=False, break_long_words=False)
+    lines += ["#", "#   patch:  " + wrapped[0]] + ["#           " + w for w in wrapped[1:]]
+    lines += [
+        "# `provision patch --playbook FILE` reads `patch:`.",
+        f"name: {_scalar(spec['name'])}",
+        "engine: vllm",
+        "description: >-",
+    ]
+    description = (f"The EAGLE-3 interface for vLLM's {spec['class']}, delegating to its "
+                   f"self.{spec['delegate']}.")
+    lines += ["  " + w for w in textwrap.wrap(description, 76, break_on_hyphens=False, break_long_words=False)]
+    lines += [
+        "patch:",
+        "  kind: interface",
+        _commented(f"  file: {_scalar(spec['file'])}", f"relative to the `{spec['package']}` package directory"),
+        f"  class: {_scalar(spec['class'])}",
+        _commented(f"  delegate: {_scalar(spec['delegate'])}", "the attribute that holds the inner model"),
+        f"  protocol: {_scalar(spec['protocol'])}",
+    ]
     return "\n".join(lines) + "\n"

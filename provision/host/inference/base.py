@@ -20,7 +20,8 @@ methods, by concern:
 - processes: ``is_server`` (a command line of its server's main process)
 - readiness: ``health_path``
 - EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
-  ``eagle3_parity_method`` (what it calls on the draft)
+  ``eagle3_parity_method`` (what it calls on the draft), ``eagle3_protocol`` (where the release
+  declares that interface, when it is a protocol), ``audit_reader`` (how the audit finds the gaps)
 - overlay: ``overlay_env`` (the variable naming a package of model classes it imports on purpose)
 - bench: ``generate_path`` and ``generate_body`` (the streamed request it times), ``chunk_figures``
   (a chunk's tokens and speculative-decoding counts), ``server_info_paths`` and ``server_info``
@@ -100,6 +101,10 @@ class InferenceEngine:
     registry_reader = ""          # how preflight reads which classes it serves ("entry-classes": each
                                   # module's EntryClass, engine/audit.py; "": not read)
 
+    audit_reader = ""             # how `provision audit` finds its EAGLE-3 gaps (host/ops/audit.py's AUDITORS:
+                                  # "entry-classes", engine/audit.py; "protocol", engine/audit_vllm.py)
+    eagle3_protocol = ""          # the interface a target class must have for EAGLE-3, FILE:Class in the
+                                  # package, read from the release (an interface spec's `protocol`); "": none
     parser_probe = ""             # for flag_reader "own-parser": the code that builds its real parser
                                   # in the server's interpreter (host/facts/own_parser.py)
 

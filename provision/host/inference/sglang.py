@@ -45,6 +45,7 @@ class SGLang(InferenceEngine):
     flag_reader = "sglang-server-args"  # srt/server_args.py (+ 0.5.14's arg_groups): host/engine/serverargs.py
     models_subdir = "srt/models"
     registry_reader = "entry-classes"
+    audit_reader = "entry-classes"   # each module's EntryClass and the delegation methods: engine/audit.py
     model_info_paths = ("/model_info", "/get_model_info")
     flush_path = "/flush_cache"
     flush_secret = "admin-api-key"  # ADMIN_OPTIONAL: with --admin-api-key set, only that key opens it

@@ -68,6 +68,8 @@ class VLLM(InferenceEngine):
     flag_reader = "own-parser"    # generated from config dataclasses: its own parser is asked (parser_probe)
     models_subdir = "model_executor/models"
     registry_reader = "own-parser"  # ModelRegistry's architectures, asked in the same run
+    audit_reader = "protocol"     # the registry's classes against the release's SupportsEagle3: engine/audit_vllm.py
+    eagle3_protocol = "model_executor/models/interfaces.py:SupportsEagle3"
     # Run in the server's interpreter after host/facts/own_parser.py's TABLE_OF: the real parser of
     # `python -m vllm.entrypoints.openai.api_server` (0.32 moved make_arg_parser to launchers/, 0.11
     # FlexibleArgumentParser to utils/argparse_utils), the methods of SpeculativeConfig's Literal,

@@ -194,14 +194,15 @@ class SandboxFactory:
         return hosts
 
     def host(self, name: str | None = None, sglang: str | None = "0.5.9", layout: str = "source",
-             git: bool = False, flashinfer: str | None = None, gpu_capability: str | None = None):
+             git: bool = False, flashinfer: str | None = None, gpu_capability: str | None = None,
+             vllm: str | None = None):
         """One new host (name defaults to h1, h2, ...); `flashinfer`: a version beside SGLang (venv);
-        `gpu_capability`: a stand-in nvidia-smi reporting it."""
+        `gpu_capability`: a stand-in nvidia-smi reporting it; `vllm`: a vLLM release's .py files (venv)."""
         from provision.sandbox.hosts import HostSpec
         self._count += 1
         spec = HostSpec(name=name or f"h{self._count}", address="auto", sglang=sglang,
                         layout=layout if sglang else "none", port=self.port, git=git, flashinfer=flashinfer,
-                        gpu_capability=gpu_capability)
+                        gpu_capability=gpu_capability, vllm=vllm)
         return self.up(spec)[0]
 
     def remove(self, *hosts) -> None:

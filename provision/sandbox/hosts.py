@@ -404,6 +404,7 @@ class HostSpec:
     stub_deps: bool = True  # SGLang's missing imports get stubs (see DEPS_STUB_PY)
     kind: str = "namespaces"  # or "systemd" (see KINDS)
     flashinfer: str | None = None  # a flashinfer-python version installed beside SGLang (venv layout)
+    vllm: str | None = None  # a vLLM release's .py files installed beside SGLang (venv layout; vllm_sources.py)
     podman: bool = False  # podman usable on the host (namespaces kind; see PODMAN_ETC)
     gpu_capability: str | None = None  # a stand-in nvidia-smi reporting 8 GPUs of this compute capability
     # (in-host dir, this machine's dir) pairs bind-mounted read-only into the host, e.g. the realimport
@@ -427,6 +428,8 @@ class HostSpec:
             self.layout = "none"
         if self.flashinfer and self.layout != "venv":
             raise SandboxError(f"host {self.name}: flashinfer is installed only into a venv layout host")
+        if self.vllm and self.layout != "venv":
+            raise SandboxError(f"host {self.name}: vllm is installed only into a venv layout host")
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise SandboxError(f"bad host name {self.name!r}")
 
@@ -967,6 +970,11 @@ def _sglang_trees(host: SandboxHost) -> list[tuple[Path, Path]]:
     if spec.flashinfer:  # beside SGLang in the same venv, as pip installs SGLang's pinned flashinfer
         fi = extracted(spec.flashinfer, FLASHINFER)
         trees += [(fi / n, site / n) for n in sorted(p.name for p in fi.iterdir() if not p.name.startswith("."))]
+    if spec.vllm:  # a vLLM release's Python files and its metadata, as a wheel would lay them out
+        from provision.sandbox.vllm_sources import extracted as vllm_extracted
+
+        vl = vllm_extracted(spec.vllm)
+        trees += [(vl / n, site / n) for n in sorted(p.name for p in vl.iterdir() if not p.name.startswith("."))]
     return trees
 
 

@@ -7,9 +7,9 @@ files for every release, so that is what is fetched: the registry's simple index
 its sha256, which is checked. pip cannot fetch an sdist without building its metadata (vLLM's
 needs CUDA), hence the index read here.
 
-Unpacked as a wheel would install it: ``unpacked-vllm-VERSION/vllm/**.py`` and
-``vllm-VERSION.dist-info/METADATA`` (the archive's PKG-INFO, the same metadata format), so
-discovery on a sandbox host finds an install with its version.
+Unpacked as a wheel would install it: ``unpacked-vllm-VERSION-LAYOUT/vllm/**.py`` and
+``vllm-VERSION.dist-info/`` with ``METADATA`` (the archive's PKG-INFO, the same metadata format) and
+``top_level.txt``, so discovery on a sandbox host finds an install with its version.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from provision.sandbox.wheels import cache_dir
 # The releases the tests read: 0.16 (what this tool's first user patched by hand), 0.17 (the
 # allow-list renamed), 0.18 (Kimi-K2.5 fixed upstream), 0.32 (the real-vLLM tier's), 0.34 (newest).
 VERSIONS = ("0.16.0", "0.17.0", "0.18.0", "0.32.0", "0.34.0")
+LAYOUT = 2  # bumped when what is unpacked changes (2: the dist-info's top_level.txt)
 INDEX = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
 
 
@@ -71,7 +72,7 @@ def sdist_path(version: str) -> Path:
 
 def extracted(version: str) -> Path:
     """The directory holding ``vllm/`` (its .py files) and ``vllm-VERSION.dist-info/``, unpacked once."""
-    dest = cache_dir() / f"unpacked-vllm-{version}"
+    dest = cache_dir() / f"unpacked-vllm-{version}-{LAYOUT}"
     if (dest / ".complete").exists():
         return dest
     tmp = cache_dir() / f".unpacking-vllm-{version}-{os.getpid()}"
@@ -92,6 +93,8 @@ def extracted(version: str) -> Path:
             src = tf.extractfile(m)
             assert src is not None
             out.write_bytes(src.read())
+    # which import package the distribution installed, as a wheel's dist-info says it (discovery reads it)
+    (tmp / f"vllm-{version}.dist-info" / "top_level.txt").write_text("vllm\n")
     (tmp / ".complete").write_text(version)
     shutil.rmtree(dest, ignore_errors=True)
     try:

@@ -274,7 +274,8 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | N
         except OSError as exc:
             return dict(base, ok=False, error={"kind": "io", "message": f"cannot read {real}: {exc.strerror}"})
         f["sha"] = base["sha"] = _sha(src)
-        info = engine.inspect(src, spec, resolve_module=make_resolver(inst["path"]) if pkg["name"] == "sglang" else None)
+        # base classes (and an interface spec's protocol) are read in the spec's own package
+        info = engine.inspect(src, spec, resolve_module=make_resolver(pkg["dir"], pkg["name"]) if pkg.get("dir") else None)
         f["parse_error"] = (info.get("error") or {}).get("message")
         f["methods"] = info.get("methods") or {}
         f["block"] = bool((info.get("block") or {}).get("present"))

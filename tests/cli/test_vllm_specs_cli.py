@@ -1,0 +1,145 @@
+"""The shipped vLLM specs over real sshd, on sandbox hosts that carry a real vLLM release's files
+(0.16 and 0.32, their source archives' .py files and metadata, beside SGLang in a venv): patch,
+patch again (unchanged), --check (no-op, exit 0), unpatch (the release's bytes back); the audit;
+status and reconcile after an upgrade to 0.18, which fixed Kimi-K2.5 upstream."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.cli.helpers import run, run_json
+
+K25 = "model_executor/models/kimi_k25.py"
+SPECULATIVE = "config/speculative.py"
+KIMI_VL = "model_executor/models/kimi_vl.py"
+
+
+@pytest.fixture(scope="module")
+def v016(sandbox_factory):
+    host = sandbox_factory.host("v016", sglang="0.5.9", layout="venv", vllm="0.16.0")
+    yield host
+    sandbox_factory.remove(host)
+
+
+@pytest.fixture(scope="module")
+def v032(sandbox_factory):
+    host = sandbox_factory.host("v032", sglang="0.5.9", layout="venv", vllm="0.32.0")
+    yield host
+    sandbox_factory.remove(host)
+
+
+def vllm_file(host, rel: str):
+    return host.hostpath(f"{host.site_packages}/vllm/{rel}")
+
+
+def rows(doc) -> dict:
+    return {r["data"]["spec"]: r for r in doc["hosts"]}
+
+
+def test_kimi_k25_on_016_both_halves_patched_checked_and_unpatched(v016, ssh_env):
+    host = v016
+    host.reset()
+    before = {rel: vllm_file(host, rel).read_bytes() for rel in (K25, SPECULATIVE)}
+    books = ["--playbook", "kimi-k25-eagle3-vllm", "--playbook", "kimi-k25-allow-list-vllm"]
+
+    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, *books)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    got = rows(doc)
+    assert got["kimi-k25-eagle3-vllm"]["verdict"] == "patched", got["kimi-k25-eagle3-vllm"]["detail"]
+    assert got["kimi-k25-eagle3-vllm"]["added"] == ["supports_eagle3", "has_own_lm_head", "has_own_embed_tokens",
+                                                   "set_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"]
+    assert got["kimi-k25-allow-list-vllm"]["verdict"] == "patched"
+    assert all(r["version"] == "0.16.0" and r["install"].endswith("/vllm") for r in got.values())
+    patched = {rel: vllm_file(host, rel).read_bytes() for rel in (K25, SPECULATIVE)}
+    assert b'            "kimi_k2",\n' in patched[SPECULATIVE]
+    assert b"eagle3_target_supported = [" in patched[SPECULATIVE]
+
+    again = run("patch", *ssh_env.cli_args, "--host", host.name, *books, "--check")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("  unchanged  ") == 2, again.stdout
+    assert {rel: vllm_file(host, rel).read_bytes() for rel in (K25, SPECULATIVE)} == patched
+
+    _, status = run_json("status", *ssh_env.cli_args, "--host", host.name, *books)
+    assert {r["data"]["spec"]: r["data"]["patch"] for r in status["hosts"]} == \
+        {"kimi-k25-eagle3-vllm": "patched", "kimi-k25-allow-list-vllm": "patched"}, status
+
+    gone = run("unpatch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
+    assert gone.stdout.count("  unpatched  ") == 2, gone.stdout
+    assert {rel: vllm_file(host, rel).read_bytes() for rel in (K25, SPECULATIVE)} == before
+
+
+def vllm_inventory(ssh_env, host, tmp_path):
+    """The sandbox's inventory for `host`, its server's profile the shipped vLLM playbook (the engine
+    reconcile judges the host's specs by)."""
+    import yaml
+
+    doc = yaml.safe_load(ssh_env.inventory(tmp_path / "sandbox.yaml", [host]).read_text())
+    doc["hosts"][host.name]["profile"] = "kimi-k25-eagle3-vllm"
+    path = tmp_path / "vllm-inventory.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_an_upgrade_to_018_makes_kimi_k25_native_and_reconcile_takes_the_edit_out_cleanly(v016, ssh_env, tmp_path):
+    from provision.sandbox.vllm_sources import package_dir
+
+    host = v016
+    host.reset()
+    books = ["--playbook", "kimi-k25-eagle3-vllm", "--playbook", "kimi-k25-allow-list-vllm",
+             "-i", str(vllm_inventory(ssh_env, host, tmp_path))]
+    run("patch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
+    # reconcile on 0.16 finds both edits in place
+    proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, *books)
+    assert proc.returncode == 0 and {r["verdict"] for r in doc["hosts"]} == {"unchanged"}, [(r["verdict"], r["detail"]) for r in doc["hosts"]]
+    # what `pip install -U vllm==0.18.0` does to the files: the release's own replace ours
+    site = host.hostpath(host.site_packages)
+    shutil.rmtree(site / "vllm")
+    shutil.rmtree(site / "vllm-0.16.0.dist-info")
+    new = package_dir("0.18.0")
+    shutil.copytree(new, site / "vllm", symlinks=True)
+    shutil.copytree(new.parent / "vllm-0.18.0.dist-info", site / "vllm-0.18.0.dist-info")
+    try:
+        _, status = run_json("status", *ssh_env.cli_args, "--host", host.name, *books)
+        assert {r["data"]["spec"]: r["data"]["patch"] for r in status["hosts"]} == \
+            {"kimi-k25-eagle3-vllm": "native", "kimi-k25-allow-list-vllm": "native"}, status
+        proc, doc = run_json("reconcile", *ssh_env.cli_args, "--host", host.name, *books)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert {r["verdict"] for r in doc["hosts"]} == {"native"}, doc
+        assert vllm_file(host, K25).read_bytes() == (new / K25).read_bytes()
+        assert b"provision managed block" not in vllm_file(host, SPECULATIVE).read_bytes()
+    finally:
+        shutil.rmtree(site / "vllm")
+        shutil.rmtree(site / "vllm-0.18.0.dist-info")
+        host.reset()
+
+
+def test_kimi_vl_on_032_patched_audited_and_the_allow_list_not_applicable(v032, ssh_env):
+    host = v032
+    host.reset()
+    before = vllm_file(host, KIMI_VL).read_bytes()
+
+    proc, audit = run_json("audit", *ssh_env.cli_args, "--host", host.name, "--engine", "vllm")
+    assert proc.returncode == 6, (proc.stdout, proc.stderr)  # fixable gaps no spec covers
+    gaps = {g["class"]: g for g in audit["hosts"][0]["data"]["gaps"]}
+    assert gaps["KimiVLForConditionalGeneration"]["verdict"] == "fixable"
+    assert gaps["KimiVLForConditionalGeneration"]["covered_by"] == "kimi-vl-eagle3-vllm"
+    assert "KimiK25ForConditionalGeneration" not in gaps
+    assert "Qwen2AudioForConditionalGeneration" in audit["hosts"][0]["data"]["uncovered_fixable"]
+
+    books = ["--playbook", "kimi-vl-eagle3-vllm", "--playbook", "kimi-vl-proposer-vllm",
+             "--playbook", "kimi-k25-eagle3-vllm", "--playbook", "kimi-k25-allow-list-vllm"]
+    proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, *books)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert {s: r["verdict"] for s, r in rows(doc).items()} == {
+        "kimi-vl-eagle3-vllm": "patched", "kimi-vl-proposer-vllm": "patched",
+        "kimi-k25-eagle3-vllm": "native", "kimi-k25-allow-list-vllm": "not-applicable"}, doc
+    assert "get_eagle3_default_aux_hidden_state_layers" in rows(doc)["kimi-vl-eagle3-vllm"]["added"]
+
+    _, after = run_json("audit", *ssh_env.cli_args, "--host", host.name, "--engine", "vllm")
+    gaps = {g["class"]: g for g in after["hosts"][0]["data"]["gaps"]}
+    assert "KimiVLForConditionalGeneration" not in gaps or gaps["KimiVLForConditionalGeneration"]["patch_state"] == "patched"
+
+    run("unpatch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
+    assert vllm_file(host, KIMI_VL).read_bytes() == before

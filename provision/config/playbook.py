@@ -291,16 +291,21 @@ def _patch_of(text: str, path: str) -> PatchSpec:
     return pb.patch
 
 
-def shipped_patch_specs() -> list[PatchSpec]:
-    """The shipped playbooks' delegation specs (unreadable ones are skipped): the candidates preflight
-    looks through for the spec that covers a target class."""
+# the kinds preflight names as the fix of an EAGLE-3 gap: a class's delegation (SGLang) or interface
+# (vLLM), and a list entry (vLLM 0.16-0.17's model-type allow-list)
+COVERING_KINDS = ("delegate", "interface", "list-entry")
+
+
+def shipped_patch_specs(kinds: tuple = ("delegate",)) -> list[PatchSpec]:
+    """The shipped playbooks' specs of `kinds` (unreadable ones are skipped): the candidates preflight
+    looks through for the spec that covers a target class (COVERING_KINDS), SGLang's delegations by default."""
     out = []
     for path in sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")):
         try:
             pb = load_playbook(str(path))
         except ConfigError:
             continue
-        if pb.patch is not None and pb.patch.kind == "delegate":
+        if pb.patch is not None and pb.patch.kind in kinds:
             out.append(pb.patch)
     return out
 

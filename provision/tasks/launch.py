@@ -33,13 +33,13 @@ OVERLAY_IMPORT_TIMEOUT = 180.0
 IMAGE_PULL_TIMEOUT = 1800.0
 
 def candidate_objects(spec) -> list:
-    """The delegation specs preflight may find covering the model's class: the one given (--playbook or
-    the playbook's), then the shipped ones, each name once."""
-    from provision.config.playbook import shipped_patch_specs
+    """The specs preflight may find covering the model's class (or allow-list): the one given (--playbook
+    or the playbook's), then the shipped ones, each name once."""
+    from provision.config.playbook import COVERING_KINDS, shipped_patch_specs
 
-    out = [spec] if spec is not None and getattr(spec, "kind", "delegate") == "delegate" else []
+    out = [spec] if spec is not None and getattr(spec, "kind", "delegate") in COVERING_KINDS else []
     try:
-        shipped = shipped_patch_specs()
+        shipped = shipped_patch_specs(COVERING_KINDS)
     except Exception:  # noqa: BLE001 - the candidates only widen the check; none is fine
         shipped = []
     return out + [s for s in shipped if all(s.name != x.name for x in out)]

@@ -143,3 +143,66 @@ def test_kimi_vl_on_032_patched_audited_and_the_allow_list_not_applicable(v032, 
 
     run("unpatch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
     assert vllm_file(host, KIMI_VL).read_bytes() == before
+
+
+# ---------------------------------------------------------------- preflight refuses in seconds
+
+MODEL = "/data/models/Kimi-K2.5"      # the sandbox's stand-in weights (real headers, tiny tensors)
+DRAFTER = "/data/models/Kimi-K25-eagle3"
+
+
+def refused(tmp_path, ssh_env, host, config: dict, *extra):
+    """A user's own vLLM profile for a model whose config.json is `config`: launched, it must be refused
+    by preflight (exit 3) with no server process; returns the reason."""
+    import json
+
+    name = f"pf-{host.name}"
+    host.run(f"rm -rf /data/models/{name} && cp -r {MODEL} /data/models/{name}")
+    host.hostpath(f"/data/models/{name}/config.json").write_text(json.dumps(config))
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {host.name: {"address": host.address, "port": host.port}}}
+    (tmp_path / "inv.yaml").write_text(json.dumps(inv))
+    profile = {"name": "my-vllm", "engine": "vllm", "launch": {"args": {
+        "model": f"/data/models/{name}", "tensor-parallel-size": 2, "host": "127.0.0.1", "port": 30000,
+        "speculative-config": {"method": "eagle3", "model": DRAFTER, "num_speculative_tokens": 3}}}}
+    (tmp_path / "my-vllm.yaml").write_text(json.dumps(profile))
+    proc, doc = run_json("launch", "-i", str(tmp_path / "inv.yaml"), "--playbook", str(tmp_path / "my-vllm.yaml"),
+                         "--poll", "0.5", "--deadline", "30", *extra, timeout=240)
+    r = doc["hosts"][0]
+    assert proc.returncode == 3 and r["verdict"] == "refused", (r, proc.stderr)
+    assert "vllm.entrypoints" not in host.run("ps -eo args", check=False).stdout
+    return r["detail"]
+
+
+def test_kimi_vl_without_the_interface_is_refused_naming_the_spec_and_passes_it_once_patched(v032, ssh_env, tmp_path):
+    host = v032
+    host.reset()
+    config = {"architectures": ["KimiVLForConditionalGeneration"], "model_type": "kimi_vl",
+              "text_config": {"model_type": "deepseek_v2", "num_hidden_layers": 4}}
+    detail = refused(tmp_path, ssh_env, host, config)
+    assert "KimiVLForConditionalGeneration lacks the EAGLE-3 interface" in detail, detail
+    assert "get_eagle3_default_aux_hidden_state_layers" in detail
+    assert "provision patch --playbook kimi-vl-eagle3-vllm" in detail
+    assert "allow-list" not in detail  # 0.32 has none
+
+    run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "kimi-vl-eagle3-vllm", check_rc=0)
+    try:
+        inv = str(tmp_path / "inv.yaml")
+        proc, doc = run_json("launch", "-i", inv, "--playbook", str(tmp_path / "my-vllm.yaml"), "--poll", "0.5",
+                             "--deadline", "30", timeout=240)
+        assert "lacks the EAGLE-3 interface" not in doc["hosts"][0]["detail"], doc["hosts"][0]
+    finally:
+        run("stop", "-i", inv, "--host", host.name, timeout=120)
+        host.reset()
+
+
+def test_kimi_k25_on_016_is_refused_for_the_interface_and_the_allow_list_naming_both_specs(v016, ssh_env, tmp_path):
+    host = v016
+    host.reset()
+    config = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+              "text_config": {"model_type": "kimi_k2", "num_hidden_layers": 4}}
+    detail = refused(tmp_path, ssh_env, host, config)
+    assert "KimiK25ForConditionalGeneration lacks the EAGLE-3 interface" in detail, detail
+    assert "provision patch --playbook kimi-k25-eagle3-vllm" in detail
+    assert "model type kimi_k2 is not on vLLM 0.16.0's EAGLE-3 allow-list (eagle3_target_supported" in detail
+    assert "provision patch --playbook kimi-k25-allow-list-vllm" in detail

@@ -173,3 +173,45 @@ def test_a_drafter_that_captures_no_target_layers_needs_only_get_embed_and_head(
     (row,) = modelcheck.eagle_rows("W", reg, "EAGLE3", [], "edit", set(), "0.5.9",
                                    modelcheck.called_methods("EAGLE3", no_aux))
     assert row["level"] == "fail" and "lacks get_embed_and_head in SGLang 0.5.9" in row["message"], row
+
+
+# ---------------------------------------------------------------- vLLM's interface and allow-list
+
+from provision.host.engine.modelcheck import interface_rows  # noqa: E402
+
+IFACE = {"class": "KimiK25ForConditionalGeneration", "missing": ["supports_eagle3", "set_aux_hidden_state_layers"]}
+ALLOW = {"name": "eagle3_target_supported", "entries": ["llama", "qwen"], "file": "config/speculative.py"}
+VSPECS = [{"name": "kimi-k25-eagle3-vllm", "kind": "interface", "class": "KimiK25ForConditionalGeneration"},
+          {"name": "kimi-k25-allow-list-vllm", "kind": "list-entry", "file": "config/speculative.py", "value": '"kimi_k2"'}]
+
+
+def _rows(**kw):
+    args = dict(method="eagle3", iface=IFACE, allow=ALLOW, model_type="kimi_k2", specs=VSPECS, mode="edit",
+                in_place=set(), version="0.16.0", title="vLLM")
+    args.update(kw)
+    return interface_rows(**args)
+
+
+def test_vllm_interface_and_allow_list_refused_naming_each_spec():
+    rows = _rows()
+    assert [r["level"] for r in rows] == ["fail", "fail"]
+    assert "lacks the EAGLE-3 interface (supports_eagle3, set_aux_hidden_state_layers) in vLLM 0.16.0" in rows[0]["message"]
+    assert "provision patch --playbook kimi-k25-eagle3-vllm" in rows[0]["message"]
+    assert "model type kimi_k2 is not on vLLM 0.16.0's EAGLE-3 allow-list (eagle3_target_supported" in rows[1]["message"]
+    assert "provision patch --playbook kimi-k25-allow-list-vllm" in rows[1]["message"]
+
+
+def test_vllm_without_a_covering_spec_says_how_to_write_one():
+    rows = _rows(specs=[], model_type="gemma3")
+    assert "provision spec new KimiK25ForConditionalGeneration --engine vllm" in rows[0]["message"]
+    assert rows[1]["level"] == "fail" and "list-entry spec" in rows[1]["message"]
+
+
+def test_vllm_rows_pass_where_the_release_has_it_or_the_launch_applies_it():
+    assert [r["level"] for r in _rows(iface=dict(IFACE, missing=[]), model_type="qwen2")] == ["ok", "ok"]
+    assert [r["level"] for r in _rows(mode="patch")] == ["ok", "ok"]
+    assert _rows(in_place={"KimiK25ForConditionalGeneration", "kimi-k25-allow-list-vllm"}) == []
+    assert _rows(allow=None, iface=None) == []          # 0.32: no allow-list; a class the registry lacks
+    assert _rows(method="ngram") == []                  # only EAGLE-3 needs the interface
+    # vLLM's own rule is a substring test: "kimi_k2" admits kimi_k25 too
+    assert _rows(allow=dict(ALLOW, entries=["kimi_k2"]), model_type="kimi_k25")[1]["level"] == "ok"

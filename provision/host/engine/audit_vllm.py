@@ -196,3 +196,36 @@ def audit_registry(package_dir: str, protocol: str) -> dict:
     files = len([m for m in a.resolver.cache.values() if m is not None])
     return {"wrappers": rows, "registered": len(a.registry), "classes": len(seen), "files_scanned": files, "notes": a.notes[:20],
             "models_dir": os.path.join(package_dir, MODELS)}
+
+
+def target_interface(package_dir: str, protocol: str, arch: str) -> dict | None:
+    """For preflight: {"class", "missing"} of the class vLLM's registry maps `arch` to, the members
+    of the release's own protocol it lacks (none: it has the interface); None when the registry does
+    not name it or its class cannot be read."""
+    try:
+        a = _Audit(package_dir, protocol)
+    except EngineError:
+        return None
+    if arch not in a.registry:
+        return None
+    found = a.load(*a.registry[arch])
+    if found is None:
+        return None
+    return {"class": a.registry[arch][1], "missing": a.lacks(*found)}
+
+
+def allow_list(package_dir: str, file: str, names: tuple) -> dict | None:
+    """For preflight: the release's EAGLE-3 model-type allow-list, {"name", "entries", "file"}: a list
+    literal of strings bound to one of `names` anywhere in `file` (vLLM 0.16-0.17 bind it inside
+    SpeculativeConfig._verify_args); None where the release has none (0.32 dropped it)."""
+    try:
+        with open(os.path.join(package_dir, file), "rb") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in names and isinstance(node.value, (ast.List, ast.Tuple, ast.Set)):
+            entries = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            return {"name": node.targets[0].id, "entries": entries, "file": file}
+    return None

@@ -133,7 +133,7 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
     ``class``. ``mode``: "edit" (the server imports the installed files), "patch" (launch --patch:
     the spec is applied before the start), "overlay" (launch --overlay, or a container: the
     overlay carries the spec). ``in_place``: classes whose spec the preflight already checks
-    (the profile's own `patch:`/`requires:`): no second row for them."""
+    (the profile's own `patch:`/`requires:`; their names too): no second row for them."""
     alg = str(algorithm or "").upper()
     if not cls or registry is None or alg not in ("EAGLE3",) + EAGLE_LIKE or cls in in_place:
         return []
@@ -169,6 +169,68 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
     return [_row("fail", "eagle3", f"{lacks}: EAGLE-3 would crash after the weights load; spec {spec['name']} "
                                    f"fixes it: run `provision patch --playbook {spec['name']}` (or launch --patch, "
                                    "or --overlay)", spec=spec["name"], cls=cls, missing=missing)]
+
+
+def _fix(spec: dict | None, mode: str, what: str, new: str) -> tuple[str, str]:
+    """(level, the sentence's end) for a gap `spec` covers (or none does) in this launch `mode`."""
+    if spec is None:
+        return "fail", f"no spec covers it: {new}"
+    name = spec["name"]
+    if mode == "overlay":
+        return "ok", f"the overlay carries spec {name}"
+    if mode == "patch":
+        return "ok", f"launch --patch applies spec {name}"
+    if mode == "container":
+        return "fail", f"spec {name} fixes {what}, in files the image holds: build an image with it applied"
+    return "fail", f"spec {name} fixes {what}: run `provision patch --playbook {name}` (or launch --patch)"
+
+
+def interface_rows(method: str | None, iface: dict | None, allow: dict | None, model_type: str | None,
+                   specs: list[dict], mode: str, in_place: set, version: str | None, title: str) -> list[dict]:
+    """vLLM's two EAGLE-3 refusals, read from the release's files: the target's class lacks a member
+    of its SupportsEagle3 (after the weights load: "Model does not support EAGLE3 interface"), and,
+    where the release has a model-type allow-list (0.16-0.17), no entry of it is in the target's text
+    model type (SpeculativeConfig, at start). ``specs``: candidate specs; ``in_place``: classes and
+    spec names this preflight already checks (the profile's own patch and `requires:`)."""
+    if str(method or "").lower() != "eagle3":
+        return []
+    rows: list[dict] = []
+    if iface is not None:
+        cls, missing = iface["class"], list(iface.get("missing") or [])
+        if not missing:
+            rows.append(_row("ok", "eagle3", f"{cls} has the EAGLE-3 interface in {title} {version}"))
+        elif cls not in in_place:
+            spec = next((s for s in specs if s.get("class") == cls and s.get("kind") == "interface"), None)
+            level, end = _fix(spec, mode, "it", f"write one with `provision spec new {cls} --engine vllm`")
+            lacks = f"{cls} lacks the EAGLE-3 interface ({', '.join(missing)}) in {title} {version}"
+            rows.append(_row(level, "eagle3", f"{lacks}: {title} would stop after the weights load; {end}"
+                             if level == "fail" else f"{lacks}: {end}", cls=cls, missing=missing,
+                             **({"spec": spec["name"]} if spec else {})))
+    if allow is not None and isinstance(model_type, str):
+        entries = [e for e in allow.get("entries") or [] if isinstance(e, str)]
+        if any(e in model_type for e in entries):
+            rows.append(_row("ok", "eagle3", f"model type {model_type} is on {title} {version}'s EAGLE-3 "
+                                             f"allow-list ({allow['name']})"))
+        else:
+            spec = next((s for s in specs if s.get("kind") == "list-entry" and s.get("file") == allow.get("file")
+                         and _literal(s.get("value")) in model_type), None) if model_type else None
+            if spec is None or spec.get("name") not in in_place:
+                level, end = _fix(spec, mode, "the list", "add an entry with a list-entry spec (docs/patching.md)")
+                said = (f"model type {model_type} is not on {title} {version}'s EAGLE-3 allow-list ({allow['name']} in "
+                        f"{allow['file']})")
+                rows.append(_row(level, "eagle3", f"{said}: {title} refuses it at start; {end}" if level == "fail"
+                                 else f"{said}: {end}", **({"spec": spec["name"]} if spec else {})))
+    return rows
+
+
+def _literal(text) -> object:
+    import ast
+
+    try:
+        value = ast.literal_eval(str(text))
+    except (ValueError, SyntaxError):
+        return "\x00never"
+    return value if isinstance(value, str) and value else "\x00never"
 
 
 def shard_rows(label: str, shards: dict | None) -> list[dict]:
@@ -267,6 +329,8 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
         rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version,
                            called_methods(args.get("speculative-algorithm"),
                                           (facts.get("draft") or {}).get("config")))
+    rows += interface_rows(facts.get("spec_method"), facts.get("interface"), facts.get("allow_list"),
+                           facts.get("model_type"), specs, mode, in_place, version, title)
     rows += aux_layer_rows(facts.get("draft"), str(facts.get("engine_title") or ""), facts.get("aux_default"))
     rows += shard_rows("model", (facts.get("target") or {}).get("shards"))
     if facts.get("draft") is not None:

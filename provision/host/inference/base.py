@@ -105,6 +105,8 @@ class InferenceEngine:
                                   # "entry-classes", engine/audit.py; "protocol", engine/audit_vllm.py)
     eagle3_protocol = ""          # the interface a target class must have for EAGLE-3, FILE:Class in the
                                   # package, read from the release (an interface spec's `protocol`); "": none
+    eagle3_allow_list: tuple = ()  # (FILE, (names...)): a list of model types EAGLE-3 is allowed for,
+                                  # bound to one of the names in FILE where a release has one; (): none
     parser_probe = ""             # for flag_reader "own-parser": the code that builds its real parser
                                   # in the server's interpreter (host/facts/own_parser.py)
 

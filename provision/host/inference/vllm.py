@@ -70,6 +70,9 @@ class VLLM(InferenceEngine):
     registry_reader = "own-parser"  # ModelRegistry's architectures, asked in the same run
     audit_reader = "protocol"     # the registry's classes against the release's SupportsEagle3: engine/audit_vllm.py
     eagle3_protocol = "model_executor/models/interfaces.py:SupportsEagle3"
+    # 0.16's eagle3_target_supported, 0.17's aux_hidden_states_supported (SpeculativeConfig._verify_args,
+    # matched by substring against the target's text model type); gone by 0.32
+    eagle3_allow_list = ("config/speculative.py", ("eagle3_target_supported", "aux_hidden_states_supported"))
     # Run in the server's interpreter after host/facts/own_parser.py's TABLE_OF: the real parser of
     # `python -m vllm.entrypoints.openai.api_server` (0.32 moved make_arg_parser to launchers/, 0.11
     # FlexibleArgumentParser to utils/argparse_utils), the methods of SpeculativeConfig's Literal,

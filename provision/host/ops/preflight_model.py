@@ -227,6 +227,8 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
         n = tcfg.get("num_hidden_layers") or (tcfg.get("text_config") or {}).get("num_hidden_layers")
         if isinstance(n, int) and not isinstance(n, bool):
             found["aux_default"] = eng.default_aux_layers(n)
+    if eng.eagle3_protocol and str(found["spec_method"] or "").lower() == "eagle3":
+        _interface_facts(found, sglang_dir, eng)
     target_dir = (found["target"] or {}).get("dir")
     found["disk_free"] = facts.disk_free(target_dir) if target_dir else None
     found["mem_available"] = facts.mem_available()
@@ -238,6 +240,24 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
                 for r in rows]
         rows.append({"level": "warn", "check": "architecture", "message": overlay_err})
     return rows
+
+
+def _interface_facts(found: dict, install_dir: str, eng: "InferenceEngine") -> None:
+    """An engine whose EAGLE-3 interface is a protocol (vLLM): what the target's class lacks of it and
+    the release's model-type allow-list with the target's text model type, read from the install's
+    files (engine/audit_vllm.py); nothing when they cannot be read (an image's install)."""
+    from provision.host.engine import audit_vllm
+
+    cfg = (found.get("target") or {}).get("config")
+    if not isinstance(cfg, dict):
+        return
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and os.path.isdir(install_dir):
+        found["interface"] = audit_vllm.target_interface(install_dir, eng.eagle3_protocol, archs[0])
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    found["model_type"] = text.get("model_type") if isinstance(text.get("model_type"), str) else None
+    if eng.eagle3_allow_list and os.path.isdir(install_dir):
+        found["allow_list"] = audit_vllm.allow_list(install_dir, *eng.eagle3_allow_list)
 
 
 def _default_state_dir() -> str:

@@ -104,7 +104,8 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     staged = None
     model_rows = preflight_model.model_checks(req, inst["path"], inst.get("version"), server_env(req, inst),
                                               mode="overlay" if req.get("overlay") else "edit",
-                                              in_place={s.get("class") for s in wanted} | set(req.get("overlay_bound") or []),
+                                              in_place=({s.get("class") for s in wanted} | {s.get("name") for s in wanted}
+                                                        | set(req.get("overlay_bound") or [])),
                                               python=installs.server_python(inst, prof)[0])
     if req.get("overlay"):
         staged, fix = _overlay_preflight(preflight_model.with_covering_specs(req, model_rows), inst, checks)

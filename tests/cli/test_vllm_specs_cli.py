@@ -206,3 +206,16 @@ def test_kimi_k25_on_016_is_refused_for_the_interface_and_the_allow_list_naming_
     assert "provision patch --playbook kimi-k25-eagle3-vllm" in detail
     assert "model type kimi_k2 is not on vLLM 0.16.0's EAGLE-3 allow-list (eagle3_target_supported" in detail
     assert "provision patch --playbook kimi-k25-allow-list-vllm" in detail
+
+    # both halves patched: vLLM's checks would pass, but what the delegation forwards to is not there
+    # in 0.16 (DeepseekV2ForCausalLM gained the interface in 0.18): still refused, saying so
+    books = ["--playbook", "kimi-k25-eagle3-vllm", "--playbook", "kimi-k25-allow-list-vllm"]
+    run("patch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
+    try:
+        detail = refused(tmp_path, ssh_env, host, config)
+        assert "allow-list" not in detail and "lacks the EAGLE-3 interface" not in detail, detail
+        assert ("KimiK25ForConditionalGeneration delegates the EAGLE-3 interface to self.language_model "
+                "(DeepseekV2ForCausalLM), which lacks get_eagle3_aux_hidden_state_layers, set_aux_hidden_state_layers "
+                "in vLLM 0.16.0") in detail, detail
+    finally:
+        run("unpatch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)

@@ -215,3 +215,11 @@ def test_vllm_rows_pass_where_the_release_has_it_or_the_launch_applies_it():
     assert _rows(method="ngram") == []                  # only EAGLE-3 needs the interface
     # vLLM's own rule is a substring test: "kimi_k2" admits kimi_k25 too
     assert _rows(allow=dict(ALLOW, entries=["kimi_k2"]), model_type="kimi_k25")[1]["level"] == "ok"
+
+
+def test_vllm_a_delegation_to_a_model_that_lacks_the_members_is_refused():
+    inner = {"attr": "language_model", "classes": ["DeepseekV2ForCausalLM"], "missing": ["set_aux_hidden_state_layers"]}
+    rows = _rows(iface=dict(IFACE, missing=[], inner_lacks=inner), allow=None)
+    assert [r["level"] for r in rows] == ["fail"]
+    assert "delegates the EAGLE-3 interface to self.language_model (DeepseekV2ForCausalLM), which lacks " \
+           "set_aux_hidden_state_layers in vLLM 0.16.0" in rows[0]["message"]

@@ -211,7 +211,32 @@ def target_interface(package_dir: str, protocol: str, arch: str) -> dict | None:
     found = a.load(*a.registry[arch])
     if found is None:
         return None
-    return {"class": a.registry[arch][1], "missing": a.lacks(*found)}
+    mod, cls = found
+    out = {"class": cls.name, "missing": a.lacks(mod, cls)}
+    ours = [] if out["missing"] else _ours(package_dir, a.registry[arch][0], cls)
+    if ours:  # provision's delegation: does the model it delegates to have what it forwards to?
+        for attr, classes in a.inner(mod, cls):
+            if isinstance(classes, list) and classes and attr in LM_ATTRS:
+                lacking = sorted({m for im, ic in classes for m in a.lacks(im, ic) if m in ours})
+                if lacking and all(set(ours) & set(a.lacks(im, ic)) for im, ic in classes):
+                    out["inner_lacks"] = {"attr": attr, "classes": [c.name for _m, c in classes], "missing": lacking}
+                break
+    return out
+
+
+def _ours(package_dir: str, module: str, cls) -> list:
+    """The methods of `cls` provision's managed blocks define (a delegation it wrote), by line."""
+    from provision.host.engine.markers import scan_markers
+    from provision.host.engine.pysource import split_lines
+
+    try:
+        with open(os.path.join(package_dir, *MODELS.split("/"), module + ".py"), encoding="utf-8") as fh:
+            lines = split_lines(fh.read())
+    except (OSError, UnicodeDecodeError):
+        return []
+    spans = [(b[0], m["ends"][0]) for m in scan_markers(lines).values() for b in m["begins"][:1] if m["ends"]]
+    return [st.name for st in cls.body if isinstance(st, ast.FunctionDef)
+            and any(lo < st.lineno - 1 < hi for lo, hi in spans)]
 
 
 def allow_list(package_dir: str, file: str, names: tuple) -> dict | None:

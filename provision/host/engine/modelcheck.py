@@ -197,7 +197,13 @@ def interface_rows(method: str | None, iface: dict | None, allow: dict | None, m
     rows: list[dict] = []
     if iface is not None:
         cls, missing = iface["class"], list(iface.get("missing") or [])
-        if not missing:
+        inner = iface.get("inner_lacks")
+        if not missing and inner:  # provision's delegation forwards to a model that lacks the members
+            rows.append(_row("fail", "eagle3", f"{cls} delegates the EAGLE-3 interface to self.{inner['attr']} "
+                             f"({', '.join(inner['classes'])}), which lacks {', '.join(inner['missing'])} in {title} "
+                             f"{version}: EAGLE-3 would stop at start-up; this release needs its inner model fixed "
+                             "too (a later release that has it there: upgrade)", cls=cls))
+        elif not missing:
             rows.append(_row("ok", "eagle3", f"{cls} has the EAGLE-3 interface in {title} {version}"))
         elif cls not in in_place:
             spec = next((s for s in specs if s.get("class") == cls and s.get("kind") == "interface"), None)

@@ -7,8 +7,11 @@ classes followed into other SGLang modules passes ``resolve_module(dotted_name)
 
 The spec kinds: this module is the delegation (``kind: delegate``, the default) and the
 dispatch: ``plan_patch``, ``plan_unpatch``, ``check_structure`` and ``inspect`` hand a
-``mapping-entry`` or ``replace`` spec to engine/mapping_entry.py or engine/replace.py (through
-engine/edits.py), with the same answer shapes, so the ops never look at the kind.
+``mapping-entry``, ``list-entry`` or ``replace`` spec to engine/mapping_entry.py,
+engine/list_entry.py or engine/replace.py (through engine/edits.py), with the same answer shapes,
+so the ops never look at the kind. An ``interface`` spec (vLLM) is expanded first into the
+delegation it is on the installed release (engine/interface.py: its protocol's members, read
+through ``resolve_module``), then planned here like any delegation.
 
 What the delegation does: inject delegation methods into a wrapper class, inside a marked
 block, one level deeper than the ``class`` line and right after the class's last

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import ast
 
-from provision.host.engine.mapping_entry import COMMA_ADDED, _after_value_has_comma, _pos
-from provision.host.engine.markers import begin_line, end_line, find_block, has_word
+from provision.host.engine.mapping_entry import COMMA_ADDED, _after_value_has_comma, _pos, remove_entry
+from provision.host.engine.markers import begin_line, end_line, find_block
 from provision.host.engine.pysource import (
     body, body_statements, ending, find_scope, line_offsets, literal_key, parse, split_lines,
 )
@@ -118,19 +118,14 @@ def _render(base: str, node, name: str, s: dict) -> str:
 
 def remove(text: str, block: dict, s: dict) -> str:
     """The text without provision's element (and the comma it added to the last sibling)."""
-    lines = split_lines(text)
-    b, e = block["begin"], block["end"]
-    out = "".join(lines[:b]) + "".join(lines[e + 1:])
-    if not has_word(lines[b], COMMA_ADDED):
-        return out
-    node, name = _locate(parse(out, s["file"]), s)
-    olines = split_lines(out)
-    if node.elts:
-        last = node.elts[-1]
-        at = _pos(olines, line_offsets(olines), last.end_lineno, last.end_col_offset)
-        if out[at:at + 1] == ",":
-            return out[:at] + out[at + 1:]
-    raise EngineError("block-corrupt", f"expected the comma provision added after the last element of {name} (its marker at line {b + 1} says {COMMA_ADDED}), found none; fix or remove the block by hand")
+    def last_end(out: str):
+        node, _name = _locate(parse(out, s["file"]), s)
+        if not node.elts:
+            return None
+        lines = split_lines(out)
+        return _pos(lines, line_offsets(lines), node.elts[-1].end_lineno, node.elts[-1].end_col_offset)
+
+    return remove_entry(text, block, last_end, f"the last element of {' / '.join(s['list'])}")
 
 
 def check(text: str, s: dict) -> list:

@@ -180,19 +180,29 @@ def _copied(base: str, lines: list, offs: list, d, s: dict, indent: str) -> str:
 
 def remove(text: str, block: dict, s: dict) -> str:
     """The text without provision's entry (and the comma it added to the last sibling)."""
+    def last_end(out: str):
+        d = _locate(parse(out, s["file"]), s)
+        if not d.values:
+            return None
+        lines = split_lines(out)
+        return _pos(lines, line_offsets(lines), d.values[-1].end_lineno, d.values[-1].end_col_offset)
+
+    return remove_entry(text, block, last_end, f"the last entry of {s['mapping']}")
+
+
+def remove_entry(text: str, block: dict, last_end, what: str) -> str:
+    """The text without provision's block, and without the comma it added after `what` when its
+    marker says so; `last_end(text)` is the offset just after that sibling (None: there is none).
+    The one undo of an inserted entry (mapping-entry, list-entry)."""
     lines = split_lines(text)
     b, e = block["begin"], block["end"]
     out = "".join(lines[:b]) + "".join(lines[e + 1:])
     if not has_word(lines[b], COMMA_ADDED):
         return out
-    d = _locate(parse(out, s["file"]), s)
-    olines = split_lines(out)
-    if d.values:
-        v = d.values[-1]
-        at = _pos(olines, line_offsets(olines), v.end_lineno, v.end_col_offset)
-        if out[at:at + 1] == ",":
-            return out[:at] + out[at + 1:]
-    raise EngineError("block-corrupt", f"expected the comma provision added after the last entry of {s['mapping']} (its marker at line {b + 1} says {COMMA_ADDED}), found none; fix or remove the block by hand")
+    at = last_end(out)
+    if at is not None and out[at:at + 1] == ",":
+        return out[:at] + out[at + 1:]
+    raise EngineError("block-corrupt", f"expected the comma provision added after {what} (its marker at line {b + 1} says {COMMA_ADDED}), found none; fix or remove the block by hand")
 
 
 def check(text: str, s: dict) -> list:

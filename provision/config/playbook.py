@@ -313,3 +313,23 @@ def shipped_patch_specs(kinds: tuple = ("delegate",)) -> list[PatchSpec]:
 def shipped_patch_classes() -> set[str]:
     """The classes the shipped playbooks' patch specs cover (unreadable ones are skipped)."""
     return {spec.cls for spec in shipped_patch_specs()}
+
+
+_QUOTED_NAME = re.compile(r"""["']([A-Za-z_]\w*)["']""")
+
+
+def shipped_fixes(package: str = DEFAULT_PACKAGE) -> dict[str, list[tuple[str, str]]]:
+    """{class name: [(spec name, kind), ...]} for the shipped specs of files in `package`: the class
+    of a delegation or interface spec, and each class name a replace spec adds (a quoted name in its
+    `replace` that its `find` lacks: vLLM's proposer lists classes so). What a crash hint names."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for spec in shipped_patch_specs(COVERING_KINDS + ("replace",)):
+        if spec.package != package:
+            continue
+        if spec.kind == "replace":
+            added = set(_QUOTED_NAME.findall(str(spec.edit.get("replace")))) - set(_QUOTED_NAME.findall(str(spec.edit.get("find"))))
+        else:
+            added = {spec.cls} if spec.cls else set()
+        for cls in sorted(added):
+            out.setdefault(cls, []).append((spec.name, spec.kind))
+    return out

@@ -50,6 +50,9 @@ _VERSION = re.compile(r"\bvLLM API server version (?P<v>\S+)|\bversion (?P<v2>\d
 _ARCH = re.compile(r"Resolved architecture: (?P<cls>\w+)")
 _URL = re.compile(r"Starting vLLM server on (?P<url>\S+)")
 _EAGLE3 = re.compile(r"Model does not support EAGLE3 interface")
+# 0.32's EAGLE proposer copies the target's image token from config.image_token_index for every
+# multimodal class it does not name (llm_base_proposer.py): a config without it dies in the drafter's load
+_IMAGE_TOKEN = re.compile(r"has no attribute 'image_token_index'")
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory|"
                   r"No available memory for the cache blocks", re.I)
 _CORE_FAILED = re.compile(r"Engine core initialization failed")
@@ -61,7 +64,7 @@ _SHUTDOWN = re.compile(r"\[shutdown\]|Shutting down|Waiting for application shut
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)% Completed \| (?P<done>\d+)/(?P<total>\d+)"
                      r"(?: \[(?P<elapsed>[\d:]+)<(?P<eta>[\d:?]+))?")
 # crash kinds, most specific first: the root cause wins over the engine core's summary
-_RANK = {"missing-eagle3-method": 0, "oom": 1, "exception": 2, "child-failed": 3}
+_RANK = {"missing-eagle3-method": 0, "missing-image-token": 0, "oom": 1, "exception": 2, "child-failed": 3}
 
 
 def strip(line: str) -> tuple[str, str]:
@@ -181,6 +184,10 @@ class LoadLog:
             kind = "missing-eagle3-method"
             summary = (f"{self.state.target_class or 'the target model'} does not have vLLM's EAGLE-3 interface "
                        f"(SupportsEagle3): {last}")
+        elif _IMAGE_TOKEN.search(text):
+            kind = "missing-image-token"
+            summary = (f"vLLM's EAGLE proposer reads config.image_token_index of "
+                       f"{self.state.target_class or 'the target model'}, whose config has none: {last}")
         elif _OOM.search(text):
             kind, summary = "oom", f"out of memory: {last}"
         elif _CORE_FAILED.search(text):
@@ -191,7 +198,8 @@ class LoadLog:
         if old is not None and _RANK[old.kind] <= _RANK[kind]:
             return []  # the first, most specific cause stays
         crash = Crash(kind=kind, summary=summary, lines=tuple(lines[-MAX_CRASH_LINES:]),
-                      class_name=self.state.target_class if kind == "missing-eagle3-method" else None)
+                      class_name=self.state.target_class if kind in ("missing-eagle3-method", "missing-image-token")
+                      else None)
         self.state = replace(self.state, crashed=crash, phase=CRASHED)
         return [Event("crash", CRASHED, last, crash=crash)]
 
@@ -214,12 +222,31 @@ def parse(text: str, secrets: Iterable[str] = ()) -> LoadState:
 
 
 def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | None = None) -> str | None:
-    """What to do about a vLLM crash, or None."""
+    """What to do about a vLLM crash, or None. ``shipped``: {class: [(spec name, kind)]} the shipped
+    vLLM specs fix (tasks/follow.py shipped_classes), to name the one that fixes this class."""
     if crash is None:
         return None
+    h = host or "HOST"
+    sel = h if h.startswith("-") else f"--host {h}"
+    cls = crash.class_name or "the target class"
+    fixes = dict(shipped).get(crash.class_name, []) if isinstance(shipped, dict) else []
     if crash.kind == "missing-eagle3-method":
-        return (f"{crash.class_name or 'the target class'} lacks SupportsEagle3 in this vLLM release; newer releases "
-                "declare it for more wrappers (`provision audit` lists the gaps), or launch without EAGLE-3")
+        spec = next((n for n, kind in fixes if kind == "interface"), None)
+        if spec:
+            return (f"{cls} lacks SupportsEagle3 in this vLLM release; spec {spec} adds it: "
+                    f"`provision patch --playbook {spec} {sel}` (or `provision launch --patch`), then launch again")
+        return (f"{cls} lacks SupportsEagle3 in this vLLM release and no shipped spec covers it: "
+                f"`provision spec new {cls} --engine vllm {sel} > playbooks/{cls}.yaml`, then "
+                f"`provision patch --playbook playbooks/{cls}.yaml {sel}`; `provision audit --engine vllm {sel}` "
+                "lists the other gaps")
+    if crash.kind == "missing-image-token":
+        spec = next((n for n, kind in fixes if kind == "replace"), None)
+        if spec:
+            return (f"spec {spec} makes the proposer read {cls}'s own image token: "
+                    f"`provision patch --playbook {spec} {sel}`, then launch again")
+        return (f"no shipped spec makes the proposer read {cls}'s image token: a replace spec like "
+                "kimi-vl-proposer-vllm adds the class where the proposer lists its multimodal classes "
+                "(docs/patching.md), or launch without EAGLE-3")
     if crash.kind == "oom":
         return "lower --gpu-memory-utilization or --max-model-len, or free the GPUs (`provision status`)"
     return None

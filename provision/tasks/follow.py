@@ -159,7 +159,7 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
             why = crash.summary if crash is not None else "the server process exited"
             status = ans.get("exit")
             detail = f"{why} (exit status {status})" if status is not None else why
-            h = hint(crash, selector(host.name), shipped_classes()) if crash is not None else None
+            h = hint(crash, selector(host.name), shipped_classes(prof.engine)) if crash is not None else None
             if h:
                 detail += "; hint: " + h
             if crash is not None and crash.kind == "overlay-import" and ans["running"]:
@@ -252,12 +252,14 @@ def parser_tail(parser) -> list[str]:
     return list(parser.tail(30))
 
 
-def shipped_classes() -> set[str] | None:
-    """Classes a shipped patch spec covers (for the crash hint); None when the playbooks cannot be read."""
+def shipped_classes(engine: str | None = None) -> dict | None:
+    """{class: [(spec name, kind)]} the shipped specs of the engine's files fix (for the crash hint;
+    its keys are the classes covered); None when the playbooks cannot be read."""
     try:
-        from provision.config.playbook import shipped_patch_classes
+        from provision.config.playbook import shipped_fixes
+        from provision.host import inference
 
-        return shipped_patch_classes()
+        return shipped_fixes(inference.PACKAGES[engine or inference.DEFAULT])
     except Exception:  # noqa: BLE001 - a hint must never break a launch report
         return None
 

@@ -2,6 +2,7 @@
 start-up log read by its own reader (logs/vllmlog.py) from lines a real vLLM 0.32 server printed
 (../shared/VLLM_NOTES.md; the real-vLLM tier reads a live one)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -130,11 +131,30 @@ def test_the_missing_eagle3_interface_is_the_crash_not_the_engine_cores_summary(
     assert reader_for("vllm").hint(crash) and "SupportsEagle3" in reader_for("vllm").hint(crash)
 
 
-def test_an_engine_core_failure_alone_is_a_crash_with_its_own_sentence():
+def test_the_proposers_image_token_index_read_is_its_own_crash_with_the_spec_that_fixes_it():
     text = CRASH.replace("RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was "
-                         "requested", "AttributeError: 'Qwen2AudioConfig' object has no attribute 'image_token_index'")
+                         "requested", "AttributeError: 'KimiVLConfig' object has no attribute 'image_token_index'")
     crash = vllmlog.parse(text).crashed
-    assert crash.kind == "exception" and "image_token_index" in crash.summary
+    assert crash.kind == "missing-image-token" and "image_token_index" in crash.summary
+    crash = dataclasses.replace(crash, class_name="KimiVLForConditionalGeneration")
+    from provision.config.playbook import shipped_fixes
+
+    h = vllmlog.hint(crash, "gpu01", shipped_fixes("vllm"))
+    assert "spec kimi-vl-proposer-vllm" in h and "`provision patch --playbook kimi-vl-proposer-vllm --host gpu01`" in h
+    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2AudioForConditionalGeneration"), "gpu01",
+                         shipped_fixes("vllm"))
+    assert "no shipped spec" in other
+
+
+def test_the_missing_interface_hint_names_the_shipped_spec_or_spec_new():
+    from provision.config.playbook import shipped_fixes
+
+    crash = dataclasses.replace(vllmlog.parse(CRASH).crashed, class_name="KimiVLForConditionalGeneration")
+    h = vllmlog.hint(crash, "gpu01", shipped_fixes("vllm"))
+    assert "spec kimi-vl-eagle3-vllm adds it: `provision patch --playbook kimi-vl-eagle3-vllm --host gpu01`" in h
+    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2AudioForConditionalGeneration"), "gpu01",
+                         shipped_fixes("vllm"))
+    assert "`provision spec new Qwen2AudioForConditionalGeneration --engine vllm --host gpu01" in other
 
 
 def test_an_error_while_it_shuts_down_after_serving_is_not_a_crash():

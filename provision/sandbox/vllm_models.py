@@ -9,6 +9,8 @@ sharing one byte-level BPE tokenizer trained on a text generated here. Nothing c
 
 ``--rejecting-draft``: ``d2t[0] = 1``, so the drafter proposes token 1 where the target picks 0:
 no draft token is ever accepted (the bench tier's other end).
+``--qwen2-audio``: the target is a tiny Qwen2AudioForConditionalGeneration instead (a wrapper that
+lacks vLLM's EAGLE-3 interface while its Qwen2 text model has it), the drafter sized for its vocabulary.
 ``--bad-draft``: the drafter's ``fc`` is the wrong shape for the target, so vLLM's drafter load
 fails (the tier's real crash). The target's final norm is zero, so greedy decoding picks token 0
 whatever the input; with the draft's norm zero too and ``d2t`` zero the drafter proposes what the
@@ -103,12 +105,55 @@ def draft(out: str, bad: bool = False, rejecting: bool = False) -> None:
     tokenizer(out)
 
 
+def qwen2_audio_target(out: str) -> None:
+    """A tiny Qwen2AudioForConditionalGeneration: a wrapper from the audit's list that the CPU build
+    serves without torchvision (a Qwen2 text model, hidden 128, 2 layers, the final norm zero as the
+    Llama target's; a 1-layer Whisper-style audio tower of d_model 64), with the tokenizer plus its
+    three audio tokens and a Qwen2AudioProcessor. Saved with transformers' own classes, then the
+    text model's weights renamed to the layout vLLM 0.32 loads (transformers 5 writes
+    language_model.model.model.*, vLLM maps language_model.model.*)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import (AutoTokenizer, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration,
+                              Qwen2AudioProcessor, WhisperFeatureExtractor)
+
+    global VOCAB
+    tokenizer(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    tok.add_special_tokens({"additional_special_tokens": ["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"]})
+    tok.save_pretrained(out)
+    VOCAB = len(tok)  # the drafter's target vocabulary too
+    torch.manual_seed(0)
+    cfg = Qwen2AudioConfig(
+        audio_config={"d_model": 64, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 128,
+                      "num_mel_bins": 128, "max_source_positions": 1500},
+        text_config={"model_type": "qwen2", "hidden_size": HIDDEN, "intermediate_size": INTER,
+                     "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+                     "vocab_size": VOCAB, "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2,
+                     "tie_word_embeddings": False, "torch_dtype": "float32"},
+        audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
+    model = Qwen2AudioForConditionalGeneration(cfg).to(torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("model.norm.weight") and "audio" not in name:
+                p.zero_()
+    model.save_pretrained(out, safe_serialization=True)
+    path = os.path.join(out, "model.safetensors")
+    weights = {k.replace("language_model.model.model.", "language_model.model."): v for k, v in load_file(path).items()}
+    save_file(weights, path, metadata={"format": "pt"})
+    Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=128), tokenizer=tok,
+                        chat_template=tok.chat_template).save_pretrained(out)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
-        print("usage: vllm_models.py OUT [--bad-draft | --rejecting-draft]", file=sys.stderr)
+        print("usage: vllm_models.py OUT [--bad-draft | --rejecting-draft | --qwen2-audio]", file=sys.stderr)
         return 2
     out = argv[0]
-    target(os.path.join(out, "target"))
+    if "--qwen2-audio" in argv:
+        qwen2_audio_target(os.path.join(out, "target"))
+    else:
+        target(os.path.join(out, "target"))
     draft(os.path.join(out, "draft"), bad="--bad-draft" in argv, rejecting="--rejecting-draft" in argv)
     print(json.dumps({"target": os.path.join(out, "target"), "draft": os.path.join(out, "draft")}))
     return 0

@@ -32,9 +32,10 @@ def vllm_venv() -> Path:
 @pytest.fixture(scope="session")
 def vllm_models(vllm_venv, tmp_path_factory) -> dict:
     """{"good": dir with target/ and a draft/ whose every token is accepted, "rejecting": one whose
-    none is, "bad": a drafter whose fc does not fit}."""
+    none is, "bad": a drafter whose fc does not fit, "qwen2-audio": a tiny Qwen2Audio wrapper target}."""
     out = {}
-    for kind, extra in (("good", []), ("rejecting", ["--rejecting-draft"]), ("bad", ["--bad-draft"])):
+    for kind, extra in (("good", []), ("rejecting", ["--rejecting-draft"]), ("bad", ["--bad-draft"]),
+                        ("qwen2-audio", ["--qwen2-audio"])):
         root = tmp_path_factory.mktemp(f"vllm-models-{kind}")
         proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(Path(vv.__file__).with_name("vllm_models.py")),
                                str(root), *extra], capture_output=True, text=True, timeout=600, cwd=str(root))

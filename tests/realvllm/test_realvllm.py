@@ -248,6 +248,36 @@ def test_a_drafter_that_does_not_fit_is_reported_with_vllms_own_sentence(tmp_pat
     run("stop", *cli, "--playbook", pb)
 
 
+def test_a_wrapper_without_the_interface_is_refused_and_with_force_dies_with_vllms_own_sentence_and_the_hint(
+        tmp_path, ssh_env, vhost, vllm_models):
+    """Qwen2AudioForConditionalGeneration (from the audit's list: its Qwen2 text model has SupportsEagle3, the
+    wrapper lacks it) with an EAGLE-3 drafter. Preflight refuses it in seconds, starting nothing; past it with
+    --force the real server dies with vLLM's own sentence (on 0.32 first the proposer's image_token_index read,
+    which Qwen2Audio's config lacks), and launch reports it with what fixes it."""
+    models = put_models(vhost, vllm_models["qwen2-audio"], "qwen2-audio")
+    pb = playbook(tmp_path, models)
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+
+    proc, row, took = launch(cli, "--playbook", pb)
+    print(f"\nrefused by preflight after {took:.1f} s")
+    assert proc.returncode == 3 and row["verdict"] == "refused", (row, proc.stderr[-3000:])
+    assert "Qwen2AudioForConditionalGeneration lacks the EAGLE-3 interface" in row["detail"], row["detail"]
+    assert "provision spec new Qwen2AudioForConditionalGeneration --engine vllm" in row["detail"]
+    assert vllm_pids(vhost) == [], "a refused launch starts no server process"
+
+    proc, row, took = launch(cli, "--playbook", pb, "--force")
+    print(f"the server's own crash reported after {took:.1f} s")
+    try:
+        assert proc.returncode == 3 and row["verdict"] == "crashed", (row, proc.stderr[-3000:])
+        assert "AttributeError: 'Qwen2AudioConfig' object has no attribute 'image_token_index'" in row["detail"], \
+            row["detail"]
+        assert "hint: no shipped spec makes the proposer read Qwen2AudioForConditionalGeneration's image token" \
+            in row["detail"], row["detail"]
+        assert gone(vhost) == [], "nothing of the crashed server is left running"
+    finally:
+        run("stop", *cli, "--playbook", pb)
+
+
 def test_preflight_refuses_from_vllms_own_parser_and_registry_and_starts_nothing(tmp_path, ssh_env, vhost,
                                                                                    vllm_models):
     """What vLLM would refuse, refused before any vLLM process starts: a misspelt flag (with a "did you

@@ -173,6 +173,8 @@ SHIPPED = {  # spec -> its verdict on 0.16, 0.17, 0.18, 0.32, 0.34 (patched: the
     "kimi-k25-allow-list-vllm": (P, P, N, NA, NA),
     "kimi-vl-eagle3-vllm": (NA, NA, P, P, P),
     "kimi-vl-proposer-vllm": (NA, NA, NA, P, NA),
+    "qwen2-audio-eagle3-vllm": (P, P, P, P, P),
+    "qwen2-audio-proposer-vllm": (NA, NA, NA, P, NA),
 }
 
 

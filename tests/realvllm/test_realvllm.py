@@ -278,6 +278,83 @@ def test_a_wrapper_without_the_interface_is_refused_and_with_force_dies_with_vll
         run("stop", *cli, "--playbook", pb)
 
 
+QWEN2_AUDIO_SPECS = {"qwen2-audio-eagle3-vllm": "model_executor/models/qwen2_audio.py",
+                     "qwen2-audio-proposer-vllm": "v1/spec_decode/llm_base_proposer.py"}
+
+
+def private_vllm(host, venv) -> str:
+    """/root/vllm-private in the host: a `vllm` package of links into the tier's read-only venv, except
+    the files the Qwen2-Audio specs edit (copies) and the directories down to them; the venv's
+    dist-info linked beside it (its version). The venv itself is never written."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    in_host = f"{VENV_IN_HOST}/{site.relative_to(venv)}"
+    root = host.hostpath("/root/vllm-private")
+    shutil.rmtree(root, ignore_errors=True)
+    edited = set(QWEN2_AUDIO_SPECS.values())
+    dirs = {"/".join(f.split("/")[:i]) for f in edited for i in range(1, f.count("/") + 1)}
+
+    def mirror(rel: str) -> None:
+        (root / "vllm" / rel).mkdir(parents=True, exist_ok=True)
+        for entry in (site / "vllm" / rel).iterdir():
+            sub = f"{rel}/{entry.name}".lstrip("/")
+            if sub in dirs:
+                mirror(sub)
+            elif sub in edited:
+                (root / "vllm" / sub).write_bytes(entry.read_bytes())
+            else:
+                (root / "vllm" / sub).symlink_to(f"{in_host}/vllm/{sub}")
+
+    mirror("")
+    for info in site.glob("vllm*.dist-info"):
+        (root / info.name).symlink_to(f"{in_host}/{info.name}")
+    return "/root/vllm-private"
+
+
+def test_with_both_specs_the_wrapper_starts_and_drafts_and_unpatch_gives_the_release_back(
+        tmp_path, ssh_env, vhost, vllm_models, vllm_venv):
+    """The before/after proof: the same Qwen2-Audio target and drafter the test above saw die start and
+    draft once the two shipped specs are patched in (a private, writable copy of the tier's read-only
+    vLLM, which the server imports first through PYTHONPATH)."""
+    models = put_models(vhost, vllm_models["qwen2-audio"], "qwen2-audio")
+    private = private_vllm(vhost, vllm_venv)
+    pb = json.loads(open(playbook(tmp_path, models)).read())
+    pb["launch"]["env"]["PYTHONPATH"] = private
+    pb["launch"]["python"] = f"{VENV_IN_HOST}/bin/python"
+    (tmp_path / "q2a.yaml").write_text(json.dumps(pb))
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {vhost.name: {"address": vhost.address, "port": vhost.port, "sglang_path": f"{private}/vllm",
+                                  "python": f"{VENV_IN_HOST}/bin/python"}}}
+    (tmp_path / "inv.yaml").write_text(json.dumps(inv))
+    cli = ["-i", str(tmp_path / "inv.yaml"), "--host", vhost.name]
+    books = [a for name in QWEN2_AUDIO_SPECS for a in ("--playbook", name)]
+    site = next(vllm_venv.glob("lib/python3*/site-packages"))
+
+    proc = run("patch", *cli, *books, "--json")
+    rows = {r["data"]["spec"]: r for r in json.loads(proc.stdout)["hosts"]}
+    assert proc.returncode == 0 and {s: r["verdict"] for s, r in rows.items()} == \
+        {"qwen2-audio-eagle3-vllm": "patched", "qwen2-audio-proposer-vllm": "patched"}, (proc.stdout, proc.stderr)
+    try:
+        proc, row, took = launch(cli, "--playbook", str(tmp_path / "q2a.yaml"))
+        print(f"\nwith both specs: ready after {took:.1f} s")
+        assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
+        before = spec_counters(vhost)
+        _, brow = bench(cli)
+        after = spec_counters(vhost)
+        drafts = after["drafts"] - before["drafts"]
+        accepted = after["accepted_tokens"] - before["accepted_tokens"]
+        print(f"bench: {brow['detail']}; /metrics: {drafts:.0f} drafts, {accepted:.0f} of "
+              f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
+        assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
+        # the drafter proposes what the zero-norm target picks (as the Llama pair's): every draft token accepted
+        assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
+    finally:
+        run("stop", *cli, "--playbook", str(tmp_path / "q2a.yaml"))
+    assert gone(vhost) == []
+    run("unpatch", *cli, *books, check_rc=0)
+    for rel in QWEN2_AUDIO_SPECS.values():
+        assert vhost.hostpath(f"{private}/vllm/{rel}").read_bytes() == (site / "vllm" / rel).read_bytes()
+
+
 def test_preflight_refuses_from_vllms_own_parser_and_registry_and_starts_nothing(tmp_path, ssh_env, vhost,
                                                                                    vllm_models):
     """What vLLM would refuse, refused before any vLLM process starts: a misspelt flag (with a "did you

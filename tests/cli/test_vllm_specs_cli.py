@@ -126,7 +126,7 @@ def test_kimi_vl_on_032_patched_audited_and_the_allow_list_not_applicable(v032, 
     assert gaps["KimiVLForConditionalGeneration"]["verdict"] == "fixable"
     assert gaps["KimiVLForConditionalGeneration"]["covered_by"] == "kimi-vl-eagle3-vllm"
     assert "KimiK25ForConditionalGeneration" not in gaps
-    assert "Qwen2AudioForConditionalGeneration" in audit["hosts"][0]["data"]["uncovered_fixable"]
+    assert "Qwen2VLForConditionalGeneration" in audit["hosts"][0]["data"]["uncovered_fixable"]
 
     books = ["--playbook", "kimi-vl-eagle3-vllm", "--playbook", "kimi-vl-proposer-vllm",
              "--playbook", "kimi-k25-eagle3-vllm", "--playbook", "kimi-k25-allow-list-vllm"]
@@ -224,19 +224,19 @@ def test_kimi_k25_on_016_is_refused_for_the_interface_and_the_allow_list_naming_
 def test_spec_new_writes_a_vllm_spec_that_patches_the_gap_it_was_written_for(v032, ssh_env, tmp_path):
     host = v032
     host.reset()
-    rel = "model_executor/models/qwen2_audio.py"
+    rel = "model_executor/models/qwen2_vl.py"
     before = vllm_file(host, rel).read_bytes()
-    proc = run("spec", "new", "Qwen2AudioForConditionalGeneration", "--engine", "vllm", *ssh_env.cli_args,
+    proc = run("spec", "new", "Qwen2VLForConditionalGeneration", "--engine", "vllm", *ssh_env.cli_args,
                "--host", host.name, check_rc=0)
     assert "written by `provision spec new` from vLLM 0.32.0" in proc.stdout
-    book = tmp_path / "qwen2-audio-eagle3-vllm.yaml"
+    book = tmp_path / "qwen2-vl-eagle3-vllm.yaml"
     book.write_text(proc.stdout)
     proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", str(book))
     assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "patched", doc
     assert doc["hosts"][0]["file"].endswith(rel)
     _, audit = run_json("audit", *ssh_env.cli_args, "--host", host.name, "--engine", "vllm", "--playbook", str(book))
     gaps = {g["class"]: g for g in audit["hosts"][0]["data"]["gaps"]}
-    assert "Qwen2AudioForConditionalGeneration" not in audit["hosts"][0]["data"]["uncovered_fixable"]
-    assert gaps.get("Qwen2AudioForConditionalGeneration", {"patch_state": "patched"})["patch_state"] == "patched"
+    assert "Qwen2VLForConditionalGeneration" not in audit["hosts"][0]["data"]["uncovered_fixable"]
+    assert gaps.get("Qwen2VLForConditionalGeneration", {"patch_state": "patched"})["patch_state"] == "patched"
     run("unpatch", *ssh_env.cli_args, "--host", host.name, "--playbook", str(book), check_rc=0)
     assert vllm_file(host, rel).read_bytes() == before

@@ -262,7 +262,7 @@ def test_a_wrapper_without_the_interface_is_refused_and_with_force_dies_with_vll
     print(f"\nrefused by preflight after {took:.1f} s")
     assert proc.returncode == 3 and row["verdict"] == "refused", (row, proc.stderr[-3000:])
     assert "Qwen2AudioForConditionalGeneration lacks the EAGLE-3 interface" in row["detail"], row["detail"]
-    assert "provision spec new Qwen2AudioForConditionalGeneration --engine vllm" in row["detail"]
+    assert "provision patch --playbook qwen2-audio-eagle3-vllm" in row["detail"]
     assert vllm_pids(vhost) == [], "a refused launch starts no server process"
 
     proc, row, took = launch(cli, "--playbook", pb, "--force")
@@ -271,8 +271,8 @@ def test_a_wrapper_without_the_interface_is_refused_and_with_force_dies_with_vll
         assert proc.returncode == 3 and row["verdict"] == "crashed", (row, proc.stderr[-3000:])
         assert "AttributeError: 'Qwen2AudioConfig' object has no attribute 'image_token_index'" in row["detail"], \
             row["detail"]
-        assert "hint: no shipped spec makes the proposer read Qwen2AudioForConditionalGeneration's image token" \
-            in row["detail"], row["detail"]
+        assert "hint: spec qwen2-audio-proposer-vllm makes the proposer read Qwen2AudioForConditionalGeneration's " \
+            "own image token" in row["detail"], row["detail"]
         assert gone(vhost) == [], "nothing of the crashed server is left running"
     finally:
         run("stop", *cli, "--playbook", pb)

@@ -141,7 +141,7 @@ def test_the_proposers_image_token_index_read_is_its_own_crash_with_the_spec_tha
 
     h = vllmlog.hint(crash, "gpu01", shipped_fixes("vllm"))
     assert "spec kimi-vl-proposer-vllm" in h and "`provision patch --playbook kimi-vl-proposer-vllm --host gpu01`" in h
-    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2AudioForConditionalGeneration"), "gpu01",
+    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2VLForConditionalGeneration"), "gpu01",
                          shipped_fixes("vllm"))
     assert "no shipped spec" in other
 
@@ -152,9 +152,9 @@ def test_the_missing_interface_hint_names_the_shipped_spec_or_spec_new():
     crash = dataclasses.replace(vllmlog.parse(CRASH).crashed, class_name="KimiVLForConditionalGeneration")
     h = vllmlog.hint(crash, "gpu01", shipped_fixes("vllm"))
     assert "spec kimi-vl-eagle3-vllm adds it: `provision patch --playbook kimi-vl-eagle3-vllm --host gpu01`" in h
-    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2AudioForConditionalGeneration"), "gpu01",
+    other = vllmlog.hint(dataclasses.replace(crash, class_name="Qwen2VLForConditionalGeneration"), "gpu01",
                          shipped_fixes("vllm"))
-    assert "`provision spec new Qwen2AudioForConditionalGeneration --engine vllm --host gpu01" in other
+    assert "`provision spec new Qwen2VLForConditionalGeneration --engine vllm --host gpu01" in other
 
 
 def test_an_error_while_it_shuts_down_after_serving_is_not_a_crash():

@@ -367,7 +367,7 @@ def _backup(state_dir: str, real: str, data: bytes, sha: str, *, sglang_version,
 # --------------------------------------------------------------------------- resolver
 
 
-def _default_resolver(path: str, spec: dict):
+def default_resolver(path: str, spec: dict):
     """Derive the spec's package directory (sglang's, vllm's) from `path` ending in spec["file"]."""
     rel = spec.get("file") if isinstance(spec, dict) else None
     ap = os.path.abspath(path)
@@ -531,7 +531,7 @@ def patch_file(path: str, spec: dict, *, state_dir: str, sglang_version: str | N
                want_diff: bool = False, resolve_module=None, lock_timeout: float = 30) -> dict:
     """Patch one file safely. Returns the result dict (see the module docstring)."""
     if resolve_module is None:
-        resolve_module = _default_resolver(path, spec)
+        resolve_module = default_resolver(path, spec)
 
     def state_entry(res, plan):
         block = None

@@ -22,7 +22,7 @@ from provision.host.facts import installs, packages
 from provision.host.facts.servers import changed_at, restart_needed
 from provision.host.lib import procfs
 from provision.host.lib.hostlog import host_log
-from provision.host.lib.modules import PACKAGE, make_resolver, module_name
+from provision.host.lib.modules import PACKAGE, module_name
 from provision.host.lib.paths import default_state_dir
 from provision.host.lib.state import read_state
 from provision.host.ops import fileops
@@ -36,11 +36,8 @@ def _spec_file(install: dict, spec: dict) -> tuple:
     relative to the package the spec names, as the install's interpreter finds it (None when
     that package is missing: PackageInfo's error says so)."""
     path, info = packages.spec_file(install, spec)
-    package, rel = spec.get("package") or PACKAGE, spec.get("file") or ""
     # base classes (and an interface spec's protocol) are read in the spec's own package
-    root = path[: -len(rel) - 1] if path and rel and path.replace(os.sep, "/").endswith("/" + rel) else None
-    resolver = make_resolver(root, package) if root else None
-    return path, info, resolver
+    return path, info, (fileops.default_resolver(path, spec) if path else None)
 
 
 def op_discover(req: DiscoverRequest, bundle: bytes) -> DiscoverAnswer:

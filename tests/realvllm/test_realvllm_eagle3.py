@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli.helpers import run
 from tests.realvllm.tier import (QWEN2_AUDIO_SPECS, VENV_IN_HOST, bench, gone, launch, playbook, private_vllm,
-                                 put_models, spec_counters, vllm_pids)
+                                 put_models, record, spec_counters, vllm_pids)
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
 
@@ -136,3 +136,51 @@ def test_with_both_specs_the_wrapper_starts_and_drafts_and_unpatch_gives_the_rel
     run("unpatch", *cli, *books, check_rc=0)
     for rel in QWEN2_AUDIO_SPECS.values():
         assert vhost.hostpath(f"{private}/vllm/{rel}").read_bytes() == (site / "vllm" / rel).read_bytes()
+
+
+def test_with_the_overlay_the_read_only_install_starts_and_drafts_and_unpatch_overlay_takes_it_away(
+        tmp_path, ssh_env, vhost, vllm_models, vllm_venv):
+    """The same Qwen2-Audio target and drafter on the tier's read-only vLLM, none of its files edited:
+    `launch --overlay` stages both specs as a vLLM general plugin (the interface's subclass registered
+    under the architecture, the proposer's load_model bound in place of the installed one), and the real
+    server starts and drafts; status says which fix it runs; `unpatch --overlay` takes the overlay away."""
+    models = put_models(vhost, vllm_models["qwen2-audio"], "qwen2-audio")
+    pb = json.loads(open(playbook(tmp_path, models)).read())
+    pb["launch"]["requires"] = list(QWEN2_AUDIO_SPECS)
+    (tmp_path / "q2a.yaml").write_text(json.dumps(pb))
+    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    site = next(vllm_venv.glob("lib/python3*/site-packages"))
+    released = {rel: (site / "vllm" / rel).read_bytes() for rel in QWEN2_AUDIO_SPECS.values()}
+
+    proc, row, took = launch(cli, "--playbook", str(tmp_path / "q2a.yaml"), "--overlay")
+    print(f"\nwith the overlay: ready after {took:.1f} s")
+    try:
+        assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
+        rec = record(vhost)
+        assert rec["fix"] == "overlay" and rec["overlay"]["modules"] == [
+            "provision_overlay.qwen2_audio_eagle3_vllm", "provision_overlay.qwen2_audio_proposer_vllm"], rec
+        assert row["detail"].endswith("tp 1, speculative EAGLE3 draft_tokens=3"), row["detail"]
+        env = vhost.run(f"tr '\\0' '\\n' < /proc/{record(vhost)['pid']}/environ", check=False).stdout.splitlines()
+        root = next(e for e in env if e.startswith("PYTHONPATH=")).split("=", 1)[1].split(":")[0]
+        assert vhost.hostpath(f"{root}/provision_overlay-0.1.dist-info/entry_points.txt").read_text() == \
+            "[vllm.general_plugins]\nprovision_overlay = provision_overlay:register\n"
+        before = spec_counters(vhost)
+        _, brow = bench(cli)
+        after = spec_counters(vhost)
+        drafts = after["drafts"] - before["drafts"]
+        accepted = after["accepted_tokens"] - before["accepted_tokens"]
+        print(f"bench: {brow['detail']}; /metrics: {drafts:.0f} drafts, {accepted:.0f} of "
+              f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
+        assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
+        assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
+        books = [a for name in QWEN2_AUDIO_SPECS for a in ("--playbook", name)]
+        proc = run("status", *cli, *books, "--format", "lines")
+        print(f"status:\n{proc.stdout}")
+        assert proc.returncode == 0 and proc.stdout.count("fix: overlay") == 2, (proc.stdout, proc.stderr[-2000:])
+    finally:
+        run("stop", *cli, "--playbook", str(tmp_path / "q2a.yaml"))
+    assert gone(vhost) == []
+    proc = run("unpatch", *cli, "--playbook", "qwen2-audio-eagle3-vllm", "--overlay", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["hosts"][0]["verdict"] == "removed", proc.stdout
+    assert not vhost.hostpath(root).exists()
+    assert {rel: (site / "vllm" / rel).read_bytes() for rel in QWEN2_AUDIO_SPECS.values()} == released

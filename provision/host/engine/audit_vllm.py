@@ -198,6 +198,19 @@ def audit_registry(package_dir: str, protocol: str) -> dict:
             "models_dir": os.path.join(package_dir, MODELS)}
 
 
+def architectures(package_dir: str, file: str, cls: str) -> list:
+    """The architectures vLLM's registry maps to class `cls` of `file` (relative to the package:
+    model_executor/models/qwen2_audio.py), sorted: what a replacement class is registered under (the
+    overlay's register()). [] when the registry names none (the class's own name is the caller's guess)."""
+    rel = file[:-3] if file.endswith(".py") else file
+    prefix = MODELS + "/"
+    if not rel.startswith(prefix):
+        return []
+    module = rel[len(prefix):].replace("/", ".")
+    reg = _registry(Resolver(make_resolver(package_dir, PACKAGE), [], PACKAGE))
+    return sorted(arch for arch, (m, c) in reg.items() if (m, c) == (module, cls))
+
+
 def target_interface(package_dir: str, protocol: str, arch: str) -> dict | None:
     """For preflight: {"class", "missing"} of the class vLLM's registry maps `arch` to, the members
     of the release's own protocol it lacks (none: it has the interface); None when the registry does

@@ -511,7 +511,7 @@ def _edit_kind(spec):
     return None
 
 
-def _expanded(spec, resolve_module):
+def expanded(spec, resolve_module):
     """An interface spec as the delegation spec it is on this release (engine/interface.py, its
     protocol read through `resolve_module`); any other spec as it is. Raises EngineError."""
     if isinstance(spec, dict) and spec.get("kind") == "interface":
@@ -527,7 +527,7 @@ def plan_patch(source: bytes, spec: dict, resolve_module=None) -> dict:
         if kind is not None:
             return edits.plan_patch(kind, source, spec)
         try:
-            spec = _expanded(spec, resolve_module)
+            spec = expanded(spec, resolve_module)
         except EngineError as e:
             return _result(error=e.as_dict())
         return _plan_patch(source, spec, resolve_module)
@@ -655,7 +655,7 @@ def check_structure(source: bytes, spec: dict, resolve_module=None) -> list:
         if kind is not None:
             return edits.check_structure(kind, source, spec)
         try:
-            spec = _expanded(spec, resolve_module)
+            spec = expanded(spec, resolve_module)
         except EngineError as e:
             return [e.message]
         return _check_structure(source, spec, resolve_module)
@@ -699,7 +699,7 @@ def inspect(source: bytes, spec: Mapping[str, Any], resolve_module: Resolver | N
         if kind is not None:
             return cast("Inspection", edits.inspect(kind, source, cast(dict, spec)))
         try:
-            spec = _expanded(spec, resolve_module)
+            spec = expanded(spec, resolve_module)
         except EngineError as e:  # the release's protocol could not be read: said, nothing judged
             return {"class": cast(dict, spec).get("class"), "methods": {}, "native_via": {},
                     "block": {"present": False, "sha": None, "expected_sha": None, "matches": None, "names": []},

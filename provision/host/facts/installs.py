@@ -315,7 +315,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
         real = os.path.realpath(pkg)
         rec = installs.setdefault(real, {
             "path": real, "kind": kind, "version": version, "interpreters": [], "dist_info": dist_info,
-            "git": None, "pythonpath": None, "search_path": None,
+            "git": None, "pythonpath": None, "search_path": None, "engine": eng.name,
         })
         if search_path and not rec["search_path"]:  # the owning interpreter's (the first that imports it)
             rec["search_path"] = list(search_path)

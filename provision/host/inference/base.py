@@ -22,7 +22,10 @@ methods, by concern:
 - EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
   ``eagle3_parity_method`` (what it calls on the draft), ``eagle3_protocol`` (where the release
   declares that interface, when it is a protocol), ``audit_reader`` (how the audit finds the gaps)
-- overlay: ``overlay_env`` (the variable naming a package of model classes it imports on purpose)
+- overlay: ``overlay_style`` (how it loads a package of model classes on purpose: SGLang's
+  ``external-package``, named by ``overlay_env``; vLLM's ``general-plugin``, an entry point whose
+  ``register()`` replaces classes in its registry, filtered by ``overlay_plugins_env`` when set),
+  ``overlay_min_version`` (the first release that does)
 - bench: ``generate_path`` and ``generate_body`` (the streamed request it times), ``chunk_figures``
   (a chunk's tokens and speculative-decoding counts), ``server_info_paths`` and ``server_info``
   (the live state: version, tp size, the speculative settings and acceptance, newest name first),
@@ -54,6 +57,9 @@ class InferenceEngine:
     flush_path = "/flush_cache"   # empties the cache before the bench (400: busy serving others)
     flush_secret = "api-key"      # the launch secret that path takes (SGLang: the admin key when there is one)
     overlay_env = ""              # the variable naming a package of model classes it imports on purpose
+    overlay_style = ""            # how it loads provision's overlay (engine/overlay.py's STYLES); "": it cannot
+    overlay_min_version: tuple = ()  # the first release that loads it that way
+    overlay_plugins_env = ""      # a variable that, when set, lists the plugins it loads (ours must be on it)
     eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
     eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")
 

@@ -50,6 +50,8 @@ class SGLang(InferenceEngine):
     flush_path = "/flush_cache"
     flush_secret = "admin-api-key"  # ADMIN_OPTIONAL: with --admin-api-key set, only that key opens it
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
+    overlay_style = "external-package"  # each module's EntryClass, registered with overwrite=True
+    overlay_min_version = (0, 5, 6)     # SGLANG_EXTERNAL_MODEL_PACKAGE appeared in 0.5.6 (PR #13429)
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"
 

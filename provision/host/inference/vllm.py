@@ -8,7 +8,9 @@ API key reaches it as SGLang's does, from a 0600 file, never the command line; `
 OpenAI routes (``/v1/models``, ``/v1/completions``). Its EAGLE-3 interface is the runtime-checkable
 ``SupportsEagle3`` protocol of ``model_executor/models/interfaces.py``; model classes live in
 ``model_executor/models/``. Its extra model classes come from ``vllm.general_plugins`` entry
-points, not from a variable: ``overlay_env`` is empty.
+points (every one found on sys.path, or those ``VLLM_PLUGINS`` lists when it is set), whose
+``register()`` may replace an architecture's class with ``ModelRegistry.register_model(arch,
+"module:Class")``, loaded in every process (API server, engine core, workers): the overlay.
 """
 
 from __future__ import annotations
@@ -104,6 +106,10 @@ except Exception:
     VERSION = None
 '''
     overlay_env = ""
+    overlay_style = "general-plugin"    # a vllm.general_plugins entry point registering the fixed classes
+    overlay_min_version = (0, 16, 0)    # the oldest release read (general plugins and lazy register_model
+                                        # strings are older; provision claims only what it read)
+    overlay_plugins_env = "VLLM_PLUGINS"
     eagle3_methods = ("set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
     eagle3_parity_method = ""
     implied_args = {"host": "127.0.0.1", "port": 30000}  # vLLM's own: every address, port 8000

@@ -1,8 +1,9 @@
 """Overlay mode on the host: stage the overlay package, check it, and the ``overlay`` op.  STDLIB ONLY.
 
 The overlay (engine/overlay.py renders it) lives in the host's state directory, one
-directory per SGLang install (``<state>/overlay/<key>/provision_overlay/``), one module per
-spec, with only the methods the installed class lacks natively. It is compiled with the
+directory per install of an engine (``<state>/overlay/<key>/provision_overlay/``; for vLLM with
+the ``provision_overlay-0.1.dist-info`` that holds its entry point), one module per spec, with
+only the members the installed class lacks natively. It is compiled with the
 server's interpreter and checked statically by the engine (each method bound in the class);
 where that interpreter can import torch, it is also imported under a timeout, as the server
 would. Against a release that has every method there is no overlay (an old one is removed).
@@ -22,6 +23,7 @@ import os
 import shutil
 import subprocess
 
+from provision.host import inference
 from provision.host.engine import core
 from provision.host.engine import overlay as render
 from provision.host.facts import installs
@@ -51,12 +53,49 @@ def read_manifest(root: str) -> dict | None:
         return None
 
 
+def engine_of(inst: dict):
+    """The inference engine an install is of (discovery records it; SGLang for an older record)."""
+    return inference.get(inst.get("engine"))
+
+
+def _architectures(inst: dict, spec: dict) -> dict:
+    """{arch: class} a replacement class is registered under (vLLM's registry; its own name else)."""
+    from provision.host.engine import audit_vllm
+
+    archs = audit_vllm.architectures(inst["path"], spec["file"], spec["class"]) or [spec["class"]]
+    return {a: spec["class"] for a in archs}
+
+
+def _rebind_row(inst: dict, spec: dict, path: str, source: bytes) -> tuple:
+    """(row, module text or None) of a `replace` spec scoped to Class.method: native when the
+    release has the change (no module); else the method as the spec's edit leaves it (the file's
+    own edit, if provision made one, is read through: the overlay never depends on it)."""
+    from provision.host.engine import replace
+    from provision.host.engine.pysource import decode
+    from provision.host.engine.spec import validate_spec
+
+    s = validate_spec(spec)
+    cls, _, meth = s["scope"].partition(".")
+    a = replace.analyse(decode(source)[0], s)
+    row = {"spec": s["name"], "class": cls, "file": path, "methods": [] if a["native"] else [meth],
+           "attributes": [], "native": [meth] if a["native"] else [], "rebind": True}
+    if a["native"]:
+        return row, None
+    row["module"] = render.module_for(s["name"])
+    return row, render.render_rebind(s, a["want"], inst.get("version"), engine_of(inst))
+
+
 def plan(inst: dict, specs: list) -> dict:
-    """What the overlay of this install holds, from its files: per spec the methods the installed
+    """What the overlay of this install holds, from its files: per spec the members the installed
     class lacks natively (a file provision edited still gets them, so the overlay never depends on
-    the edit), and the rendered modules. Problems (class missing, unreadable file) are errors."""
-    resolve = make_resolver(inst["path"])
+    the edit; an interface spec's are its release's protocol's), and the rendered modules (for vLLM
+    with the architectures each class is registered under). Problems (class missing, unreadable
+    file) are errors."""
+    engine = engine_of(inst)
+    resolve = make_resolver(inst["path"], engine.package)
     modules: dict = {}
+    archs: dict = {}
+    rebinds: list = []
     rows: list = []
     errors: list = []
     notes: list = []
@@ -68,22 +107,44 @@ def plan(inst: dict, specs: list) -> dict:
         path = os.path.join(inst["path"], spec["file"])
         try:
             with open(path, "rb") as fh:
-                info = core.inspect(fh.read(), spec, resolve_module=resolve)
+                source = fh.read()
+            info = core.inspect(source, spec, resolve_module=resolve)
         except OSError as exc:
             errors.append(f"{path}: {exc.strerror}")
             continue
         if info.get("error"):
             errors.append(f"{path}: {(info['error'] or {}).get('message')}")
             continue
+        if spec.get("kind") == "replace":
+            try:
+                row, text = _rebind_row(inst, spec, path, source)
+            except core.EngineError as exc:
+                errors.append(f"{path}: {exc}")
+                continue
+            if text is not None:
+                modules[row["module"]] = text
+                rebinds.append(row["module"])
+            rows.append(row)
+            continue
+        try:
+            full = core.expanded(spec, resolve)
+        except core.EngineError as exc:
+            errors.append(f"{path}: {exc}")
+            continue
         methods = info.get("methods") or {}
-        need = [m["name"] for m in spec["methods"] if methods.get(m["name"]) != "native"]
+        members = [a["name"] for a in full.get("attributes") or []] + [m["name"] for m in full["methods"]]
+        need = [n for n in members if methods.get(n) != "native"]
         row = {"spec": spec["name"], "class": spec["class"], "file": path, "methods": need,
+               "attributes": [a["name"] for a in full.get("attributes") or [] if a["name"] in need],
                "native": [n for n, v in methods.items() if v == "native"]}
         if need:
             row["module"] = render.module_for(spec["name"])
-            modules[row["module"]] = render.render_module(spec, need, inst.get("version"))
+            modules[row["module"]] = render.render_module(full, need, inst.get("version"), engine)
+            if engine.overlay_style == "general-plugin":
+                archs[row["module"]] = _architectures(inst, spec)
         rows.append(row)
-    return {"modules": modules, "specs": rows, "errors": errors, "notes": notes}
+    return {"modules": modules, "architectures": archs, "rebinds": rebinds, "specs": rows, "errors": errors,
+            "notes": notes}
 
 
 def _write(path: str, text: str) -> None:
@@ -108,7 +169,7 @@ def _on_disk(root: str, files: dict) -> bool:
         present = {f"{render.PACKAGE}/{n}" for n in os.listdir(pkg) if n.endswith(".py")}
     except OSError:
         return False
-    if present != set(files):
+    if present != {rel for rel in files if rel.startswith(render.PACKAGE + "/")}:
         return False
     return all(_read(os.path.join(root, rel)) == text for rel, text in files.items())
 
@@ -121,13 +182,15 @@ def remove(root: str) -> bool:
     return True
 
 
-def users(root: str, state_dir: str) -> list:
-    """What still names this overlay: running SGLang servers whose environment has our package and
-    the overlay on PYTHONPATH, and persistent servers' saved specs (systemd restarts them with it)."""
+def users(root: str, state_dir: str, engine=None) -> list:
+    """What still names this overlay: running servers of the engine (SGLang's by default) whose
+    environment names our package and has the overlay on PYTHONPATH, and persistent servers' saved
+    specs (systemd restarts them with it)."""
+    engine = engine or inference.get()
     out = []
-    for s in installs.running_servers():
+    for s in installs.running_servers(engine):
         env = procfs.environ(s["pid"])
-        if env.get(render.ENV_PACKAGE) == render.PACKAGE and root in (env.get("PYTHONPATH") or "").split(":"):
+        if render.runs_overlay(env, engine) and root in (env.get("PYTHONPATH") or "").split(":"):
             out.append(f"server pid {s['pid']} (port {s.get('port')})")
     for spec_path in sorted(glob.glob(os.path.join(state_dir, "server", "server-*.spec.json"))):
         try:
@@ -140,13 +203,13 @@ def users(root: str, state_dir: str) -> list:
     return out
 
 
-def retire(root: str, state_dir: str) -> dict:
+def retire(root: str, state_dir: str, engine=None) -> dict:
     """The install no longer needs its overlay: remove it. While a server (or a persistent unit)
     still names it, only its modules go and an empty package stays, so a restart with the old
     environment still starts (SGLang does not catch a missing package); the next run removes the rest."""
     if not os.path.isdir(root):
         return {"removed": False, "kept_for": []}
-    left = users(root, state_dir)
+    left = users(root, state_dir, engine)
     if not left:
         shutil.rmtree(root)
         return {"removed": True, "kept_for": []}
@@ -155,7 +218,7 @@ def retire(root: str, state_dir: str) -> dict:
         if name.endswith(".py") and name != "__init__.py":
             os.unlink(os.path.join(pkg, name))
     shutil.rmtree(os.path.join(pkg, "__pycache__"), ignore_errors=True)
-    _write(os.path.join(pkg, "__init__.py"), render.render_init())
+    _write(os.path.join(pkg, "__init__.py"), render.render_init(engine))
     return {"removed": True, "kept_for": left}
 
 
@@ -179,15 +242,16 @@ def compile_with(python: str, paths: list) -> str | None:
 
 def static_problems(inst: dict, specs: list, rows: list, files: dict) -> list:
     """The engine's structure check on each module: the class is there once and binds every method."""
-    resolve = make_resolver(inst["path"])
+    resolve = make_resolver(inst["path"], engine_of(inst).package)
     by_name = {s["name"]: s for s in specs}
     out = []
     for row in rows:
         rel = f"{render.PACKAGE}/{row.get('module')}.py"
-        if rel not in files:
+        if rel not in files or row.get("rebind"):  # a rebound method: compiled, and imported where it can be
             continue
-        spec = by_name[row["spec"]]
-        sub = dict(spec, methods=[m for m in spec["methods"] if m["name"] in row["methods"]])
+        spec = core.expanded(by_name[row["spec"]], resolve)  # plan() expanded it once already
+        sub = dict(spec, methods=[m for m in spec["methods"] if m["name"] in row["methods"]],
+                   attributes=[a for a in spec.get("attributes") or [] if a["name"] in row["methods"]])
         out += [f"{rel}: {p}" for p in core.check_structure(files[rel].encode("utf-8"), sub, resolve_module=resolve)]
     return out
 
@@ -225,11 +289,11 @@ def stage_for_preflight(inst: dict, specs: list, state_dir: str, checks: list, n
     return st, None
 
 
-def start_refusal(staged: dict, profile_env: dict | None) -> str | None:
+def start_refusal(staged: dict, profile_env: dict | None, engine=None) -> str | None:
     """Why a server must not start on what preflight staged (None when it may): the profile now
     owns SGLANG_EXTERNAL_MODEL_PACKAGE, or the overlay went away since preflight. Shared by a
     server on the host (ops/server.py) and one in a container (ops/container.py)."""
-    return render.refusal_for_env(profile_env) or (
+    return render.refusal_for_env(profile_env, engine) or (
         None if os.path.isfile(os.path.join(staged["root"], render.PACKAGE, "__init__.py"))
         else f"the overlay {staged['root']} is gone (removed since preflight?); nothing was started")
 
@@ -241,10 +305,12 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
     no overlay, an old one removed), "failed" (refused: too old a release, a spec's class missing,
     a module that does not compile or bind its methods)."""
     root = overlay_root(state_dir, inst["path"])
+    engine = engine_of(inst)
     out: OverlayStage = {"root": root, "package": render.PACKAGE, "install": inst["path"],
+                         "loaded_by": render.loaded_by(engine),
                          "version": inst.get("version"), "modules": [], "specs": [], "notes": [], "env": {},
                          "env_lines": [], "removed": False}
-    why = render.refusal_for_version(inst.get("version"))
+    why = render.refusal_for_version(inst.get("version"), engine)
     if why:
         out["verdict"], out["error"] = "failed", {"kind": "overlay-version", "message": why}
         return out
@@ -258,7 +324,7 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
         if check or not os.path.isdir(root):
             out["removed"] = check and os.path.isdir(root)  # (would be)
             return out
-        gone = retire(root, state_dir)
+        gone = retire(root, state_dir, engine)
         out["removed"] = gone["removed"]
         if gone["kept_for"]:
             out["notes"].append(f"an empty {render.PACKAGE} package stays in {root} while "
@@ -266,12 +332,12 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
                                 "still starts); restart without the overlay, and the next run removes it")
         host_log(f"overlay retired: {root} for {inst['path']} (the methods are native)")
         return out
-    files = render.render_package(p["modules"])
+    files = render.render_package(p["modules"], engine, p["architectures"], p["rebinds"])
     out["digest"] = render.digest(files)
     out["modules"] = [f"{render.PACKAGE}.{m}" for m in sorted(p["modules"])]
     own_pythonpath = installs.owner_python(inst)[1].get("PYTHONPATH")  # a checkout's: sglang is there
-    out["env"] = render.server_env(root, own_pythonpath)
-    out["env_lines"] = render.env_lines(root, own_pythonpath)
+    out["env"] = render.server_env(root, own_pythonpath, engine)
+    out["env_lines"] = render.env_lines(root, own_pythonpath, engine)
     env_text = "\n".join(out["env_lines"]) + "\n"
     if _on_disk(root, files) and (read_manifest(root) or {}).get("digest") == out["digest"]:
         out["verdict"] = "unchanged"
@@ -289,15 +355,17 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
                 os.unlink(os.path.join(pkg, name))
         shutil.rmtree(os.path.join(pkg, "__pycache__"), ignore_errors=True)
         for rel, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), mode=0o755, exist_ok=True)
             _write(os.path.join(root, rel), text)
         _write(os.path.join(root, render.ENV_FILE), env_text)
         _write(os.path.join(root, MANIFEST), json.dumps(
             {"digest": out["digest"], "install": inst["path"], "version": inst.get("version"),
-             "specs": p["specs"]}, indent=2, sort_keys=True) + "\n")
+             "specs": p["specs"], "spec_docs": [sp for sp in specs if render.is_overlayable(sp)]},
+            indent=2, sort_keys=True) + "\n")
         out["verdict"] = "staged"
         host_log(f"overlay staged: {root} for {inst['path']} ({', '.join(out['modules'])}) digest {out['digest']}")
     python, _env = installs.owner_python(inst)
-    err = compile_with(python, [os.path.join(root, rel) for rel in sorted(files)])
+    err = compile_with(python, [os.path.join(root, rel) for rel in sorted(files) if rel.endswith(".py")])
     problems = [err] if err else static_problems(inst, specs, p["specs"], files)
     if problems:
         out["verdict"], out["error"] = "failed", {"kind": "overlay-check", "message": "; ".join(problems)}
@@ -311,16 +379,22 @@ def status(inst: dict, specs: list, state_dir: str) -> OverlayStage | None:
     root = overlay_root(state_dir, inst["path"])
     if not os.path.isdir(root):
         return None
-    st = stage(inst, specs, state_dir, check=True)
+    # the overlay may hold other specs too (staged together): compared with all of them, these as they are now
+    asked = {sp.get("name") for sp in specs}
+    others = [d for d in (read_manifest(root) or {}).get("spec_docs") or []
+              if isinstance(d, dict) and d.get("name") not in asked]
+    st = stage(inst, list(specs) + others, state_dir, check=True)
+    st["specs"] = [r for r in st.get("specs") or [] if r.get("spec") in asked]
     st["current"] = st.get("verdict") == "unchanged"
     if st.get("verdict") == "native":
-        st["kept_for"] = users(root, state_dir)  # reconcile keeps it (empty) while these name it
+        st["kept_for"] = users(root, state_dir, engine_of(inst))  # reconcile keeps it (empty) while these name it
     return st
 
 
 IMPORT_SNIPPET = r"""
 import importlib, importlib.util, json, sys
 mod, cls, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+group, attrs = (sys.argv + ["", ""])[4], (sys.argv + ["", ""])[5].split(",")  # vLLM's entry-point group, attributes
 if importlib.util.find_spec("torch") is None:
     print(json.dumps({"status": "not-verifiable", "why": "torch does not import with " + sys.executable}))
     sys.exit(0)
@@ -329,13 +403,30 @@ try:
 except Exception as exc:
     print(json.dumps({"status": "failed", "why": "%s does not import: %s: %s" % (mod, type(exc).__name__, exc)}))
     sys.exit(0)
-entry = getattr(m, "EntryClass", None) or []
+if callable(getattr(m, "apply", None)):  # a rebound method: bind it as register() would, then look
+    try:
+        m.apply()
+        bound = getattr(getattr(importlib.import_module(m.MODULE), m.CLASS), m.METHOD)
+    except Exception as exc:
+        print(json.dumps({"status": "failed", "why": "%s.apply() fails: %s: %s" % (mod, type(exc).__name__, exc)}))
+        sys.exit(0)
+    ok = "provision overlay" in getattr(getattr(bound, "__code__", None), "co_filename", "")
+    print(json.dumps({"status": "ok" if ok else "failed", "why": "imported; %s.%s is bound from the overlay" % (m.CLASS, m.METHOD)
+                      if ok else "%s.%s is not the overlay's after apply()" % (m.CLASS, m.METHOD)}))
+    sys.exit(0)
+entry = getattr(m, "EntryClass", None) or [getattr(m, cls, None)]
 c = next((e for e in entry if getattr(e, "__name__", None) == cls), None)
 if c is None:
     print(json.dumps({"status": "failed", "why": "%s registers no class %s" % (mod, cls)})); sys.exit(0)
-bad = [n for n in names if n and not callable(getattr(c, n, None))]
+if group:
+    from importlib.metadata import entry_points
+    pkg = mod.split(".")[0]
+    if not [e for e in entry_points(group=group) if e.name == pkg and e.value == pkg + ":register"]:
+        print(json.dumps({"status": "failed", "why": "no entry point %s in %s is found on sys.path" % (pkg, group)}))
+        sys.exit(0)
+bad = [n for n in names if n and not (hasattr(c, n) if n in attrs else callable(getattr(c, n, None)))]
 print(json.dumps({"status": "failed" if bad else "ok",
-                  "why": ("not callable: " + ", ".join(bad)) if bad else "imported; every method is callable"}))
+                  "why": ("missing or not callable: " + ", ".join(bad)) if bad else "imported; every method is callable"}))
 """
 
 
@@ -343,13 +434,15 @@ def verify_import(inst: dict, st: OverlayStage, server_env: dict, timeout: float
     """Import each overlay module as the server would (its interpreter and environment, the overlay
     first on PYTHONPATH), where that interpreter can import torch; else say it cannot be verified."""
     python, _ = installs.owner_python(inst)
+    group = render.PLUGIN_GROUP if engine_of(inst).overlay_style == "general-plugin" else ""
     results = []
     for row in st.get("specs") or []:
         if not row.get("module"):
             continue
         mod = f"{render.PACKAGE}.{row['module']}"
         try:
-            proc = subprocess.run([python, "-c", IMPORT_SNIPPET, mod, row["class"], ",".join(row["methods"])],
+            proc = subprocess.run([python, "-c", IMPORT_SNIPPET, mod, row["class"], ",".join(row["methods"]), group,
+                                   ",".join(row.get("attributes") or [])],
                                   capture_output=True, text=True, timeout=timeout, env=server_env, cwd="/")
             data = json.loads(proc.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
@@ -375,7 +468,7 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
         return {"ok": False, "facts": facts, "error": facts["error"]}
     inst = installs.chosen_install(facts)
     if inst is None:
-        return {"ok": False, "facts": facts, "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
+        return {"ok": False, "facts": facts, "error": {"kind": "not-found", "message": "no install chosen"}}
     state_dir = req.get("state_dir") or default_state_dir()
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
     if req.get("remove"):
@@ -392,7 +485,8 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
     if st.get("verdict") in ("staged", "unchanged") and not req.get("check"):
         python, extra = installs.owner_python(inst)
         env = dict(os.environ, **extra)
-        env.update(render.server_env(st["root"], env.get("PYTHONPATH")))
+        engine = engine_of(inst)
+        env.update(render.server_env(st["root"], env.get("PYTHONPATH"), engine, env.get(engine.overlay_plugins_env)))
         st["verify"] = verify_import(inst, st, env, float(req.get("import_timeout") or IMPORT_TIMEOUT))
         if st["verify"]["status"] == "failed":
             st["verdict"] = "failed"

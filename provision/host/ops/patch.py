@@ -68,7 +68,7 @@ def _inspect_one(inst: dict, spec: dict, facts: dict, state_dir: str) -> dict:
 
     out["overlay"] = overlay.status(inst, [spec], state_dir) if render.is_overlayable(spec) else None
     out["server_fixes"] = {str(s["pid"]): render.fix_in_use(procfs.environ(s["pid"]), info.get("methods") or {},
-                                                           s["pid"] in out["restart_needed"])
+                                                           s["pid"] in out["restart_needed"], overlay.engine_of(inst))
                            for s in facts.get("servers", []) if s.get("install") == inst["path"]}
     return out
 

@@ -268,8 +268,12 @@ def _default_state_dir() -> str:
 
 def with_covering_specs(req: dict, rows: list[dict]) -> dict:
     """launch --overlay without a spec of its own: the request with the candidate spec that covers
-    the target class (found by the eagle3 row), so the overlay carries it."""
-    if req.get("specs") or req.get("spec"):
+    the target class (found by the eagle3 row), so the overlay carries it. Specs it cannot carry
+    (engine/overlay.is_overlayable: a value, another package's file) do not count as its own."""
+    from provision.host.engine.overlay import is_overlayable
+
+    own = [s for s in (req.get("specs") or ([req["spec"]] if req.get("spec") else [])) if is_overlayable(s)]
+    if own:
         return req
     names = {r.get("spec") for r in rows if r.get("check") == "eagle3" and r.get("spec")}
     found = [s for s in req.get("candidate_specs") or [] if s.get("name") in names]

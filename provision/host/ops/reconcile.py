@@ -355,13 +355,13 @@ def _overlay(req: dict, inst: dict, spec: dict, state_dir: str, base: dict, fact
         return dict(base, state="unchanged", action="none",
                     reason=f"overlay mode: the overlay {root} is current (the file is left as released)")
     users = [s for s in facts.get("servers") or []
-             if s.get("install") == inst["path"] and procfs.environ(s["pid"]).get(render.ENV_PACKAGE) == render.PACKAGE]
+             if s.get("install") == inst["path"] and render.runs_overlay(procfs.environ(s["pid"]), overlay.engine_of(inst))]
     base["restart_needed"] = [] if check else [s["pid"] for s in users]
     if st.get("verdict") == "native":
         if not st.get("removed"):
             return dict(base, state="native", action="none", reason="the methods are native")
         return dict(base, state="native", action="remove-overlay",
-                    reason=f"the methods are native now (SGLang {inst.get('version')}): the overlay {root} is "
+                    reason=f"the methods are native now ({overlay.engine_of(inst).title} {inst.get('version')}): the overlay {root} is "
                            "no longer needed")
     held = ", ".join(m for r in st.get("specs") or [] for m in r.get("methods") or [])
     if not check:

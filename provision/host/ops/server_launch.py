@@ -76,10 +76,10 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
         from provision.host.engine import overlay as render
         from provision.host.ops.overlay import start_refusal
 
-        why = start_refusal(staged, prof.get("env"))
+        why = start_refusal(staged, prof.get("env"), engine)
         if why:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
-        env.update(render.server_env(staged["root"], env.get("PYTHONPATH")))
+        env.update(render.server_env(staged["root"], env.get("PYTHONPATH"), engine, env.get(engine.overlay_plugins_env)))
     spec = {"argv": argv, "env": env, "cwd": "/", "log": log,
             "pidfile": os.path.join(sroot, f"server-{port}.pid"),
             "exitfile": os.path.join(sroot, f"server-{port}.exit"),

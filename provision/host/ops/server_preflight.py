@@ -108,8 +108,10 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
                                                         | set(req.get("overlay_bound") or [])),
                                               python=installs.server_python(inst, prof)[0])
     if req.get("overlay"):
+        from provision.host.engine.overlay import is_overlayable
+
         staged, fix = _overlay_preflight(preflight_model.with_covering_specs(req, model_rows), inst, checks)
-        wanted = [s for s in wanted if (s.get("kind") or "delegate") != "delegate"]  # the overlay binds those
+        wanted = [s for s in wanted if not is_overlayable(s)]  # the overlay carries those
     for spec in wanted:
         check, spec_fix = _patch_check(spec, inst)
         checks.append(check)  # type: ignore[arg-type]
@@ -234,19 +236,22 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     from provision.host.engine import overlay as render
     from provision.host.ops import overlay
 
-    specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    why = render.refusal_for_env((req.get("profile") or {}).get("env")) or (
+    specs = [s for s in req.get("specs") or ([req["spec"]] if req.get("spec") else []) if render.is_overlayable(s)]
+    engine = overlay.engine_of(inst)
+    why = render.refusal_for_env((req.get("profile") or {}).get("env"), engine) or (
         None if specs else "overlay mode needs a patch spec, and the profile's playbook has no `patch:` section")
     if why:
         checks.append({"level": "fail", "check": "overlay", "message": why})
         return None, "none"
     st, fix = overlay.stage_for_preflight(
         inst, specs, req.get("state_dir") or default_state_dir(), checks,
-        native=f"SGLang {inst.get('version')} has every method natively: no overlay needed, the server starts without one")
+        native=f"{engine.title} {inst.get('version')} has every method natively: no overlay needed, the server starts "
+               "without one")
     if st is None:
         return None, fix
     env = server_env(req, inst)
-    st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"))),
+    st["verify"] = overlay.verify_import(inst, st, dict(env, **render.server_env(st["root"], env.get("PYTHONPATH"), engine,
+                                                                           env.get(engine.overlay_plugins_env))),
                                          float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
     held = "; ".join(f"{r['class']}: {', '.join(r['methods'])}" for r in st["specs"] if r["methods"])
     if st["verify"]["status"] == "failed":

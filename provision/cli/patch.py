@@ -46,9 +46,7 @@ def _patch_like(command: str):
 
                 if diff:
                     raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
-                if pspec is not None and len(pspec) > 1:
-                    raise UsageError("--overlay stages one delegation spec's overlay: give one --playbook")
-                op_fn = do_overlay(pspec[0] if pspec else None, check=check, remove=command == "unpatch",
+                op_fn = do_overlay(list(pspec) if pspec else None, check=check, remove=command == "unpatch",
                                    install_path=install_path, python=python_, timeout=ctx.conn.command_timeout)
             else:
                 op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, install_path=install_path,

@@ -64,7 +64,9 @@ _SHUTDOWN = re.compile(r"\[shutdown\]|Shutting down|Waiting for application shut
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)% Completed \| (?P<done>\d+)/(?P<total>\d+)"
                      r"(?: \[(?P<elapsed>[\d:]+)<(?P<eta>[\d:?]+))?")
 # crash kinds, most specific first: the root cause wins over the engine core's summary
-_RANK = {"missing-eagle3-method": 0, "missing-image-token": 0, "oom": 1, "exception": 2, "child-failed": 3}
+_RANK = {"overlay-import": 0, "missing-eagle3-method": 0, "missing-image-token": 0, "oom": 1, "exception": 2,
+         "child-failed": 3}
+_PLUGIN_FAILED = re.compile(r"Failed to load plugin (?P<name>\S+)")
 
 
 def strip(line: str) -> tuple[str, str]:
@@ -161,6 +163,14 @@ class LoadLog:
                             description="safetensors shards")
             self.state = replace(self.state, **{model: prog})
             events.append(Event("progress", self.state.phase, shown, progress=prog))
+        m = _PLUGIN_FAILED.search(msg)
+        if m and self.overlay_package and m.group("name") == self.overlay_package:
+            # vLLM logs it and goes on without the fix: the server would die later, or run unfixed
+            crash = Crash(kind="overlay-import", summary=f"vLLM could not load provision's overlay plugin "
+                          f"{self.overlay_package} (its register() failed; the traceback follows in the log)",
+                          lines=(shown,))
+            self.state = replace(self.state, crashed=crash, phase=CRASHED)
+            return events + [Event("crash", CRASHED, shown, crash=crash)]
         if _EAGLE3.search(msg) or _OOM.search(msg) or _CORE_FAILED.search(msg):
             events += self._crash([shown])
         return events
@@ -180,7 +190,10 @@ class LoadLog:
             return []  # an ERROR while it shuts down (EngineDeadError after a stop) is not a crash
         text = "\n".join(lines)
         last = next((ln.strip() for ln in reversed(lines) if _EXC_LINE.match(ln.strip())), lines[-1].strip())
-        if _EAGLE3.search(text):
+        if self.overlay_package and f"/{self.overlay_package}/" in text:  # raised in the overlay's own code
+            kind = "overlay-import"
+            summary = f"provision's overlay plugin {self.overlay_package} failed under the server: {last}"
+        elif _EAGLE3.search(text):
             kind = "missing-eagle3-method"
             summary = (f"{self.state.target_class or 'the target model'} does not have vLLM's EAGLE-3 interface "
                        f"(SupportsEagle3): {last}")
@@ -234,7 +247,8 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
         spec = next((n for n, kind in fixes if kind == "interface"), None)
         if spec:
             return (f"{cls} lacks SupportsEagle3 in this vLLM release; spec {spec} adds it: "
-                    f"`provision patch --playbook {spec} {sel}` (or `provision launch --patch`), then launch again")
+                    f"`provision patch --playbook {spec} {sel}` (or `provision launch --patch`), then launch again; "
+                    "on a read-only install, `provision launch --overlay` carries it without editing a file")
         return (f"{cls} lacks SupportsEagle3 in this vLLM release and no shipped spec covers it: "
                 f"`provision spec new {cls} --engine vllm {sel} > playbooks/{cls}.yaml`, then "
                 f"`provision patch --playbook playbooks/{cls}.yaml {sel}`; `provision audit --engine vllm {sel}` "
@@ -243,10 +257,15 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
         spec = next((n for n, kind in fixes if kind == "replace"), None)
         if spec:
             return (f"spec {spec} makes the proposer read {cls}'s own image token: "
-                    f"`provision patch --playbook {spec} {sel}`, then launch again")
+                    f"`provision patch --playbook {spec} {sel}`, then launch again; on a read-only install, "
+                    "`provision launch --overlay` carries it without editing a file")
         return (f"no shipped spec makes the proposer read {cls}'s image token: a replace spec like "
                 "kimi-vl-proposer-vllm adds the class where the proposer lists its multimodal classes "
                 "(docs/patching.md), or launch without EAGLE-3")
+    if crash.kind == "overlay-import":
+        return ("the overlay provision staged does not load under the server (the traceback after vLLM's "
+                f"'Failed to load plugin' line says why): fix the spec, or edit the file instead: "
+                f"`provision launch --patch {sel}`")
     if crash.kind == "oom":
         return "lower --gpu-memory-utilization or --max-model-len, or free the GPUs (`provision status`)"
     return None

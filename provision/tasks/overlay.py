@@ -21,9 +21,11 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
     from provision.host.protocol import OverlayAnswer, OverlayRequest
 
 
-def request_for(host: Host, spec: PatchSpec, *, check: bool = False, remove: bool = False,
+def request_for(host: Host, specs: list[PatchSpec], *, check: bool = False, remove: bool = False,
                 install_path: str | None = None, python: str | None = None) -> OverlayRequest:
-    return {"op": "overlay", "check": check, "remove": remove, "spec": spec.to_engine(),
+    """One request for every spec: the install's one overlay carries them all (and keeps the others
+    it already carries; `remove` takes only these out)."""
+    return {"op": "overlay", "check": check, "remove": remove, "specs": [s.to_engine() for s in specs],
             "install_path": host.install_path(install_path), "python": python or host.get("python")}
 
 
@@ -42,7 +44,10 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
     if err:
         verdict, detail = "failed", err.get("message", str(err))
     elif verdict == "native":
-        detail = (f"SGLang {inst.get('version')} has every method natively: no overlay"
+        from provision.host import inference
+
+        title = inference.get(inst.get("engine") or inference.DEFAULT).title
+        detail = (f"{title} {inst.get('version')} has every method natively: no overlay"
                   + (" (the old one " + ("would be" if check else "was") + f" removed: {root})"
                      if ov.get("removed") else ""))
     elif verdict in ("removed", "absent"):
@@ -53,7 +58,7 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
         if ov.get("verify"):
             notes.append(f"check: {ov['verify']['why']}")
         if not check:
-            notes.append("start the server with these two variables (a PYTHONPATH of yours goes after it), or "
+            notes.append("start the server with these variables (a PYTHONPATH of yours goes after it), or "
                          f"use EnvironmentFile={root}/overlay.env in its unit")
     data = {"overlay": ov, "env_lines": list(ov.get("env_lines") or []), "install_kind": inst.get("kind")}
     return HostResult(host=host, verdict=verdict, detail=detail, version=inst.get("version"),
@@ -61,14 +66,17 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
                       data=data)
 
 
-def do_overlay(spec: PatchSpec | None, *, check=False, remove=False, install_path=None, python=None,
+def do_overlay(specs: list[PatchSpec] | None, *, check=False, remove=False, install_path=None, python=None,
                timeout=300.0):
+    """`patch --overlay` / `unpatch --overlay`: one row per host for every spec (`--playbook`,
+    repeatable; else the host's spec)."""
     def fn(host: Host, session, fleet) -> HostResult:
-        hspec = spec or load_patch_spec(host.get("spec"))
-        req = request_for(host, hspec, check=check, remove=remove, install_path=install_path, python=python)
+        hspecs = list(specs or [load_patch_spec(host.get("spec"))])
+        req = request_for(host, hspecs, check=check, remove=remove, install_path=install_path, python=python)
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         res = result_from_answer(host.name, answer, check=check)
-        res.data["spec"], res.data["spec_hash"] = hspec.name, hspec.sha  # for the journal
+        res.data["spec"] = ", ".join(s.name for s in hspecs)  # for the journal
+        res.data["spec_hash"] = hspecs[0].sha if len(hspecs) == 1 else ",".join(s.sha for s in hspecs)
         return res
 
     return fn

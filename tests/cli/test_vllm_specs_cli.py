@@ -240,3 +240,47 @@ def test_spec_new_writes_a_vllm_spec_that_patches_the_gap_it_was_written_for(v03
     assert gaps.get("Qwen2VLForConditionalGeneration", {"patch_state": "patched"})["patch_state"] == "patched"
     run("unpatch", *ssh_env.cli_args, "--host", host.name, "--playbook", str(book), check_rc=0)
     assert vllm_file(host, rel).read_bytes() == before
+
+
+def test_patch_overlay_on_032_stages_the_plugin_status_and_reconcile_count_it_and_unpatch_overlay_removes_it(
+        v032, ssh_env, tmp_path):
+    """vLLM's overlay over real sshd, the release's files never written: `patch --overlay` with both
+    Qwen2-Audio specs stages a general plugin (checked statically: this host's python has no torch)
+    and prints the lines a user's own unit needs; status counts it per spec (exit 0); reconcile finds
+    it current; unpatch --overlay of one spec keeps the other's; of the last, takes it all away."""
+    host = v032
+    host.reset()
+    q2a, proposer = "model_executor/models/qwen2_audio.py", "v1/spec_decode/llm_base_proposer.py"
+    before = {rel: vllm_file(host, rel).read_bytes() for rel in (q2a, proposer)}
+    cli = [*ssh_env.cli_args, "--host", host.name]
+    books = ["--playbook", "qwen2-audio-eagle3-vllm", "--playbook", "qwen2-audio-proposer-vllm"]
+
+    proc, doc = run_json("patch", *cli, *books, "--overlay")
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["verdict"] == "staged", (row, proc.stderr)
+    root = row["data"]["overlay"]["root"]
+    assert row["data"]["env_lines"] == ["PROVISION_OVERLAY=provision_overlay", f"PYTHONPATH={root}"], row["data"]
+    assert "import not verifiable here" in " ".join(row["notes"]), row["notes"]  # no torch on this host
+    assert host.hostpath(f"{root}/provision_overlay-0.1.dist-info/entry_points.txt").is_file()
+    assert {p.name for p in host.hostpath(f"{root}/provision_overlay").glob("*.py")} == \
+        {"__init__.py", "qwen2_audio_eagle3_vllm.py", "qwen2_audio_proposer_vllm.py"}
+    assert {rel: vllm_file(host, rel).read_bytes() for rel in (q2a, proposer)} == before
+
+    proc, doc = run_json("status", *cli, *books)
+    assert proc.returncode == 0 and {r["data"]["spec"]: r["verdict"] for r in doc["hosts"]} == \
+        {"qwen2-audio-eagle3-vllm": "overlay", "qwen2-audio-proposer-vllm": "overlay"}, doc
+    assert all(r["version"] == "0.32.0" for r in doc["hosts"])
+    proc, doc = run_json("reconcile", *cli, *books, "-i", str(vllm_inventory(ssh_env, host, tmp_path)))
+    assert proc.returncode == 0 and {r["verdict"] for r in doc["hosts"]} == {"unchanged"}, \
+        [(r["verdict"], r["detail"]) for r in doc["hosts"]]
+
+    proc = run("unpatch", *cli, "--playbook", "qwen2-audio-proposer-vllm", "--overlay")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert {p.name for p in host.hostpath(f"{root}/provision_overlay").glob("*.py")} == \
+        {"__init__.py", "qwen2_audio_eagle3_vllm.py"}
+    _, doc = run_json("status", *cli, *books)
+    assert {r["data"]["spec"]: r["verdict"] for r in doc["hosts"]} == \
+        {"qwen2-audio-eagle3-vllm": "overlay", "qwen2-audio-proposer-vllm": "missing"}, doc
+    run("unpatch", *cli, "--playbook", "qwen2-audio-eagle3-vllm", "--overlay", check_rc=0)
+    assert not host.hostpath(root).exists()
+    assert {rel: vllm_file(host, rel).read_bytes() for rel in (q2a, proposer)} == before

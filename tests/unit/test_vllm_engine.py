@@ -157,6 +157,42 @@ def test_the_missing_interface_hint_names_the_shipped_spec_or_spec_new():
     assert "`provision spec new Qwen2VLForConditionalGeneration --engine vllm --host gpu01" in other
 
 
+PLUGIN_FAILED = """\
+(APIServer pid=2101) INFO 12-05 07:01:02 [api_utils.py:347] vLLM API server version 0.32.0
+(APIServer pid=2101) ERROR 12-05 07:01:03 [__init__.py:75] Failed to load plugin provision_overlay
+(APIServer pid=2101) ERROR 12-05 07:01:03 [__init__.py:75] Traceback (most recent call last):
+(APIServer pid=2101) ERROR 12-05 07:01:03 [__init__.py:75]   File "/v/vllm/plugins/__init__.py", line 69, in load_plugins_by_group
+(APIServer pid=2101) ERROR 12-05 07:01:03 [__init__.py:75]     func = plugin.load()
+(APIServer pid=2101) ERROR 12-05 07:01:03 [__init__.py:75] ImportError: broken overlay
+"""
+
+REGISTER_FAILED = """\
+(APIServer pid=2101) INFO 12-05 07:01:02 [api_utils.py:347] vLLM API server version 0.32.0
+(APIServer pid=2101) Traceback (most recent call last):
+(APIServer pid=2101)   File "/v/vllm/plugins/__init__.py", line 90, in load_general_plugins
+(APIServer pid=2101)     func()
+(APIServer pid=2101)   File "/var/lib/provision/overlay/ab12/provision_overlay/__init__.py", line 17, in register
+(APIServer pid=2101)     importlib.import_module(name).apply()
+(APIServer pid=2101) KeyError: 'load_model'
+"""
+
+
+@pytest.mark.parametrize("text, says", [(PLUGIN_FAILED, "could not load provision's overlay plugin"),
+                                        (REGISTER_FAILED, "KeyError: 'load_model'")])
+def test_the_overlay_plugin_failing_under_the_server_is_its_own_crash(text, says):
+    """vLLM logs a plugin that does not import and goes on without it (the fix missing); a register()
+    that raises kills the server: either way, with provision's overlay, the overlay is named."""
+    log = vllmlog.LoadLog(overlay_package="provision_overlay")
+    log.feed(text)
+    log.flush()
+    crash = log.state.crashed
+    assert crash is not None and crash.kind == "overlay-import" and says in crash.summary, crash
+    assert "`provision launch --patch --host gpu01`" in vllmlog.hint(crash, "gpu01")
+    # without an overlay the same lines are another plugin's business: not this crash
+    plain = vllmlog.parse(text).crashed
+    assert plain is None or plain.kind != "overlay-import"
+
+
 def test_an_error_while_it_shuts_down_after_serving_is_not_a_crash():
     text = START + """\
 (APIServer pid=2101) INFO 12-05 07:05:00 [launcher.py:110] Shutting down FastAPI HTTP server.

@@ -372,6 +372,16 @@ def stage(inst: dict, specs: list, state_dir: str, *, check: bool = False) -> Ov
     return out
 
 
+def with_staged(root: str, specs: list, drop: bool = False) -> list:
+    """`specs` and the other specs the overlay at `root` already carries (its manifest keeps them):
+    one overlay per install holds every spec staged for it, so staging, checking or reconciling one
+    spec keeps the others. `drop`: the others alone (unpatch --overlay of `specs`)."""
+    asked = {sp.get("name") for sp in specs}
+    others = [d for d in (read_manifest(root) or {}).get("spec_docs") or []
+              if isinstance(d, dict) and d.get("name") not in asked]
+    return others if drop else list(specs) + others
+
+
 def status(inst: dict, specs: list, state_dir: str) -> OverlayStage | None:
     """The overlay staged for this install, if any, and whether it is current (read-only):
     verdict "unchanged" = current, "staged" = stale (patch --overlay / reconcile rewrites it),
@@ -379,11 +389,8 @@ def status(inst: dict, specs: list, state_dir: str) -> OverlayStage | None:
     root = overlay_root(state_dir, inst["path"])
     if not os.path.isdir(root):
         return None
-    # the overlay may hold other specs too (staged together): compared with all of them, these as they are now
     asked = {sp.get("name") for sp in specs}
-    others = [d for d in (read_manifest(root) or {}).get("spec_docs") or []
-              if isinstance(d, dict) and d.get("name") not in asked]
-    st = stage(inst, list(specs) + others, state_dir, check=True)
+    st = stage(inst, with_staged(root, specs), state_dir, check=True)  # these as they are now, and the others
     st["specs"] = [r for r in st.get("specs") or [] if r.get("spec") in asked]
     st["current"] = st.get("verdict") == "unchanged"
     if st.get("verdict") == "native":
@@ -471,12 +478,20 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
         return {"ok": False, "facts": facts, "error": {"kind": "not-found", "message": "no install chosen"}}
     state_dir = req.get("state_dir") or default_state_dir()
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
+    root = overlay_root(state_dir, inst["path"])
     if req.get("remove"):
-        root = overlay_root(state_dir, inst["path"])
+        left = with_staged(root, specs, drop=True) if specs else []
+        if left and os.path.isdir(root):  # the overlay carries other specs too: only these go
+            st = stage(inst, left, state_dir, check=bool(req.get("check")))
+            if st.get("verdict") != "failed":
+                st["verdict"] = "removed"
+                st["notes"] = list(st.get("notes") or []) + [
+                    "the overlay keeps " + ", ".join(str(d.get("name")) for d in left)]
+            return {"ok": st.get("verdict") != "failed", "facts": facts, "error": st.get("error"), "overlay": st}
         gone = os.path.isdir(root) if req.get("check") else remove(root)
         return {"ok": True, "facts": facts, "overlay": {"verdict": "removed" if gone else "absent", "root": root,
                                                          "install": inst["path"], "version": inst.get("version")}}
-    st = stage(inst, specs, state_dir, check=bool(req.get("check")))
+    st = stage(inst, with_staged(root, specs), state_dir, check=bool(req.get("check")))
     closed = _closed_to_others(st["root"]) if st.get("verdict") in ("staged", "unchanged") else None
     if closed:  # the user starts the server, maybe not as root
         st.setdefault("notes", []).append(

@@ -344,7 +344,8 @@ def _overlay(req: dict, inst: dict, spec: dict, state_dir: str, base: dict, fact
     from provision.host.ops import overlay
 
     check = bool(req.get("check"))
-    st = overlay.stage(inst, [spec], state_dir, check=check)
+    st = overlay.stage(inst, overlay.with_staged(overlay.overlay_root(state_dir, inst["path"]), [spec]), state_dir,
+                       check=check)
     base["overlay"] = st
     base["notes"] += list(st.get("notes") or [])
     root = st["root"]

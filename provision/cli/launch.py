@@ -129,9 +129,9 @@ def _run_with_display(ctx, command, make_fn, columns):
               help="Apply the playbook's patch (and the profile's `requires:` specs that apply) first where missing.")
 @gpu_option
 @click.option("--overlay", is_flag=True,
-              help="Fix EAGLE-3 without editing SGLang's files: stage an overlay package (SGLang 0.5.6+) in the "
-                   "host's state directory and start the server with SGLANG_EXTERNAL_MODEL_PACKAGE and "
-                   "PYTHONPATH set (as the profile's `fix: overlay`).")
+              help="Fix EAGLE-3 without editing the engine's files: stage an overlay package in the host's state "
+                   "directory and start the server on it (SGLang 0.5.6+: SGLANG_EXTERNAL_MODEL_PACKAGE; vLLM "
+                   "0.16+: a general plugin, the overlay first on PYTHONPATH), as the profile's `fix: overlay`.")
 @click.option("--force", is_flag=True, help="Start even when preflight checks fail.")
 @click.option("--restart", is_flag=True, help="Replace a server provision started earlier.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",

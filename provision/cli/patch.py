@@ -13,10 +13,11 @@ from provision.cli.main import (check_option, check_specs, diff_option, fleet_op
 
 
 OVERLAY_HELP = {
-    "patch": "Leave SGLang's files alone: stage the fix as an overlay package (SGLang 0.5.6+) in the host's state "
-             "directory and print the two environment lines a server you start yourself needs "
-             "(SGLANG_EXTERNAL_MODEL_PACKAGE, PYTHONPATH).",
-    "unpatch": "Remove the overlay `patch --overlay` staged for the install (SGLang's files are not touched).",
+    "patch": "Leave the engine's files alone: stage the fix as an overlay package in the host's state directory "
+             "(SGLang 0.5.6+: SGLANG_EXTERNAL_MODEL_PACKAGE; vLLM 0.16+: a general plugin) and print the environment "
+             "lines a server you start yourself needs. Several --playbook go in the install's one overlay.",
+    "unpatch": "Take the specs given out of the overlay `patch --overlay` staged for the install, the whole "
+               "overlay with the last (the engine's files are not touched).",
 }
 
 

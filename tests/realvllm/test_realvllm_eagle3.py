@@ -151,6 +151,7 @@ def test_with_the_overlay_the_read_only_install_starts_and_drafts_and_unpatch_ov
     cli = [*ssh_env.cli_args, "--host", vhost.name]
     site = next(vllm_venv.glob("lib/python3*/site-packages"))
     released = {rel: (site / "vllm" / rel).read_bytes() for rel in QWEN2_AUDIO_SPECS.values()}
+    books = [a for name in QWEN2_AUDIO_SPECS for a in ("--playbook", name)]
 
     proc, row, took = launch(cli, "--playbook", str(tmp_path / "q2a.yaml"), "--overlay")
     print(f"\nwith the overlay: ready after {took:.1f} s")
@@ -173,14 +174,13 @@ def test_with_the_overlay_the_read_only_install_starts_and_drafts_and_unpatch_ov
               f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
         assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
         assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
-        books = [a for name in QWEN2_AUDIO_SPECS for a in ("--playbook", name)]
         proc = run("status", *cli, *books, "--format", "lines")
         print(f"status:\n{proc.stdout}")
         assert proc.returncode == 0 and proc.stdout.count("fix: overlay") == 2, (proc.stdout, proc.stderr[-2000:])
     finally:
         run("stop", *cli, "--playbook", str(tmp_path / "q2a.yaml"))
     assert gone(vhost) == []
-    proc = run("unpatch", *cli, "--playbook", "qwen2-audio-eagle3-vllm", "--overlay", "--json")
+    proc = run("unpatch", *cli, *books, "--overlay", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["hosts"][0]["verdict"] == "removed", proc.stdout
     assert not vhost.hostpath(root).exists()
     assert {rel: (site / "vllm" / rel).read_bytes() for rel in QWEN2_AUDIO_SPECS.values()} == released

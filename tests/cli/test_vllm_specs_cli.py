@@ -270,9 +270,22 @@ def test_patch_overlay_on_032_stages_the_plugin_status_and_reconcile_count_it_an
     assert proc.returncode == 0 and {r["data"]["spec"]: r["verdict"] for r in doc["hosts"]} == \
         {"qwen2-audio-eagle3-vllm": "overlay", "qwen2-audio-proposer-vllm": "overlay"}, doc
     assert all(r["version"] == "0.32.0" for r in doc["hosts"])
-    proc, doc = run_json("reconcile", *cli, *books, "-i", str(vllm_inventory(ssh_env, host, tmp_path)))
+    inv = ["-i", str(vllm_inventory(ssh_env, host, tmp_path))]
+    proc, doc = run_json("reconcile", *cli, *books, *inv)
     assert proc.returncode == 0 and {r["verdict"] for r in doc["hosts"]} == {"unchanged"}, \
         [(r["verdict"], r["detail"]) for r in doc["hosts"]]
+    # a module someone edited by hand: status calls the overlay stale, reconcile writes it back, both modules kept
+    module = host.hostpath(f"{root}/provision_overlay/qwen2_audio_proposer_vllm.py")
+    good = module.read_text()
+    module.write_text(good.replace("audio_token_index", "image_token_index"))
+    proc, doc = run_json("status", *cli, *books)
+    assert proc.returncode == 4 and any("differs from the spec" in n for r in doc["hosts"] for n in r["notes"]), doc
+    proc, doc = run_json("reconcile", *cli, *books, *inv)
+    assert proc.returncode == 0 and "staged" in {r["verdict"] for r in doc["hosts"]}, \
+        [(r["verdict"], r["detail"]) for r in doc["hosts"]]
+    assert module.read_text() == good
+    assert {p.name for p in host.hostpath(f"{root}/provision_overlay").glob("*.py")} == \
+        {"__init__.py", "qwen2_audio_eagle3_vllm.py", "qwen2_audio_proposer_vllm.py"}
 
     proc = run("unpatch", *cli, "--playbook", "qwen2-audio-proposer-vllm", "--overlay")
     assert proc.returncode == 0, (proc.stdout, proc.stderr)

@@ -80,6 +80,20 @@ def test_a_wrapper_without_the_interface_is_refused_and_with_force_dies_with_vll
         run("stop", *cli, "--playbook", pb)
 
 
+def drafts_all_accepted(host, cli: list) -> None:
+    """`bench` on the running Qwen2-Audio server drafts, and /metrics (read around it without provision's
+    reader) counts every draft token accepted: the drafter proposes what the zero-norm target picks."""
+    before = spec_counters(host)
+    _, brow = bench(cli)
+    after = spec_counters(host)
+    drafts = after["drafts"] - before["drafts"]
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    print(f"bench: {brow['detail']}; /metrics: {drafts:.0f} drafts, {accepted:.0f} of "
+          f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
+    assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
+    assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
+
+
 def test_with_both_specs_the_wrapper_starts_and_drafts_and_unpatch_gives_the_release_back(
         tmp_path, ssh_env, vhost, vllm_models, vllm_venv):
     """The before/after proof: the same Qwen2-Audio target and drafter the test above saw die start and
@@ -120,16 +134,7 @@ def test_with_both_specs_the_wrapper_starts_and_drafts_and_unpatch_gives_the_rel
         proc, row, took = launch(cli, "--playbook", str(tmp_path / "q2a.yaml"))
         print(f"\nwith both specs: ready after {took:.1f} s")
         assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
-        before = spec_counters(vhost)
-        _, brow = bench(cli)
-        after = spec_counters(vhost)
-        drafts = after["drafts"] - before["drafts"]
-        accepted = after["accepted_tokens"] - before["accepted_tokens"]
-        print(f"bench: {brow['detail']}; /metrics: {drafts:.0f} drafts, {accepted:.0f} of "
-              f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
-        assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
-        # the drafter proposes what the zero-norm target picks (as the Llama pair's): every draft token accepted
-        assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
+        drafts_all_accepted(vhost, cli)
     finally:
         run("stop", *cli, "--playbook", str(tmp_path / "q2a.yaml"))
     assert gone(vhost) == []
@@ -165,15 +170,7 @@ def test_with_the_overlay_the_read_only_install_starts_and_drafts_and_unpatch_ov
         root = next(e for e in env if e.startswith("PYTHONPATH=")).split("=", 1)[1].split(":")[0]
         assert vhost.hostpath(f"{root}/provision_overlay-0.1.dist-info/entry_points.txt").read_text() == \
             "[vllm.general_plugins]\nprovision_overlay = provision_overlay:register\n"
-        before = spec_counters(vhost)
-        _, brow = bench(cli)
-        after = spec_counters(vhost)
-        drafts = after["drafts"] - before["drafts"]
-        accepted = after["accepted_tokens"] - before["accepted_tokens"]
-        print(f"bench: {brow['detail']}; /metrics: {drafts:.0f} drafts, {accepted:.0f} of "
-              f"{after['draft_tokens'] - before['draft_tokens']:.0f} draft tokens accepted")
-        assert drafts > 0 and brow["verdict"] == "measured", (before, after, brow)
-        assert brow["accept_length"] == round(1 + accepted / drafts, 3) == 4.0, (brow, before, after)
+        drafts_all_accepted(vhost, cli)
         proc = run("status", *cli, *books, "--format", "lines")
         print(f"status:\n{proc.stdout}")
         assert proc.returncode == 0 and proc.stdout.count("fix: overlay") == 2, (proc.stdout, proc.stderr[-2000:])

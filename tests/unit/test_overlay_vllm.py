@@ -95,9 +95,10 @@ def test_the_package_is_a_general_plugin_that_registers_the_subclass_under_its_a
 
 def test_a_method_that_needs_its_class_body_is_refused_by_name():
     base = {"name": "t", "kind": "replace", "package": "vllm", "file": "m.py", "scope": "C.f", "find": "a", "replace": "b"}
-    for body, says in (("super().f()", "super() without arguments"), ("__class__", "__class__"),
-                       ("self.__x", "private name __x")):
-        text = f"class C(B):\n    def f(self):\n        return {body}\n"
+    for deco, body, says in (("", "super().f()", "super() without arguments"), ("", "__class__", "__class__"),
+                             ("", "self.__x", "private name __x"),
+                             ("@model_validator(mode='after')\n    ", "self", "decorator @model_validator")):
+        text = f"class C(B):\n    {deco}def f(self):\n        return {body}\n"
         with pytest.raises(EngineError) as exc:
             render.render_rebind(base, text, "0.32.0", VLLM)
         assert says in str(exc.value) and "`provision patch` edits the file instead" in str(exc.value)

@@ -16,9 +16,10 @@ Either way a subclass with the wrapper's own name and the delegation methods rep
 built-in class, and the installed files are never touched. For vLLM a `replace` spec scoped to one
 method of a class (``Class.method``: the EAGLE proposer's ``load_model``) is carried too: its
 module holds that method's source as the spec's edit leaves it, read from the installed file, and
-register() binds it on the class in place of the installed one (``render_rebind``). The methods (and an interface spec's
-attributes) are the patch engine's own rendering (``core.render_methods``), said once for both. No
-IO: ops/overlay.py writes, compiles and checks what is rendered here.
+register() binds it on the class in place of the installed one (``render_rebind``). The methods
+(and an interface spec's attributes) are the patch engine's own rendering
+(``core.render_methods``), said once for both. No IO: ops/overlay.py writes, compiles and checks
+what is rendered here.
 """
 
 from __future__ import annotations
@@ -103,7 +104,13 @@ def is_overlayable(spec: dict) -> bool:
 
 def _rebind_problem(fn) -> str | None:
     """Why a method cannot be compiled outside its class body and bound on it (None when it can):
-    a zero-argument super() or __class__ needs the class's cell, a __private name its mangling."""
+    a zero-argument super() or __class__ needs the class's cell, a __private name its mangling, and a
+    decorator (but staticmethod, classmethod) may have registered the original elsewhere at class
+    creation (pydantic's model_validator: a rebound function would never be called)."""
+    for d in fn.decorator_list:
+        if not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")):
+            return (f"its decorator @{ast.unparse(d)} (line {d.lineno}) may have registered the installed function "
+                    "where a rebound one is never seen")
     for node in ast.walk(fn):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
                 and not node.args):

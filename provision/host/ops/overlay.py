@@ -418,8 +418,10 @@ if callable(getattr(m, "apply", None)):  # a rebound method: bind it as register
         print(json.dumps({"status": "failed", "why": "%s.apply() fails: %s: %s" % (mod, type(exc).__name__, exc)}))
         sys.exit(0)
     ok = "provision overlay" in getattr(getattr(bound, "__code__", None), "co_filename", "")
-    print(json.dumps({"status": "ok" if ok else "failed", "why": "imported; %s.%s is bound from the overlay" % (m.CLASS, m.METHOD)
-                      if ok else "%s.%s is not the overlay's after apply()" % (m.CLASS, m.METHOD)}))
+    what = "%s.%s" % (m.CLASS, m.METHOD)
+    print(json.dumps({"status": "ok" if ok else "failed",
+                      "why": "imported; %s is bound from the overlay" % what if ok
+                      else "%s is not the overlay's after apply()" % what}))
     sys.exit(0)
 entry = getattr(m, "EntryClass", None) or [getattr(m, cls, None)]
 c = next((e for e in entry if getattr(e, "__name__", None) == cls), None)

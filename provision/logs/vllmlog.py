@@ -234,6 +234,9 @@ def parse(text: str, secrets: Iterable[str] = ()) -> LoadState:
     return log.state
 
 
+READ_ONLY = "on a read-only install, `provision launch --overlay` carries it without editing a file"
+
+
 def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | None = None) -> str | None:
     """What to do about a vLLM crash, or None. ``shipped``: {class: [(spec name, kind)]} the shipped
     vLLM specs fix (tasks/follow.py shipped_classes), to name the one that fixes this class."""
@@ -248,7 +251,7 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
         if spec:
             return (f"{cls} lacks SupportsEagle3 in this vLLM release; spec {spec} adds it: "
                     f"`provision patch --playbook {spec} {sel}` (or `provision launch --patch`), then launch again; "
-                    "on a read-only install, `provision launch --overlay` carries it without editing a file")
+                    + READ_ONLY)
         return (f"{cls} lacks SupportsEagle3 in this vLLM release and no shipped spec covers it: "
                 f"`provision spec new {cls} --engine vllm {sel} > playbooks/{cls}.yaml`, then "
                 f"`provision patch --playbook playbooks/{cls}.yaml {sel}`; `provision audit --engine vllm {sel}` "
@@ -257,8 +260,7 @@ def hint(crash: Crash | None, host: str | None = None, shipped: Iterable[str] | 
         spec = next((n for n, kind in fixes if kind == "replace"), None)
         if spec:
             return (f"spec {spec} makes the proposer read {cls}'s own image token: "
-                    f"`provision patch --playbook {spec} {sel}`, then launch again; on a read-only install, "
-                    "`provision launch --overlay` carries it without editing a file")
+                    f"`provision patch --playbook {spec} {sel}`, then launch again; " + READ_ONLY)
         return (f"no shipped spec makes the proposer read {cls}'s image token: a replace spec like "
                 "kimi-vl-proposer-vllm adds the class where the proposer lists its multimodal classes "
                 "(docs/patching.md), or launch without EAGLE-3")

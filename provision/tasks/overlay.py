@@ -76,7 +76,7 @@ def do_overlay(specs: list[PatchSpec] | None, *, check=False, remove=False, inst
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         res = result_from_answer(host.name, answer, check=check)
         res.data["spec"] = ", ".join(s.name for s in hspecs)  # for the journal
-        res.data["spec_hash"] = hspecs[0].sha if len(hspecs) == 1 else ",".join(s.sha for s in hspecs)
+        res.data["spec_hash"] = ",".join(s.sha for s in hspecs)
         return res
 
     return fn

@@ -362,8 +362,8 @@ def _overlay(req: dict, inst: dict, spec: dict, state_dir: str, base: dict, fact
         if not st.get("removed"):
             return dict(base, state="native", action="none", reason="the methods are native")
         return dict(base, state="native", action="remove-overlay",
-                    reason=f"the methods are native now ({overlay.engine_of(inst).title} {inst.get('version')}): the overlay {root} is "
-                           "no longer needed")
+                    reason=f"the methods are native now ({overlay.engine_of(inst).title} {inst.get('version')}): "
+                           f"the overlay {root} is no longer needed")
     held = ", ".join(m for r in st.get("specs") or [] for m in r.get("methods") or [])
     if not check:
         host_log(f"reconcile regenerated the overlay {root} ({held}; spec {spec['name']})")

@@ -31,10 +31,6 @@ SANDBOX_FIXTURES = {"sandbox_factory", "three_hosts", "ssh_env", "reset_sglang",
 # The tiers that start hosts, containers, servers or real SGLang imports: `-m "not slow"` leaves
 # them out (the quick tier: tests/unit, tests/engine, tests/host; docs/TESTING.md).
 SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport", "realvllm"}
-# The tiers whose modules run longest, longest first: collected first, so pytest-xdist's
-# --dist loadscope starts them at once instead of last (a real-vLLM module alone is ~8 minutes
-# in CI; started last, it was the run's tail). The rest keep their order.
-FIRST_TIERS = ("realvllm", "systemd", "realimport", "containers")
 
 # Property tests are deterministic: a fixed seed (derandomize) and no example database, so a fresh
 # clone and CI draw the same examples every run; an example that ever found a bug stays as an
@@ -86,15 +82,6 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="sandbox hosts unavailable: " + "; ".join(sandbox_problems()))
         for item in marked:
             item.add_marker(skip)
-    items.sort(key=lambda item: _tier_rank(item, tests_dir))  # stable: each module's tests stay together
-
-
-def _tier_rank(item, tests_dir: Path) -> int:
-    try:
-        tier = Path(str(item.fspath)).relative_to(tests_dir).parts[0]
-    except ValueError:
-        return len(FIRST_TIERS)
-    return FIRST_TIERS.index(tier) if tier in FIRST_TIERS else len(FIRST_TIERS)
 
 
 @pytest.fixture(scope="session", autouse=True)

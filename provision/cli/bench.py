@@ -83,26 +83,11 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
     """
     from provision.config.profile import secrets_from_env
     from provision.control.runner import Fleet, run_hosts
-    from provision.output import benchfigures as bf
     from provision.output.prometheus import bench_metrics
     from provision.tasks import bench as tb
 
-    baseline = None
-    if baseline_file:
-        try:
-            with open(baseline_file, encoding="utf-8") as fh:
-                baseline = bf.parse_baseline(fh.read(), baseline_file)
-        except OSError as exc:
-            raise ConfigError(f"--baseline {baseline_file}: cannot read it ({exc.strerror})") from None
-    old_entries: dict = {}
-    if save_baseline:
-        try:
-            with open(save_baseline, encoding="utf-8") as fh:
-                old_entries = bf.parse_baseline(fh.read(), save_baseline)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ConfigError(f"--save-baseline {save_baseline}: cannot read it ({exc.strerror})") from None
+    baseline = read_baseline(baseline_file, "--baseline") if baseline_file else None
+    old_entries = (read_baseline(save_baseline, "--save-baseline", missing_ok=True) or {}) if save_baseline else {}
     secrets = secrets_from_env(files={"api-key": api_key_file, "admin-api-key": admin_api_key_file})
     opts = tb.BenchOptions(port=server_port, requests=requests, max_new_tokens=max_new_tokens, warmup=warmup,
                            force=force, secrets={"args": {k: v for k, v in secrets["args"].items()
@@ -127,25 +112,7 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
     _journal("bench", results)
     code = tb.exit_code(results)
     if save_baseline:
-        entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"})
-        for n in notes:
-            click.echo(f"note: {n}", err=True)
-        if entries:
-            from datetime import datetime
-
-            text = bf.render_baseline(bf.merge_baseline(old_entries, entries),
-                                      datetime.now().astimezone().isoformat(timespec="seconds"))
-            from provision.output.prometheus import write_atomic
-
-            try:
-                write_atomic(save_baseline, text)
-            except OSError as exc:
-                raise ConfigError(f"--save-baseline {save_baseline}: cannot write it ({exc.strerror})") from None
-            click.echo(f"saved {len(entries)} baseline entr{'y' if len(entries) == 1 else 'ies'} to {save_baseline}",
-                       err=True)
-        else:
-            click.echo(f"warning: no host without speculative decoding was measured: {save_baseline} not written",
-                       err=True)
+        save_baseline_file(save_baseline, old_entries, results)
     metrics = bench_metrics(results) if (ctx.fmt == "prometheus" or metrics_file) else ""
     write_metrics(metrics_file, metrics)
     if ctx.fmt == "prometheus":
@@ -168,6 +135,43 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
             print_bars(results)
         click.echo(tb.summary_line(results))
     sys.exit(code)
+
+
+def read_baseline(path: str, option: str, missing_ok: bool = False) -> dict | None:
+    """A baseline file's entries; None when it is absent and may be (`--save-baseline`'s first run)."""
+    from provision.output import benchfigures as bf
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return bf.parse_baseline(fh.read(), path)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise ConfigError(f"{option} {path}: cannot read it (No such file or directory)") from None
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot read it ({exc.strerror})") from None
+
+
+def save_baseline_file(path: str, old_entries: dict, results) -> None:
+    """--save-baseline: the measured hosts without speculative decoding merged into the file's entries."""
+    from datetime import datetime
+
+    from provision.output import benchfigures as bf
+    from provision.output.prometheus import write_atomic
+
+    entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"})
+    for n in notes:
+        click.echo(f"note: {n}", err=True)
+    if not entries:
+        click.echo(f"warning: no host without speculative decoding was measured: {path} not written", err=True)
+        return
+    text = bf.render_baseline(bf.merge_baseline(old_entries, entries),
+                              datetime.now().astimezone().isoformat(timespec="seconds"))
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise ConfigError(f"--save-baseline {path}: cannot write it ({exc.strerror})") from None
+    click.echo(f"saved {len(entries)} baseline entr{'y' if len(entries) == 1 else 'ies'} to {path}", err=True)
 
 
 def print_bars(results) -> None:

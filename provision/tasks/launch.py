@@ -9,7 +9,8 @@ server (wait, stop, logs, status) are tasks/server_verbs.py.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from provision.config.inventory import Host
 from provision.config.profile import Profile
@@ -66,54 +67,51 @@ def required_specs(spec, prof: Profile) -> list:
 START_LOCK_WAIT = 60.0
 
 
+@dataclass
+class HostPlan:
+    """What `select` resolved for one host, passed from stage to stage: its profile and spec (a
+    restart's from the record), the specs to check and patch, and the start's options."""
+    host: Host
+    session: Any
+    fleet: Any
+    sudo: bool
+    prof: Profile
+    spec: Any
+    persistent: bool
+    notes: list = field(default_factory=list)
+    checked: list = field(default_factory=list)  # the required specs that apply here
+    overlay: bool = False
+    pull: float = 0.0
+    t0: float = 0.0
+
+
 def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, run: RunState | None = None):
     """The per-host launch the runner calls. `run` gets what each host got to (the Ctrl-C report's
     input): the caller creates one per run and keeps it; without one, a fresh one nobody reads."""
-    from provision.tasks.patch import do_patch
-
-    state = run if run is not None else RunState()
-
-    def replayed(host: Host, session, sudo: bool, prof: Profile, spec):
-        """(profile, spec, persistent, note) of a restart: the running server's record replayed. With
-        no --playbook it starts the recorded launch (its argv and environment; this run's --arg over
-        it); an explicit --playbook replaces it. Either way its backend and its fix are kept."""
-        from dataclasses import replace
-
-        from provision.config.profile import from_record
-
-        st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port},
-                                              timeout=prof.health_timeout + 30, sudo=sudo)
-        rec = st.get("record") or {}
-        if not rec or rec.get("stopped_at"):
-            return prof, spec, opts.persistent, None
-        mine = {k: v for k, v in opts.overrides.items() if k != "port"}  # --server-port finds; it changes nothing
-        if multinode is not None:
-            mine.update(multinode.args_for(host))
-        said = ", ".join(f"{k}={v}" for k, v in mine.items() if k in opts.overrides)
-        launch, name = rec.get("launch"), rec.get("profile") or "unnamed"
-        note = None
-        if opts.profile is not None:
-            if rec.get("profile_digest") != prof.digest():
-                note = (f"restart: --playbook {opts.profile} replaces the recorded launch (playbook {name}, "
-                        f"profile {rec.get('profile_digest')})")
-        elif isinstance(launch, dict):
-            prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
-            note = (f"restart: replaying the recorded launch (playbook {name})"
-                    + (f", with --arg {said} over it" if said else ""))
-        else:  # a record written before records kept the launch: the profile is re-resolved here
-            recorded = rec.get("overrides") or {}
-            if recorded:
-                prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), multinode)
-            note = (f"restart: the record of port {prof.port} predates recorded launches; playbook {prof.name} "
-                    "was resolved here with its recorded --arg")
-        if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
-            prof = replace(prof, fix="overlay")
-        persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))
-        return prof, spec, persistent, note
+    launch = Launch(opts, display, multinode, run if run is not None else RunState())
 
     def fn(host: Host, session, fleet) -> HostResult:
+        return launch.host(host, session, fleet)
+
+    if multinode is not None:  # rank 0's verdict also when it is never reached (the runner calls this)
+        setattr(fn, "on_host_done", multinode.host_done)  # noqa: B010 - an attribute of the function
+    return fn
+
+
+class Launch:
+    """One launch run, host by host, in named stages: `select` (the profile, a restart's record
+    replayed, the specs that apply), `patch` (--patch's edits), `preflight` (with the covering spec
+    patched on --patch), `admit` (what preflight refuses, a server already running), `start`,
+    `follow`, and `report` (the journal's lines). Each stage returns its values, or the host's row
+    where the launch ends there."""
+
+    def __init__(self, opts: LaunchOptions, display, multinode: MultiNode | None, state: RunState) -> None:
+        self.opts, self.display, self.multinode, self.state = opts, display, multinode, state
+
+    def host(self, host: Host, session, fleet) -> HostResult:
+        multinode, state = self.multinode, self.state
         try:
-            res = _launch_one(host, session, fleet)
+            res = self.one(host, session, fleet)
         except BaseException as exc:
             # an error becomes the host's row in the runner, which hands it (with its sentence) to
             # multinode.host_done; only an interrupt never becomes a row
@@ -131,188 +129,249 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
         state.results[host.name] = res
         return res
 
-    if multinode is not None:  # rank 0's verdict also when it is never reached (the runner calls this)
-        setattr(fn, "on_host_done", multinode.host_done)  # noqa: B010 - an attribute of the function
+    def one(self, host: Host, session, fleet) -> HostResult:
+        plan = self.select(host, session, fleet)
+        self.state.stages[host.name] = "preflight"
+        failed = self.patch(plan, plan.checked, "") if self.opts.patch and plan.checked else None
+        if failed is not None:
+            return failed
+        pre = self.preflight(plan)
+        if isinstance(pre, HostResult):
+            return pre
+        row = self.admit(plan, pre)
+        if row is not None:
+            return row
+        return self.start(plan, pre)
 
-    def _launch_one(host: Host, session, fleet) -> HostResult:
+    # -- select ------------------------------------------------------------------------------------
+    def select(self, host: Host, session, fleet) -> HostPlan:
+        """The host's profile and spec (a restart: the running server's record replayed), and the
+        required specs that apply to its install."""
+        opts, display, multinode = self.opts, self.display, self.multinode
         sudo = fleet.uses_sudo(host, session)
         if multinode is not None:  # the default dist-init-addr: rank 0's address as SSH resolves it
             multinode.resolve_addresses(lambda h: getattr(fleet.target(h), "hostname", None))
         prof, spec = resolve(host, opts, multinode)
-        persistent = opts.persistent
-        notes: list[str] = []
+        plan = HostPlan(host, session, fleet, sudo, prof, spec, opts.persistent)
         if opts.restart:
-            prof, spec, persistent, note = replayed(host, session, sudo, prof, spec)
+            plan.prof, plan.spec, plan.persistent, note = self.replayed(plan)
             if note:
                 display.message(host.name, note)
-                notes.append(note)
-        t0 = time.monotonic()
-        state.stages[host.name] = "preflight"
-        other = multi.other_engines_specs(required_specs(spec, prof), prof.engine)  # another engine's files
+                plan.notes.append(note)
+        plan.t0 = time.monotonic()
+        other = multi.other_engines_specs(required_specs(plan.spec, plan.prof), plan.prof.engine)  # another engine's
         for name, why in other.items():
             display.message(host.name, f"spec {name}: not applicable ({why})")
-        if spec is not None and spec.name in other:
-            spec = None
-        wanted = [s for s in required_specs(spec, prof) if s.name not in other]
-        checked, skipped = wanted, []
+        if plan.spec is not None and plan.spec.name in other:
+            plan.spec = None
+        wanted = [s for s in required_specs(plan.spec, plan.prof) if s.name not in other]
+        plan.checked, skipped = wanted, []
         if any(multi.applies_of(s) for s in wanted):
-            checked, skipped, _ = multi.applicable(session, host, fleet, wanted, opts.gpu_capability,
-                                                   install_path=opts.install_path, python=opts.python)
+            plan.checked, skipped, _ = multi.applicable(session, host, fleet, wanted, opts.gpu_capability,
+                                                        install_path=opts.install_path, python=opts.python)
         for r in skipped:
             display.message(host.name, f"requires {r.data['spec']}: not applicable ({r.detail})")
-        if opts.patch and checked:
-            state.stages[host.name] = "patching"
-            rows = do_patch("patch", checked, install_path=opts.install_path, python=opts.python,
-                            decided=True)(host, session, fleet)
-            state.patched[host.name] = rows
-            for pres in rows:
-                if pres.failed:
-                    pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
-                    return pres
-                display.message(host.name, f"patch: {pres.verdict}" + (f" ({pres.data.get('spec')})"
-                                                                       if len(rows) > 1 else ""))
-            state.stages[host.name] = "preflight"
-        overlay = uses_overlay(prof, opts)
-        pull = IMAGE_PULL_TIMEOUT if prof.container is not None else 0.0
-        extra = {}
-        if overlay:  # the overlay holds a module for each spec that must be in place and can be one (the host says)
-            extra["specs"] = [s.to_engine() for s in checked]
-        extra["candidate_specs"] = candidate_specs(spec)
+        plan.overlay = uses_overlay(plan.prof, opts)
+        plan.pull = IMAGE_PULL_TIMEOUT if plan.prof.container is not None else 0.0
+        return plan
 
-        def preflight() -> PreflightAnswer:
-            return session.call(server_request("preflight", host, prof, opts,
-                                               spec=spec.to_engine() if spec else None,
-                                               patch_specs=[s.to_engine() for s in checked],
-                                               overlay=overlay, import_timeout=OVERLAY_IMPORT_TIMEOUT,
-                                               pull_timeout=pull, persistent=persistent, **extra),
-                                timeout=120 + (OVERLAY_IMPORT_TIMEOUT if overlay else 0) + pull, sudo=sudo)
+    def replayed(self, plan: HostPlan):
+        """(profile, spec, persistent, note) of a restart: the running server's record replayed. With
+        no --playbook it starts the recorded launch (its argv and environment; this run's --arg over
+        it); an explicit --playbook replaces it. Either way its backend and its fix are kept."""
+        from dataclasses import replace
 
-        pre: PreflightAnswer = preflight()
+        from provision.config.profile import from_record
+
+        opts, host, prof, spec = self.opts, plan.host, plan.prof, plan.spec
+        st: ServerStatusAnswer = plan.session.call({"op": "server_status", "port": prof.port},
+                                                   timeout=prof.health_timeout + 30, sudo=plan.sudo)
+        rec = st.get("record") or {}
+        if not rec or rec.get("stopped_at"):
+            return prof, spec, opts.persistent, None
+        mine = {k: v for k, v in opts.overrides.items() if k != "port"}  # --server-port finds; it changes nothing
+        if self.multinode is not None:
+            mine.update(self.multinode.args_for(host))
+        said = ", ".join(f"{k}={v}" for k, v in mine.items() if k in opts.overrides)
+        launch, name = rec.get("launch"), rec.get("profile") or "unnamed"
+        note = None
+        if opts.profile is not None:
+            if rec.get("profile_digest") != prof.digest():
+                note = (f"restart: --playbook {opts.profile} replaces the recorded launch (playbook {name}, "
+                        f"profile {rec.get('profile_digest')})")
+        elif isinstance(launch, dict):
+            prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
+            note = (f"restart: replaying the recorded launch (playbook {name})"
+                    + (f", with --arg {said} over it" if said else ""))
+        else:  # a record written before records kept the launch: the profile is re-resolved here
+            recorded = rec.get("overrides") or {}
+            if recorded:
+                prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), self.multinode)
+            note = (f"restart: the record of port {prof.port} predates recorded launches; playbook {prof.name} "
+                    "was resolved here with its recorded --arg")
+        if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
+            prof = replace(prof, fix="overlay")
+        persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))
+        return prof, spec, persistent, note
+
+    # -- patch -------------------------------------------------------------------------------------
+    def patch(self, plan: HostPlan, specs: list, why: str) -> HostResult | None:
+        """--patch: put `specs` in place, each row said (`why`: what made it wanted); the first failed
+        row ends the launch (returned), else None."""
+        from provision.tasks.patch import do_patch
+
+        name = plan.host.name
+        self.state.stages[name] = "patching"
+        rows = do_patch("patch", specs, install_path=self.opts.install_path, python=self.opts.python,
+                        decided=True)(plan.host, plan.session, plan.fleet)
+        self.state.patched[name] = self.state.patched.get(name, []) + list(rows)
+        for pres in rows:
+            if pres.failed:
+                pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
+                return pres
+            said = f"{pres.data.get('spec')}{why}" if why or len(rows) > 1 else ""
+            self.display.message(name, f"patch: {pres.verdict}" + (f" ({said})" if said else ""))
+        self.state.stages[name] = "preflight"
+        return None
+
+    # -- preflight ---------------------------------------------------------------------------------
+    def preflight(self, plan: HostPlan) -> "PreflightAnswer | HostResult":
+        """The host's preflight; with --patch, a gap of the model's class that a shipped (or
+        --playbook) spec covers is patched and preflight runs again. The answer, or the failed row."""
+        pre = self._preflight_call(plan)
         covering = [c.get("spec") for c in pre.get("checks") or [] if c.get("check") == "eagle3"
                     and c.get("level") == "fail" and c.get("spec")]
-        if opts.patch and covering and prof.container is None and pre.get("ok"):
-            # launch --patch, and the model's class has a gap a shipped (or --playbook) spec covers:
-            # apply that spec, then check again
-            state.stages[host.name] = "patching"
-            found = [s for s in candidate_objects(spec) if s.name in covering]
-            for pres in do_patch("patch", found, install_path=opts.install_path, python=opts.python,
-                                 decided=True)(host, session, fleet):
-                if pres.failed:
-                    pres.detail = f"patch {pres.data.get('spec')}: {pres.detail}"
-                    return pres
-                display.message(host.name, f"patch: {pres.verdict} ({pres.data.get('spec')}, which covers the "
-                                           "model's class)")
-            state.stages[host.name] = "preflight"
-            pre = preflight()
+        if self.opts.patch and covering and plan.prof.container is None and pre.get("ok"):
+            found = [s for s in candidate_objects(plan.spec) if s.name in covering]
+            failed = self.patch(plan, found, ", which covers the model's class")
+            if failed is not None:
+                return failed
+            pre = self._preflight_call(plan)
         if not pre.get("ok"):
-            return HostResult(host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
+            return HostResult(plan.host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         if pre.get("image"):
             img = pre["image"]
-            display.message(host.name, f"image {img.get('image')}: {inference.get(prof.engine).title} "
-                                       f"{img.get('version')} inside"
-                                       + (" (read from the image just now)" if not img.get("cached") else ""))
-        fails = [c for c in pre["checks"] if c["level"] == "fail"]
+            self.display.message(plan.host.name, f"image {img.get('image')}: {inference.get(plan.prof.engine).title} "
+                                                 f"{img.get('version')} inside"
+                                                 + (" (read from the image just now)" if not img.get("cached") else ""))
         for c in pre["checks"]:
-            if c["level"] in ("warn", "info") or (c["level"] == "fail" and opts.force) or \
+            if c["level"] in ("warn", "info") or (c["level"] == "fail" and self.opts.force) or \
                     (c["level"] == "ok" and c.get("check") == "overlay"):  # what the overlay holds, how checked
-                display.message(host.name, f"preflight {c['level']}: {c['message']}")
+                self.display.message(plan.host.name, f"preflight {c['level']}: {c['message']}")
+        return pre
+
+    def _preflight_call(self, plan: HostPlan) -> "PreflightAnswer":
+        extra: dict = {"candidate_specs": candidate_specs(plan.spec)}
+        if plan.overlay:  # the overlay holds a module for each spec that must be in place and can be one (the host says)
+            extra["specs"] = [s.to_engine() for s in plan.checked]
+        return plan.session.call(
+            server_request("preflight", plan.host, plan.prof, self.opts,
+                           spec=plan.spec.to_engine() if plan.spec else None,
+                           patch_specs=[s.to_engine() for s in plan.checked], overlay=plan.overlay,
+                           import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=plan.pull,
+                           persistent=plan.persistent, **extra),
+            timeout=120 + (OVERLAY_IMPORT_TIMEOUT if plan.overlay else 0) + plan.pull, sudo=plan.sudo)
+
+    # -- admit -------------------------------------------------------------------------------------
+    def admit(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult | None:
+        """What preflight's answer refuses (survivors, another profile running, failed checks without
+        --force, rank 0 down), or a server already running with this profile (followed, or said
+        healthy); None: go on and start."""
+        opts, name = self.opts, plan.host.name
+        fails = [c for c in pre["checks"] if c["level"] == "fail"]
         if pre.get("survivors") and not opts.restart:
             msg = next((c["message"] for c in fails if c.get("check") == "survivors"),
                        f"processes of the last server's tree are still alive: {pre['survivors']}")
-            return HostResult(host.name, "refused", msg + "; nothing was started (--force does not override this)",
+            return HostResult(name, "refused", msg + "; nothing was started (--force does not override this)",
                               data={"survivors": pre["survivors"], "checks": pre["checks"]})
         if pre.get("running") and not opts.restart:
-            rec = pre.get("record") or {}
-            same = rec.get("profile_digest") == prof.digest()
-            if not same:
-                return HostResult(host.name, "refused", f"a server started by provision with another profile is "
-                                  f"running (pid {rec.get('pid')}); use --restart to replace it")
-            status: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30,
-                                  sudo=sudo)
-            if status.get("health") == 200:
-                running = HostResult(host.name, "running", f"already running and healthy with this profile "
-                                     f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
-                                     data={"pid": rec.get("pid")})
-                return _smoke(session, prof, sudo, running, "running")
-            display.message(host.name, "already starting with this profile: following it")
-            return _smoke(session, prof, sudo, follow(session, host, prof, opts, display, offset=0, sudo=sudo))
+            return self._running(plan, pre.get("record") or {})
         fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
         if fails and not opts.force:
             for c in fails:  # one line per reason (the row joins them)
-                display.message(host.name, f"preflight fail: {c['message']}")
+                self.display.message(name, f"preflight fail: {c['message']}")
             kept = ""
             if opts.restart and pre.get("running"):  # nothing was stopped: say so, a restart was asked for
                 kept = f"; the running server (pid {(pre.get('record') or {}).get('pid')}) was left running"
-            return HostResult(host.name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
+            return HostResult(name, "refused", "preflight: " + "; ".join(c["message"] for c in fails)
                               + kept + " (--force to start anyway)", data={"checks": pre["checks"]})
-        if multinode is not None and multinode.rank(host) and multinode.rank0_failed(host):
-            return HostResult(host.name, "failed", f"not started: {multinode.rank0_failed(host)}")
-        state.stages[host.name] = "starting"
-        extra = {"spec": spec.to_engine()} if prof.container is not None and spec is not None else {}
-        if spec is not None and "spec" not in extra:
-            extra["spec"] = spec.to_engine()
+        if self.multinode is not None and self.multinode.rank(plan.host) and self.multinode.rank0_failed(plan.host):
+            return HostResult(name, "failed", f"not started: {self.multinode.rank0_failed(plan.host)}")
+        return None
+
+    def _running(self, plan: HostPlan, rec: dict) -> HostResult:
+        """A server provision started is running here and no --restart was asked: another profile's is
+        refused; this profile's is said healthy, or followed while it starts."""
+        name, prof = plan.host.name, plan.prof
+        if rec.get("profile_digest") != prof.digest():
+            return HostResult(name, "refused", f"a server started by provision with another profile is "
+                              f"running (pid {rec.get('pid')}); use --restart to replace it")
+        status: ServerStatusAnswer = plan.session.call({"op": "server_status", "port": prof.port},
+                                                       timeout=prof.health_timeout + 30, sudo=plan.sudo)
+        if status.get("health") == 200:
+            running = HostResult(name, "running", f"already running and healthy with this profile "
+                                 f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
+                                 data={"pid": rec.get("pid")})
+            return self.smoke(plan, running, "running")
+        self.display.message(name, "already starting with this profile: following it")
+        return self.smoke(plan, follow(plan.session, plan.host, prof, self.opts, self.display, offset=0,
+                                       sudo=plan.sudo))
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult:
+        """The start (a restart: the host's one transaction, ops/server_transaction.py), then the
+        follow and the report."""
+        opts, name, prof = self.opts, plan.host.name, plan.prof
+        self.state.stages[name] = "starting"
+        extra = {"spec": plan.spec.to_engine()} if plan.spec is not None else {}
         # A restart runs the new launch's preflight again on the host, under the port's lock, before
         # it touches the running server: it gets what the preflight above got.
-        start: StartAnswer = session.call(server_request("start", host, prof, opts, secrets=opts.secrets,
-                                                         restart=opts.restart, persistent=persistent,
-                                                         tree_grace=opts.tree_grace,
-                                                         overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
-                                                         patch_specs=[s.to_engine() for s in checked],
-                                                         force=opts.force, overrides=dict(opts.overrides),
-                                                         launch=prof.to_launch(),
-                                                         lock_wait=START_LOCK_WAIT, pull_timeout=pull, **extra),
-                             timeout=120 + START_LOCK_WAIT + pull + (prof.grace + 120 if opts.restart else 0),
-                             sudo=sudo)
+        start: StartAnswer = plan.session.call(server_request(
+            "start", plan.host, prof, opts, secrets=opts.secrets, restart=opts.restart, persistent=plan.persistent,
+            tree_grace=opts.tree_grace, overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
+            patch_specs=[s.to_engine() for s in plan.checked], force=opts.force, overrides=dict(opts.overrides),
+            launch=prof.to_launch(), lock_wait=START_LOCK_WAIT, pull_timeout=plan.pull, **extra),
+            timeout=120 + START_LOCK_WAIT + plan.pull + (prof.grace + 120 if opts.restart else 0), sudo=plan.sudo)
         if not start.get("ok"):
             verdict = "refused" if start.get("refused") else "failed"
-            return HostResult(host.name, verdict, (start.get("error") or {}).get("message", "start failed"),
+            return HostResult(name, verdict, (start.get("error") or {}).get("message", "start failed"),
                               error_kind=(start.get("error") or {}).get("kind"))
         if start.get("already"):
             rec = start.get("record") or {}
             how = (f"persistent unit {start['adopted']} is in systemd's restart window: following it"
                    if start.get("adopted") else f"another run started a server here first (pid {rec.get('pid')}): "
                                                 "following it")
-            display.message(host.name, how)
-            return follow(session, host, prof, opts, display, offset=int(rec.get("log_offset") or 0), sudo=sudo,
-                          overlay_package=overlay_package(rec))
+            self.display.message(name, how)
+            return follow(plan.session, plan.host, prof, opts, self.display, offset=int(rec.get("log_offset") or 0),
+                          sudo=plan.sudo, overlay_package=overlay_package(rec))
         rec = start["record"]
-        state.stages[host.name] = "started"
-        display.message(host.name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
-                        + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
+        self.state.stages[name] = "started"
+        self.display.message(name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
+                             + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
         try:
-            res = _follow_started(host, session, prof, sudo, t0, rec)
+            res = self.follow(plan, rec)
         except (Interrupted, UnknownOutcome):
-            if not session.cancelled:
+            if not plan.session.cancelled:
                 raise
-            res = interrupted_result(host, rec, opts)
-        res.notes = notes + res.notes
-        if pre.get("image"):
-            res.data["image"] = pre["image"]
-        replaced = start.get("replaced")
-        change = "restarted" if replaced else "started"
-        res.data.setdefault("pid", rec["pid"])
-        res.data["server_change"] = change
-        res.data.setdefault("journal_extra", []).append({
-            "command": "launch", "verdict": change,
-            "detail": (f"{change} pid {rec['pid']} port {prof.port} profile {prof.name}"
-                       + (f" (stopped {len(replaced)} processes of the old one)" if replaced else "")
-                       + f"; then {res.verdict}")})
-        return res
+            res = interrupted_result(plan.host, rec, opts)
+        return self.report(plan, pre, start, res)
 
-    def _follow_started(host: Host, session, prof: Profile, sudo: bool, t0: float, rec: dict) -> HostResult:
-        if multinode is not None and (multinode.rank(host) or 0) > 0:
-            return follow_secondary(session, host, prof, multinode, opts, display, sudo)
-        res = follow(session, host, prof, opts, display, offset=0, sudo=sudo, t_start=t0,
-                     overlay_package=overlay_package(rec))
-        return _smoke(session, prof, sudo, res)
+    # -- follow ------------------------------------------------------------------------------------
+    def follow(self, plan: HostPlan, rec: dict) -> HostResult:
+        if self.multinode is not None and (self.multinode.rank(plan.host) or 0) > 0:
+            return follow_secondary(plan.session, plan.host, plan.prof, self.multinode, self.opts, self.display,
+                                    plan.sudo)
+        res = follow(plan.session, plan.host, plan.prof, self.opts, self.display, offset=0, sudo=plan.sudo,
+                     t_start=plan.t0, overlay_package=overlay_package(rec))
+        return self.smoke(plan, res)
 
-    def _smoke(session, prof: Profile, sudo: bool, res: HostResult, healthy: str = "ready") -> HostResult:
+    def smoke(self, plan: HostPlan, res: HostResult, healthy: str = "ready") -> HostResult:
         """--smoke: one short /generate on a healthy server, the one just started or the one found
         running (a smoke asked for is never skipped in silence)."""
-        if res.verdict != healthy or not opts.smoke:
+        if res.verdict != healthy or not self.opts.smoke:
             return res
-        sm: SmokeAnswer = session.call({"op": "smoke", "port": prof.port, "secrets": opts.secrets}, timeout=180,
-                                       sudo=sudo)
+        sm: SmokeAnswer = plan.session.call({"op": "smoke", "port": plan.prof.port,
+                                             "secrets": self.opts.secrets}, timeout=180, sudo=plan.sudo)
         if sm.get("ok"):
             res.data["smoke"] = sm
             res.notes.append(f"smoke: {sm.get('completion_tokens')} tokens in {sm['elapsed']:.2f} s = "
@@ -322,4 +381,21 @@ def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, 
             res.verdict, res.detail = "failed", "smoke: " + sm["error"]["message"]
         return res
 
-    return fn
+    # -- report ------------------------------------------------------------------------------------
+    def report(self, plan: HostPlan, pre: "PreflightAnswer", start: "StartAnswer", res: HostResult) -> HostResult:
+        """The row of a started server: the restart's notes, the image, and the journal's line for
+        the start (restarted: the old server's pids replaced)."""
+        rec = start["record"]
+        res.notes = plan.notes + res.notes
+        if pre.get("image"):
+            res.data["image"] = pre["image"]
+        replaced = start.get("replaced")
+        change = "restarted" if replaced else "started"
+        res.data.setdefault("pid", rec["pid"])
+        res.data["server_change"] = change
+        res.data.setdefault("journal_extra", []).append({
+            "command": "launch", "verdict": change,
+            "detail": (f"{change} pid {rec['pid']} port {plan.prof.port} profile {plan.prof.name}"
+                       + (f" (stopped {len(replaced)} processes of the old one)" if replaced else "")
+                       + f"; then {res.verdict}")})
+        return res

@@ -215,19 +215,7 @@ class Transport:
                         raise UnknownOutcome(f"{alias}: interrupted while the remote step ran; its outcome is "
                                              "unknown until `provision status` looks")
                     raise Interrupted(f"{alias}: interrupted before the remote step started; nothing was run there")
-                got = False
-                while chan.recv_ready():
-                    chunk = chan.recv(65536)
-                    if not chunk:
-                        break
-                    out += chunk
-                    got = True
-                while chan.recv_stderr_ready():
-                    chunk = chan.recv_stderr(65536)
-                    if not chunk:
-                        break
-                    err += chunk
-                    got = True
+                got = _read_available(chan, out, err)
                 if not ready_seen:
                     i = out.find(marker)
                     j = out.find(b"\n", i + len(marker)) if i >= 0 else -1
@@ -284,13 +272,7 @@ class Transport:
                                       f"{min(timeout, SUDO_HANDSHAKE_SECONDS):g} s and nothing was run; is it asking "
                                       f"for more than a password? (last words: {last})")
                 if time.monotonic() > deadline:
-                    if sent:
-                        raise UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still "
-                                             "be running: its outcome is unknown until `provision status` looks")
-                    if not ready_seen and ready:
-                        what = "sudo or the remote python"
-                        raise ConnectError(f"{alias}: {what} did not start within {timeout:g} s; nothing was run")
-                    raise ConnectError(f"{alias}: timed out sending the request after {timeout:g} s")
+                    raise _past_deadline(alias, timeout, sent, bool(ready) and not ready_seen)
                 if not got:
                     self._wait(chan, 0.05)
             if on_line is not None and ready_seen and fed < len(out):
@@ -423,3 +405,26 @@ class Transport:
 def _short(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200]
+
+
+def _read_available(chan, out: bytearray, err: bytearray) -> bool:
+    """Append what the channel has ready on stdout and stderr; whether anything came."""
+    got = False
+    for ready, recv, buf in ((chan.recv_ready, chan.recv, out), (chan.recv_stderr_ready, chan.recv_stderr, err)):
+        while ready():
+            chunk = recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            got = True
+    return got
+
+
+def _past_deadline(alias: str, timeout: float, sent: bool, not_started: bool) -> Exception:
+    """What a remote step past its deadline is: unknown once the request was sent, else not run."""
+    if sent:
+        return UnknownOutcome(f"{alias}: no answer within {timeout:g} s; the remote step may still be running: "
+                              "its outcome is unknown until `provision status` looks")
+    if not_started:
+        return ConnectError(f"{alias}: sudo or the remote python did not start within {timeout:g} s; nothing was run")
+    return ConnectError(f"{alias}: timed out sending the request after {timeout:g} s")

@@ -300,8 +300,8 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
              configured_python: str | None = None, engine: str | None = None) -> dict:
     """All installs of the engine (SGLang by default), its running servers, and which install to act on."""
     eng = inference.get(engine)
-    installs: dict[str, dict] = {}
     warnings: list[str] = []
+    skipped: list[dict] = []
     if configured_python and not pinned and not (os.path.isfile(configured_python)
                                                  and os.access(configured_python, os.X_OK)):
         if os.path.isabs(configured_python) or not shutil.which(configured_python):
@@ -309,13 +309,57 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
                     "skipped": [], "error": {"kind": "python-missing",
                               "message": f"the configured interpreter {configured_python} does not exist on this "
                                          "host (fix --python or the inventory's `python:`)"}}
+    named = ([configured_python] if configured_python else []) + (extra_interpreters or [])
+    found = _Found(eng)
+    interpreters = _interpreters(named, warnings, skipped)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        probes = list(pool.map(lambda py: probe_interpreter(py, package=eng.package), interpreters))
+    for python, res in zip(interpreters, probes):
+        if not res or not res.get("package") or not eng.is_install(res["package"]):
+            continue
+        pkg = res["package"]
+        kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
+        found.add(pkg, kind, python, res.get("dist_version") or package_version(pkg), res.get("dist_info"),
+                  res.get("direct_url"), res.get("search_path"))
+    for pattern in eng.checkout_globs:
+        for pkg in sorted(glob.glob(pattern)):
+            if eng.is_install(pkg):
+                found.add(pkg, "source", None, package_version(pkg))
+    if pinned:
+        if not eng.is_install(pinned):
+            return {"installs": list(found.installs.values()), "servers": [], "chosen": None, "warnings": warnings,
+                    "skipped": skipped, "error": {"kind": "pinned-missing",
+                              "message": f"--sglang-path {pinned}: not {eng.article} {eng.package} package directory "
+                                         f"(expected {eng.install_shape})"}}
+        found.add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
+    pinned_real = os.path.realpath(pinned) if pinned else None
+    _drop_untrusted(found, named, pinned_real, warnings, skipped)
+    for rec in found.installs.values():
+        _complete(rec, eng)
+    servers = _judge_servers(sorted(running_servers(eng), key=lambda s: s["pid"]), found, skipped)
+    installs = list(found.installs.values())
+    chosen, rule, reason, error = choose(installs, servers, pinned=pinned_real,
+                                         configured_python=configured_python, python3=shutil.which("python3"),
+                                         skipped=skipped, engine=eng)
+    return {"installs": installs, "servers": servers, "chosen": chosen,
+            "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
+            "skipped": skipped}
 
-    def add(pkg: str, kind: str, python: str | None, version: str | None, dist_info: str | None = None,
+
+class _Found:
+    """The installs found so far, by real path, and the install rule's verdict on each path (asked once)."""
+
+    def __init__(self, eng) -> None:
+        self.eng = eng
+        self.installs: dict[str, dict] = {}
+        self._why: dict[str, str | None] = {}
+
+    def add(self, pkg: str, kind: str, python: str | None, version: str | None, dist_info: str | None = None,
             direct_url: dict | None = None, search_path: list | None = None) -> None:
         real = os.path.realpath(pkg)
-        rec = installs.setdefault(real, {
+        rec = self.installs.setdefault(real, {
             "path": real, "kind": kind, "version": version, "interpreters": [], "dist_info": dist_info,
-            "git": None, "pythonpath": None, "search_path": None, "engine": eng.name,
+            "git": None, "pythonpath": None, "search_path": None, "engine": self.eng.name,
         })
         if search_path and not rec["search_path"]:  # the owning interpreter's (the first that imports it)
             rec["search_path"] = list(search_path)
@@ -328,86 +372,66 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
         if direct_url and (direct_url.get("dir_info") or {}).get("editable"):
             rec["kind"] = "editable"
 
-    named = ([configured_python] if configured_python else []) + (extra_interpreters or [])
-    interpreters, skipped = [], []
+    def why(self, path: str) -> str | None:
+        """The install rule (lib/trust.py): why an install is not root's (and its user's) alone, or None."""
+        real = os.path.realpath(path)
+        if real not in self._why:
+            self._why[real] = trust.untrusted_install_reason(real)
+        return self._why[real]
+
+
+def _interpreters(named: list, warnings: list, skipped: list) -> list[str]:
+    """The interpreters to probe: the trusted candidates, and those named explicitly (with a warning)."""
+    out = []
     for python in candidate_interpreters(named):
         why = untrusted_reason(python)
         if why is None:
-            interpreters.append(python)
+            out.append(python)
         elif python in named:
-            interpreters.append(python)
+            out.append(python)
             warnings.append(f"{python}: {why}; used anyway because it was named explicitly (--python or the "
                             f"inventory's `python:`): it runs as {_owner_name(os.geteuid())} here")
         else:
             skipped.append({"path": python, "reason": why})
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        probes = list(pool.map(lambda py: probe_interpreter(py, package=eng.package), interpreters))
-    for python, res in zip(interpreters, probes):
-        if not res or not res.get("package"):
-            continue
-        pkg = res["package"]
-        if not eng.is_install(pkg):
-            continue
-        dist_info = res.get("dist_info")
-        kind = "site-packages" if ("site-packages" in pkg or "dist-packages" in pkg) else "source"
-        add(pkg, kind, python, res.get("dist_version") or package_version(pkg), dist_info, res.get("direct_url"),
-            res.get("search_path"))
+    return out
 
-    for pattern in eng.checkout_globs:
-        for pkg in sorted(glob.glob(pattern)):
-            if eng.is_install(pkg):
-                add(pkg, "source", None, package_version(pkg))
 
-    if pinned:
-        if not eng.is_install(pinned):
-            return {"installs": list(installs.values()), "servers": [], "chosen": None, "warnings": warnings,
-                    "skipped": skipped, "error": {"kind": "pinned-missing",
-                              "message": f"--sglang-path {pinned}: not {eng.article} {eng.package} package directory "
-                                         f"(expected {eng.install_shape})"}}
-        add(pinned, "source" if "site-packages" not in pinned else "site-packages", None, package_version(pinned))
-
-    # The install rule (lib/trust.py): an install that is not root's (and its user's) alone is
-    # never chosen, written or imported; one named explicitly is used, with a warning.
-    why_of: dict[str, str | None] = {}
-
-    def install_why(path: str) -> str | None:
-        real = os.path.realpath(path)
-        if real not in why_of:
-            why_of[real] = trust.untrusted_install_reason(real)
-        return why_of[real]
-
-    pinned_real = os.path.realpath(pinned) if pinned else None
-    for real in list(installs):
-        why = install_why(real)
+def _drop_untrusted(found: _Found, named: list, pinned_real: str | None, warnings: list, skipped: list) -> None:
+    """An install that is not root's (and its user's) alone is never chosen, written or imported;
+    one named explicitly is used, with a warning."""
+    for real in list(found.installs):
+        why = found.why(real)
         if why is None:
             continue
-        by = next((p for p in installs[real]["interpreters"] if p in named), None)
+        by = next((p for p in found.installs[real]["interpreters"] if p in named), None)
         if real == pinned_real or by:
             how = "--sglang-path" if real == pinned_real else f"{by}, named with --python or `python:`, imports it"
             warnings.append(f"{real}: {why}; used anyway because it was named explicitly ({how}): "
                             f"{_owner_name(os.geteuid())} imports it and writes into it here")
         else:
-            del installs[real]
+            del found.installs[real]
             skipped.append({"path": real, "reason": why, "what": "install"})
 
-    for rec in installs.values():
-        if rec["version"] is None:
-            rec["version"] = package_version(rec["path"])
-        root = git_root(rec["path"]) if rec["kind"] != "site-packages" else None
-        rec["git"] = root
-        if not rec["interpreters"]:
-            # An un-installed source checkout: python3 runs it with PYTHONPATH set.
-            rec["pythonpath"] = os.path.dirname(rec["path"])
-        if rec["dist_info"] is None and rec["kind"] == "site-packages":
-            for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), f"{eng.package}-*.dist-info")):
-                rec["dist_info"] = cand
 
-    # A running server chooses the install only when it runs as root (or as the agent's own
-    # user) and imports a trusted install: another user's server never steers root.
-    servers = sorted(running_servers(eng), key=lambda s: s["pid"])
+def _complete(rec: dict, eng) -> None:
+    """An install's version, git checkout, PYTHONPATH (an un-installed checkout) and dist-info."""
+    if rec["version"] is None:
+        rec["version"] = package_version(rec["path"])
+    rec["git"] = git_root(rec["path"]) if rec["kind"] != "site-packages" else None
+    if not rec["interpreters"]:
+        # An un-installed source checkout: python3 runs it with PYTHONPATH set.
+        rec["pythonpath"] = os.path.dirname(rec["path"])
+    if rec["dist_info"] is None and rec["kind"] == "site-packages":
+        for cand in glob.glob(os.path.join(os.path.dirname(rec["path"]), f"{eng.package}-*.dist-info")):
+            rec["dist_info"] = cand
+
+
+def _judge_servers(servers: list, found: _Found, skipped: list) -> list:
+    """A running server chooses the install only when it runs as root (or as the agent's own user)
+    and imports a trusted install: another user's server never steers root."""
     ours = trust.trusted_uids()
     for s in servers:
-        s["install"] = _server_install(s, eng)
+        s["install"] = _server_install(s, found.eng)
         if s.get("skipped") and s["skipped"]["path"] not in [k["path"] for k in skipped]:
             skipped.append(s["skipped"])
         uids = _proc_uids(s["pid"])[:2]
@@ -418,19 +442,13 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
             skipped.append({"path": s["install"] or s["python"], "server_pid": s["pid"], "what": "server",
                             "reason": f"it runs as {s['user']}, so it does not choose the install"})
             continue
-        if s["install"] and install_why(s["install"]) is not None:
+        if s["install"] and found.why(s["install"]) is not None:
             if s["install"] not in [k["path"] for k in skipped]:
-                skipped.append({"path": s["install"], "reason": install_why(s["install"]), "what": "install",
+                skipped.append({"path": s["install"], "reason": found.why(s["install"]), "what": "install",
                                 "server_pid": s["pid"]})
             continue
         s["chooses"] = bool(s["install"])
-
-    chosen, rule, reason, error = choose(list(installs.values()), servers, pinned=pinned_real,
-                                         configured_python=configured_python, python3=shutil.which("python3"),
-                                         skipped=skipped, engine=eng)
-    return {"installs": list(installs.values()), "servers": servers, "chosen": chosen,
-            "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
-            "skipped": skipped}
+    return servers
 
 
 SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")

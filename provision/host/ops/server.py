@@ -19,15 +19,15 @@ import urllib.error
 import urllib.request
 
 from provision.host import inference
-from provision.host.ops import server_record, server_secrets
-from provision.host.ops.backends import identity, lock, select, tree
+from provision.host.ops import server_secrets, server_transaction
+from provision.host.ops.backends import identity, lock, select
 from provision.host.ops.backends.base import health, port_open
 from provision.host.ops.backends.record import read_record, state_root, write_record  # noqa: F401 - bench reads
 from provision.host.ops.backends.systemd import RESTART_SEC, render_server_unit, systemd_quote  # noqa: F401 - units
 from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher, for its tests
 from provision.host.ops.server_launch import (host_launch, old_files, put_back_files,  # noqa: F401
                                               restore_old_files, snapshot_files)
-from provision.host.ops.server_preflight import describe_pids, op_preflight, refused, restart_preflight
+from provision.host.ops.server_preflight import describe_pids, op_preflight  # noqa: F401
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import (LogsAnswer, ProbeAnswer, ServerRequest, ServerStatusAnswer, SmokeAnswer,
@@ -49,9 +49,6 @@ def op_start(req: ServerRequest, bundle: bytes) -> StartAnswer:
 
 
 def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
-    prof = req["profile"]
-    args = dict(prof["args"])
-    grace = float(prof.get("grace", 30))
     st = select.server_state(req, port)
     old = st["record"]
     same = bool(old) and old.get("profile_digest") == req.get("profile_digest")
@@ -73,75 +70,7 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
                 f"the server on port {port} (pid {old.get('pid')}) is dead but {len(left)} processes "
                 f"of its tree are still alive ({describe_pids(left)}); nothing was started: `provision stop` "
                 "ends them, or launch --restart stops them first")}}
-    replacing = bool(old) and (st["running"] or bool(st.get("survivors")) or bool(st.get("restarting")))
-    if replacing:
-        refusal = restart_preflight(req, bundle, old)
-        if refusal:
-            return refusal
-    secrets, why = server_secrets.keep_for_restart(req, old)
-    if why:
-        return refused("secret", why, old)
-    kept = old_files(req, port, old) if replacing else None
-    req = dict(req, secrets=secrets)
-    backend = select.for_launch(req, old)
-    sroot = state_root(req)
-    os.makedirs(sroot, mode=0o700, exist_ok=True)
-    img = None
-    if backend.name == "container":
-        from provision.host.ops import container
-
-        prep = container.prepare_start(req, sroot)
-        if not prep["ok"]:
-            return prep
-        launch, img = prep["launch"], prep["image"]
-    else:
-        launch = host_launch(req, port, secrets)
-        if not launch["ok"]:
-            if kept is not None:
-                restore_old_files(kept)
-            return launch
-    replaced = None
-    if replacing:
-        old_backend = select.for_record(old)
-        if old_backend is backend:
-            out = backend.restart(req, old, launch, grace)
-        else:
-            stopped = old_backend.stop(req, old, grace)
-            if not stopped["ok"]:
-                return stopped
-            out = backend.start(req, launch)
-            if out.get("ok"):
-                out["replaced"] = stopped.get("pids") or []
-            else:
-                out["old_stopped"] = True
-        replaced = out.get("replaced")
-    else:
-        out = backend.start(req, launch)
-    if not out.get("ok"):
-        if kept is not None and not out.get("old_stopped"):
-            restore_old_files(kept)  # the old server still runs: with its own files
-        if replacing and out.get("old_stopped"):  # say it in words, and the record says it too
-            write_record(req, port, dict(old, stopped_at=time.time(), stopped_by="a restart whose new start failed"))
-            why = (out.get("error") or {}).get("message") or "no reason given"
-            out = dict(out, error=dict(out.get("error") or {}, message=(
-                f"the old server (pid {old.get('pid')}) was stopped; the new one failed: {why}")))
-        return out
-    eng = inference.get(inference.of_request(req))
-    base = server_record.common(req, backend.name, eng.name)
-    names = server_secrets.names(secrets)
-    if backend.name == "container":
-        from provision.host.ops import container
-
-        rec = container.finish_record(req, dict(out["record"], **base), img)  # type: ignore[arg-type]
-        rec["secrets"] = server_record.container_secrets(rec, names)
-        write_record(req, port, rec)
-        return {"ok": True, "started": True, "record": rec, "replaced": replaced}
-    spec = launch["spec"]
-    rec = server_record.host_record(req, port, launch, out, base, names, eng)
-    write_record(req, port, rec)
-    pruned = tree.prune_logs(launch["logdir"], inference.get(prof.get("engine")).log_glob(port),
-                             int(prof.get("keep_logs", 5)), spec["log"])
-    return {"ok": True, "started": True, "record": rec, "pruned_logs": pruned, "replaced": replaced}
+    return server_transaction.run(req, bundle, port, st, inference.get(inference.of_request(req)))
 
 
 def op_stop(req: ServerRequest, bundle: bytes) -> StopAnswer:

@@ -2,7 +2,9 @@
 
 A backend is picked once, from the record (a running server) or the request (a new one), by
 select.py; every verb goes through it: start, stop, state (status), probe (a start-up's progress),
-logs, restart. Implementations: detached.py, systemd.py, container.py.
+logs, and the stop of a restart (`stop_to_replace`; the restart itself is one transaction for
+every backend: ops/server_transaction.py). Implementations: detached.py, transient.py, systemd.py,
+container.py.
 """
 
 from __future__ import annotations
@@ -88,19 +90,13 @@ class ServerBackend:
     def logs(self, req: dict, rec: dict, lines: int) -> dict:
         raise NotImplementedError
 
-    def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
-        """Replace the running server `rec` with `launch`: stop, then start (a backend that can do
-        better, a unit's `systemctl restart`, overrides it). {"ok", "replaced": pids, ...}; a start
-        that failed after the old server was stopped says "old_stopped"."""
-        stopped = self.stop(req, rec, grace)
-        if not stopped["ok"]:
-            return stopped
-        out = self.start(req, launch)
-        if out.get("ok"):
-            out["replaced"] = stopped.get("pids") or []
-        else:
-            out["old_stopped"] = True  # the caller says so, and marks the old record stopped
-        return out
+    def stop_to_replace(self, req: dict, rec: dict, grace: float, new_backend: "ServerBackend",
+                        launch: dict) -> dict:
+        """Stop the running server `rec` so that `launch` (started next by `new_backend`) takes its
+        place: the restart transaction's stop (ops/server_transaction.py). Default: `stop`; a
+        backend whose server outlives a stop in some form (a persistent unit) keeps what the new
+        start reuses."""
+        return self.stop(req, rec, grace)
 
     def probe(self, req: dict, rec: dict, st: dict) -> dict:
         """Where a start-up stands: alive?, new log bytes since offset, port, /health."""

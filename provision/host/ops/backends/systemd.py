@@ -3,8 +3,8 @@ back after a reboot and after the server dies.  STDLIB ONLY.
 
 The unit runs the watcher (tree.py) from a file, reading the server's spec from a 0600 file: nothing
 secret is in the unit (``systemctl show`` prints Environment= and ExecStart= to anyone) nor in the
-spec (secrets are 0600 files the spec names). A restart rewrites the spec and the unit and runs
-``systemctl restart``: the unit stays enabled. Only `stop` disables and removes it.
+spec (secrets are 0600 files the spec names). A restart rewrites the spec and the unit after
+``systemctl stop`` and starts it again: the unit stays enabled. Only `stop` disables and removes it.
 """
 
 from __future__ import annotations
@@ -159,35 +159,31 @@ class SystemdBackend(ServerBackend):
     def start(self, req: dict, launch: dict) -> dict:
         return self._install(req, launch)
 
-    def restart(self, req: dict, rec: dict, launch: dict, grace: float) -> dict:
-        """`systemctl restart` of the unit with the new spec: it stays enabled."""
-        new_unit = unit_name(int(launch["port"]), launch.get("engine") or inference.DEFAULT)
-        if rec.get("unit") and rec["unit"] != new_unit:  # another engine on this port: its unit goes first
-            err = self._remove_unit(req, rec, grace)
-            if err:
-                return {"ok": False, "error": err}
-        if rec.get("unit") != new_unit:  # a detached server becoming persistent: stop it, then install the unit
-            stopped = tree.stop_tree(rec, grace)
-            if not stopped["ok"]:
-                return stopped
-            out = self._install(req, launch)
-            if out.get("ok"):
-                out["replaced"] = stopped.get("pids") or []
-            else:
-                out["old_stopped"] = True
-            return out
+    def stop_to_replace(self, req: dict, rec: dict, grace: float, new_backend: ServerBackend,
+                        launch: dict) -> dict:
+        """A restart's stop: when the new launch is this port's same unit, `systemctl stop` it and keep
+        it installed and enabled (the start rewrites its spec and starts it again); otherwise (another
+        engine's unit on this port, or a persistent server becoming another kind) remove it as `stop`
+        does. Either way no process of the old server is left."""
+        if not systemd_available() or rec.get("stopped_at"):
+            return tree.stop_tree(rec, grace)
+        same_unit = new_backend is self and rec.get("unit") == unit_name(int(launch["port"]),
+                                                                         launch.get("engine") or inference.DEFAULT)
+        if not same_unit:
+            return self.stop(req, rec, grace)
         rec = self.refresh(req, rec)
-        before = identity.owned(rec)
+        before, t0 = identity.owned(rec), time.monotonic()
         known = identity.snapshot(before)
-        out = self._install(req, launch)
+        p = _systemctl("stop", rec["unit"], timeout=grace + 60)
+        if p.returncode != 0 and identity.still_alive(known):
+            return {"ok": False, "error": {"kind": "systemd", "message": f"systemctl stop {rec['unit']}: "
+                                                                        f"{p.stderr.strip()}"}}
+        if not identity.still_alive(known):
+            return {"ok": True, "stopped": True, "pids": before, "escalated": False,
+                    "elapsed": round(time.monotonic() - t0, 2), "unit": rec["unit"]}
+        out = tree.stop_tree(rec, grace)
         if out.get("ok"):
-            left = [p for p in identity.still_alive(known) if p != out.get("pid") and p != out.get("watcher")]
-            if left:
-                return {"ok": False, "error": {"kind": "stop", "message": (
-                    f"after systemctl restart {rec['unit']}, processes of the old server are still alive: {left}")}}
-            out["replaced"] = before
-        elif not identity.still_alive(known):  # systemctl restart stopped the old server, the new one failed
-            out["old_stopped"] = True
+            out.update(stopped=True, pids=sorted(set(before) | set(out.get("pids") or [])), unit=rec["unit"])
         return out
 
     def refresh(self, req: dict, rec: dict) -> dict:

@@ -1,3 +1,3 @@
-"""provision: fleet provisioning for SGLang inference servers."""
+"""provision: fleet provisioning for GPU inference servers (SGLang and vLLM), over SSH."""
 
 __version__ = "0.1.0"

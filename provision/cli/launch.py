@@ -17,8 +17,8 @@ def _profile_options(fn):
     fn = profile_option()(fn)
     fn = server_port_option()(fn)
     fn = click.option("--arg", "args", multiple=True, metavar="FLAG=VALUE",
-                      help="Override one SGLang flag, e.g. --arg mem-fraction-static=0.85 (repeatable; the port "
-                           "is --server-port).")(fn)
+                      help="Override one flag of the engine's server, e.g. --arg mem-fraction-static=0.85 (SGLang) "
+                           "or --arg max-model-len=4096 (vLLM); repeatable; the port is --server-port.")(fn)
     fn = click.option("--api-key-file", metavar="FILE", help="Read --api-key from FILE (or set PROVISION_API_KEY).")(fn)
     fn = click.option("--admin-api-key-file", metavar="FILE",
                       help="Read --admin-api-key from FILE (or set PROVISION_ADMIN_API_KEY).")(fn)
@@ -150,13 +150,15 @@ def _run_with_display(ctx, command, make_fn, columns):
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
 def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
            deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
-    """Start SGLang with the EAGLE-3 drafter and follow it until healthy.
+    """Start the playbook's server (SGLang, or vLLM with `engine: vllm`) with its
+    EAGLE-3 drafter and follow it until healthy.
 
     Preflight first (patch in place, port free, weights present, GPUs free,
     disk), then a detached start with a fresh log, then live progress from the
-    log (target weights, KV cache, CUDA graphs, draft weights, draft graphs,
-    warm-up) until GET /health answers 200 on the host. If the server dies, the
-    redacted log tail that explains it is shown.
+    engine's log (target weights, KV cache, CUDA graphs, draft weights, draft
+    graphs, warm-up) until GET /health answers 200 on the host. If the server
+    dies, the redacted log tail that explains it is shown, with the fix when
+    provision knows one.
 
     \b
     Secrets: PROVISION_API_KEY / --api-key-file, PROVISION_ADMIN_API_KEY,

@@ -58,8 +58,8 @@ def fleet_options(fn):
                      help="Private key file (default: IdentityFile from ssh config, then ssh-agent and ~/.ssh)."),
         click.option("--user", "-u", metavar="USER", help="SSH user (default: inventory, ssh config, then root)."),
         click.option("--port", "-p", type=int, metavar="PORT",
-                     help="SSH port (default: inventory, ssh config, then 22). The SGLang server's port is "
-                          "--server-port."),
+                     help="SSH port (default: inventory, ssh config, then 22). --server-port is the inference "
+                          "server's."),
         click.option("--ssh-config", metavar="FILE", envvar="PROVISION_SSH_CONFIG",
                      help="OpenSSH client config to read instead of ~/.ssh/config (and /etc/ssh/ssh_config); "
                           "env PROVISION_SSH_CONFIG."),
@@ -413,7 +413,7 @@ class ProvisionGroup(click.Group):
              epilog="Exit codes (every command):\n\n\b\n" + EXIT_HELP)
 @click.version_option(__version__, prog_name="provision")
 def main():
-    """Provision SGLang GPU servers over SSH: patch, launch, reconcile.
+    """Provision GPU inference servers (SGLang, vLLM) over SSH: patch, launch, reconcile.
 
     \b
     provision patch --host gpu01             inject the EAGLE-3 delegation methods
@@ -487,7 +487,8 @@ def _capability(ctx, param, value):
 
 
 def install_options(fn):
-    """--sglang-path and --python: which SGLang install on the host a command acts on."""
+    """--sglang-path and --python: which install of the engine (SGLang, or vLLM for a vLLM spec or
+    playbook) on the host a command acts on."""
     fn = click.option("--sglang-path", "install_path", metavar="DIR",
                       help="Pin the install: the `sglang` package directory itself (the one holding srt/).")(fn)
     fn = click.option("--python", "python_", metavar="PATH",
@@ -539,10 +540,10 @@ def profile_option(when: str = "", name: str = "--playbook"):
 
 
 def server_port_option(default: str = "the profile's, with the inventory's `args:`"):
-    """--server-port: the SGLang server's port on the host, one name on every command (launch,
+    """--server-port: the inference server's port on the host, one name on every command (launch,
     wait, stop, logs, bench); -p/--port is SSH's."""
     return click.option("--server-port", type=click.IntRange(1, 65535), metavar="PORT",
-                        help=f"The SGLang server's port on the host (default: {default}). Not SSH's "
+                        help=f"The inference server's port on the host (default: {default}). Not SSH's "
                              "port: that is -p/--port.")
 
 

@@ -42,13 +42,34 @@ def handler(op: Any) -> Callable[[Any, bytes], Any] | None:
     return fn
 
 
+# ops that act on an engine's install: a request of one that names no engine (a spec of another
+# package's files, flashinfer's, or none) is given the engine whose install the host has
+INSTALL_OPS = {"discover", "status", "patch", "unpatch", "audit", "reconcile", "overlay"}
+
+
 def dispatch(req: dict, bundle: bytes) -> dict:
     failpoints.configure(req.get("failpoints"))
     fn = handler(req.get("op"))
     if fn is None:
         return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
-    out: dict = fn(req, bundle)
+    out: dict = fn(resolve_engine(req), bundle)
     return out
+
+
+def resolve_engine(req: dict) -> dict:
+    """The request with its engine resolved, once, here: the one it names (itself, its profile, its
+    specs' package: inference.of_request), else for an op on an install the engine whose install
+    the host has (facts/installs.py). Server ops on a running server read it from the record."""
+    if not isinstance(req, dict) or req.get("op") not in INSTALL_OPS:
+        return req
+    from provision.host import inference
+
+    name = inference.of_request(req)
+    if name is None:
+        from provision.host.facts import installs
+
+        name = installs.installed_engine(req)
+    return dict(req, engine=name)
 
 
 def main(request: bytes, bundle: bytes) -> int:

@@ -293,14 +293,14 @@ def parser_tail(parser) -> list[str]:
     return list(parser.tail(30))
 
 
-def shipped_classes(engine: str | None = None) -> dict | None:
+def shipped_classes(engine: str) -> dict | None:
     """{class: [(spec name, kind)]} the shipped specs of the engine's files fix (for the crash hint;
     its keys are the classes covered); None when the playbooks cannot be read."""
     try:
         from provision.config.playbook import shipped_fixes
         from provision.host import inference
 
-        return shipped_fixes(inference.PACKAGES[engine or inference.DEFAULT])
+        return shipped_fixes(inference.get(engine).package)
     except Exception:  # noqa: BLE001 - a hint must never break a launch report
         return None
 

@@ -84,6 +84,20 @@ def do_overlay(specs: list[PatchSpec] | None, *, check=False, remove=False, inst
 
 # --------------------------------------------------------------------------- overlay write (no SSH)
 
+def _engine_of_specs(specs: list[PatchSpec]):
+    """The inference engine whose files the specs fix (their `package`), one for all of them."""
+    from provision.errors import ConfigError
+    from provision.host import inference
+
+    names = {inference.of_package(s.to_engine().get("package")) for s in specs} - {None}
+    if len(names) > 1:
+        raise ConfigError(f"the specs fix the files of {' and '.join(sorted(str(n) for n in names))}: an overlay is "
+                          "one engine's; write one per engine")
+    if not names:
+        raise ConfigError("none of the specs fixes an inference engine's files: there is no overlay to write")
+    return inference.get(names.pop())  # type: ignore[arg-type]
+
+
 def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, version: str | None = None) -> dict:
     """Write the overlay package for `specs` into `out` (every method of each delegate spec: there
     is no install here to ask which ones it lacks) and say the environment the SGLang container
@@ -92,8 +106,13 @@ def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, ve
     from provision.errors import ConfigError
     from provision.host.engine import overlay as render
 
+    engine = _engine_of_specs(specs)
+    if not engine.overlay_offline:
+        raise ConfigError(f"`overlay write` renders an overlay with no install to read, which {engine.title}'s "
+                          f"needs (its interface is read from the release's files): use `provision launch --overlay` "
+                          f"or `provision patch --overlay` on the host")
     if version:
-        why = render.refusal_for_version(version)
+        why = render.refusal_for_version(version, engine)
         if why:
             raise ConfigError(why)
     modules, notes = {}, []
@@ -102,10 +121,10 @@ def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, ve
         if not render.is_overlayable(e):
             notes.append(f"spec {spec.name} is not a delegation spec: it cannot be an overlay (left out)")
             continue
-        modules[render.module_for(spec.name)] = render.render_module(e, [m.name for m in spec.methods], version)
+        modules[render.module_for(spec.name)] = render.render_module(e, [m.name for m in spec.methods], version, engine)
     if not modules:
         raise ConfigError("no delegation spec to write an overlay for")
-    files = render.render_package(modules)
+    files = render.render_package(modules, engine)
     root = os.path.abspath(out)
     written = []
     for rel, text in files.items():
@@ -118,7 +137,7 @@ def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, ve
         os.replace(tmp, path)
         written.append(path)
     seen = mount_path or root
-    lines = render.env_lines(seen)
+    lines = render.env_lines(seen, None, engine)
     with open(os.path.join(root, render.ENV_FILE), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
     compile_errors = []
@@ -132,6 +151,7 @@ def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, ve
         raise ConfigError("the overlay does not compile: " + "; ".join(compile_errors))
     if not version:
         notes.append("no install was asked which methods it lacks, so the overlay holds every method of each spec "
-                     f"(for SGLang {'.'.join(map(str, render.MIN_VERSION))} and later); a release that has them all "
+                     f"(for {engine.title} {'.'.join(map(str, engine.overlay_min_version))} and later); a release that "
+                     "has them all "
                      "natively (0.5.10+ for Kimi-K2.5) needs no overlay")
     return {"files": written, "env_lines": lines, "notes": notes, "digest": render.digest(files)}

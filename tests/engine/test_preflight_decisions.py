@@ -9,7 +9,10 @@ import struct
 
 import pytest
 
+from provision.host import inference
 from provision.host.engine import modelcheck, safetensors, serverargs
+
+SGLANG_EAGLE3 = inference.get("sglang").eagle3_methods  # what SGLang's EAGLE-3 worker calls on a target
 
 SRC_059 = '''
 ALGOS = ["EAGLE", "EAGLE3"]
@@ -133,9 +136,9 @@ def test_shard_and_memory_rows():
 
 
 def test_flag_rows_skip_what_is_not_rendered(t):
-    rows = modelcheck.flag_rows({"model-path": "/m", "unknown-off": False, "unknown-none": None}, t, "0.5.9", None)
+    rows = modelcheck.flag_rows({"model-path": "/m", "unknown-off": False, "unknown-none": None}, t, "0.5.9", None, "SGLang")
     assert [r["level"] for r in rows] == ["ok"]
-    rows = modelcheck.flag_rows({"tp": 8, "bogus": 1}, t, "0.5.9", None)
+    rows = modelcheck.flag_rows({"tp": 8, "bogus": 1}, t, "0.5.9", None, "SGLang")
     assert [r["level"] for r in rows] == ["warn", "fail"]
 
 
@@ -144,13 +147,13 @@ def test_eagle_rows_by_algorithm_and_mode():
            "G": {"missing": ["set_eagle3_layers_to_capture"], "getattr": True},
            "N": {"missing": ["set_eagle3_layers_to_capture"], "getattr": False}}
     specs = [{"name": "w-spec", "class": "W"}]
-    assert modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "edit", {"W"}, "v") == []  # the profile's spec checks it
-    assert modelcheck.eagle_rows("W", reg, "EAGLE", specs, "edit", set(), "v")[0]["level"] == "warn"
-    assert modelcheck.eagle_rows("N", reg, "EAGLE", specs, "edit", set(), "v")[0]["level"] == "ok"
-    assert modelcheck.eagle_rows("G", reg, "EAGLE3", specs, "edit", set(), "v")[0]["level"] == "warn"
-    row = modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "container", set(), "v")[0]
+    assert modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "edit", {"W"}, "v", eagle3=SGLANG_EAGLE3) == []  # the profile's spec checks it
+    assert modelcheck.eagle_rows("W", reg, "EAGLE", specs, "edit", set(), "v", eagle3=SGLANG_EAGLE3)[0]["level"] == "warn"
+    assert modelcheck.eagle_rows("N", reg, "EAGLE", specs, "edit", set(), "v", eagle3=SGLANG_EAGLE3)[0]["level"] == "ok"
+    assert modelcheck.eagle_rows("G", reg, "EAGLE3", specs, "edit", set(), "v", eagle3=SGLANG_EAGLE3)[0]["level"] == "warn"
+    row = modelcheck.eagle_rows("W", reg, "EAGLE3", specs, "container", set(), "v", eagle3=SGLANG_EAGLE3)[0]
     assert row["level"] == "fail" and "launch with --overlay" in row["message"]
-    assert modelcheck.eagle_rows("W", reg, "eagle3", specs, "overlay", set(), "v")[0]["level"] == "ok"
+    assert modelcheck.eagle_rows("W", reg, "eagle3", specs, "overlay", set(), "v", eagle3=SGLANG_EAGLE3)[0]["level"] == "ok"
 
 
 def test_a_drafter_that_captures_no_target_layers_needs_only_get_embed_and_head():
@@ -158,20 +161,20 @@ def test_a_drafter_that_captures_no_target_layers_needs_only_get_embed_and_head(
     SGLang 0.5.9 never calls set_eagle3_layers_to_capture (model_runner reads the flag), so a class
     lacking only that is not refused; one lacking get_embed_and_head still is."""
     no_aux = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"use_aux_hidden_state": False}}
-    assert modelcheck.called_methods("EAGLE3", no_aux) == ("get_embed_and_head",)
-    assert modelcheck.called_methods("EAGLE3", {"eagle_config": {"use_aux_hidden_state": True}}) == \
-        modelcheck.CALLED["EAGLE3"]
-    assert modelcheck.called_methods("EAGLE3", {}) == modelcheck.CALLED["EAGLE3"]
-    assert modelcheck.called_methods("EAGLE", no_aux) == ("get_embed_and_head",)
+    assert modelcheck.called_methods("EAGLE3", no_aux, SGLANG_EAGLE3) == ("get_embed_and_head",)
+    assert modelcheck.called_methods("EAGLE3", {"eagle_config": {"use_aux_hidden_state": True}}, SGLANG_EAGLE3) == \
+        SGLANG_EAGLE3
+    assert modelcheck.called_methods("EAGLE3", {}, SGLANG_EAGLE3) == SGLANG_EAGLE3
+    assert modelcheck.called_methods("EAGLE", no_aux, SGLANG_EAGLE3) == ("get_embed_and_head",)
     reg = {"S": {"missing": ["set_eagle3_layers_to_capture"], "getattr": False},
            "W": {"missing": ["set_eagle3_layers_to_capture", "get_embed_and_head"], "getattr": False}}
     (row,) = modelcheck.eagle_rows("S", reg, "EAGLE3", [], "edit", set(), "0.5.9",
-                                   modelcheck.called_methods("EAGLE3", no_aux))
+                                   modelcheck.called_methods("EAGLE3", no_aux, SGLANG_EAGLE3), eagle3=SGLANG_EAGLE3)
     assert row["level"] == "ok" and "use_aux_hidden_state is false" in row["message"], row
-    (row,) = modelcheck.eagle_rows("S", reg, "EAGLE3", [], "edit", set(), "0.5.9")
+    (row,) = modelcheck.eagle_rows("S", reg, "EAGLE3", [], "edit", set(), "0.5.9", eagle3=SGLANG_EAGLE3)
     assert row["level"] == "fail"
     (row,) = modelcheck.eagle_rows("W", reg, "EAGLE3", [], "edit", set(), "0.5.9",
-                                   modelcheck.called_methods("EAGLE3", no_aux))
+                                   modelcheck.called_methods("EAGLE3", no_aux, SGLANG_EAGLE3), eagle3=SGLANG_EAGLE3)
     assert row["level"] == "fail" and "lacks get_embed_and_head in SGLang 0.5.9" in row["message"], row
 
 

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from provision.host import inference
 from provision.host.engine import modelcheck, safetensors, serverargs
+
+SGLANG_EAGLE3 = inference.get("sglang").eagle3_methods  # what SGLang's EAGLE-3 worker calls on a target
 from provision.host.engine.audit import audit_models
 
 VERSIONS = ("0.5.9", "0.5.10", "0.5.23")
@@ -110,7 +113,7 @@ def test_unique_prefix_is_accepted_with_a_note_ambiguous_one_refused(version):
 def test_the_shipped_profile_flags_are_all_taken(version):
     import yaml
     prof = yaml.safe_load((Path(__file__).parents[2] / "playbooks/kimi-k25-eagle3.yaml").read_text())
-    rows = modelcheck.flag_rows(prof["launch"]["args"], table(version), version, None)
+    rows = modelcheck.flag_rows(prof["launch"]["args"], table(version), version, None, "SGLang")
     assert [r["level"] for r in rows] == ["ok"], rows
 
 
@@ -143,7 +146,7 @@ def test_a_parser_the_reader_does_not_understand_is_an_error_value():
     src = "class ServerArgs:\n    def add_cli_args(parser):\n        add_cli_args_from_dataclass(parser, ServerArgs)\n"
     with pytest.raises(serverargs.ServerArgsUnreadable, match="arg_groups/fields"):
         serverargs.parse_server_args(src, "server_args.py")
-    rows = modelcheck.flag_rows({"tp-size": 8}, None, "0.5.99", "server_args.py: no flag declarations")
+    rows = modelcheck.flag_rows({"tp-size": 8}, None, "0.5.99", "server_args.py: no flag declarations", "SGLang")
     assert [r["level"] for r in rows] == ["warn"] and "server_args.py" in rows[0]["message"]
 
 
@@ -168,35 +171,35 @@ def _cfg(arch: str) -> dict:
 
 def test_kimi_gap_on_059_maps_to_the_shipped_spec():
     rows = modelcheck.eagle_rows("KimiK25ForConditionalGeneration", registry("0.5.9"), "EAGLE3", _shipped_specs(),
-                                 "edit", set(), "0.5.9")
+                                 "edit", set(), "0.5.9", eagle3=SGLANG_EAGLE3)
     assert [r["level"] for r in rows] == ["fail"]
     assert rows[0]["spec"] == "kimi-k25-eagle3"
     assert "provision patch --playbook kimi-k25-eagle3" in rows[0]["message"]
     assert "lacks set_eagle3_layers_to_capture, get_embed_and_head" in rows[0]["message"]
     over = modelcheck.eagle_rows("KimiK25ForConditionalGeneration", registry("0.5.9"), "EAGLE3", _shipped_specs(),
-                                 "overlay", set(), "0.5.9")
+                                 "overlay", set(), "0.5.9", eagle3=SGLANG_EAGLE3)
     assert over[0]["level"] == "ok" and "the overlay carries spec kimi-k25-eagle3" in over[0]["message"]
     for v in ("0.5.10", "0.5.23"):  # native from 0.5.10
         rows = modelcheck.eagle_rows("KimiK25ForConditionalGeneration", registry(v), "EAGLE3", _shipped_specs(),
-                                     "edit", set(), v)
+                                     "edit", set(), v, eagle3=SGLANG_EAGLE3)
         assert [r["level"] for r in rows] == ["ok"]
 
 
 def test_gemma3_gap_on_059_has_no_spec():
     rows = modelcheck.eagle_rows("Gemma3ForConditionalGeneration", registry("0.5.9"), "EAGLE3", _shipped_specs(),
-                                 "edit", set(), "0.5.9")
+                                 "edit", set(), "0.5.9", eagle3=SGLANG_EAGLE3)
     assert [r["level"] for r in rows] == ["fail"]
     assert "no spec covers the class" in rows[0]["message"]
     assert "provision spec new Gemma3ForConditionalGeneration" in rows[0]["message"]
     assert "set_eagle3_layers_to_capture" in rows[0]["message"]
     # the overlay cannot carry a spec that does not exist
     assert modelcheck.eagle_rows("Gemma3ForConditionalGeneration", registry("0.5.9"), "EAGLE3", _shipped_specs(),
-                                 "overlay", set(), "0.5.9")[0]["level"] == "fail"
+                                 "overlay", set(), "0.5.9", eagle3=SGLANG_EAGLE3)[0]["level"] == "fail"
 
 
 def test_no_speculative_decoding_no_eagle_check():
     assert modelcheck.eagle_rows("Gemma3ForConditionalGeneration", registry("0.5.9"), None, [], "edit", set(),
-                                 "0.5.9") == []
+                                 "0.5.9", eagle3=SGLANG_EAGLE3) == []
 
 
 def test_architecture_rows():
@@ -315,12 +318,13 @@ def test_model_checks_on_an_install_and_the_cache(install_059, tmp_path):
     write_checkpoint(tmp_path / "kimi", ["KimiK25ForConditionalGeneration"], 2)
     write_checkpoint(tmp_path / "draft", ["LlamaForCausalLMEagle3"], 1)
     req = {"state_dir": str(tmp_path / "state"), "candidate_specs": _shipped_specs(),
-           "profile": {"args": {"model-path": str(tmp_path / "kimi"), "speculative-algorithm": "EAGLE3",
+           "profile": {"engine": "sglang",
+                       "args": {"model-path": str(tmp_path / "kimi"), "speculative-algorithm": "EAGLE3",
                                 "speculative-draft-model-path": str(tmp_path / "draft"), "tp-size": 8}}}
     rows = preflight_model.model_checks(req, str(install_059), "0.5.9", {}, mode="edit")
     fails = [r for r in rows if r["level"] == "fail"]
     assert [r["check"] for r in fails] == ["eagle3"] and fails[0]["spec"] == "kimi-k25-eagle3"
-    tables = preflight_model.install_tables(str(install_059), req["state_dir"])
+    tables = preflight_model.install_tables(str(install_059), req["state_dir"], "sglang")
     assert tables["cached"] is True
     # an edited file is read again (mtime and size are the key)
     sa = install_059 / "srt" / "server_args.py"
@@ -377,7 +381,7 @@ def test_external_model_package_classes_count_as_registered(install_059, tmp_pat
     write_checkpoint(tmp_path / "gemma", ["Gemma3ForConditionalGeneration"], 1)
     write_checkpoint(tmp_path / "new", ["BrandNewForCausalLM"], 1)
     req = {"state_dir": str(tmp_path / "state"), "candidate_specs": _shipped_specs(),
-           "profile": {"args": {"model-path": str(tmp_path / "gemma"), "speculative-algorithm": "EAGLE3",
+           "profile": {"engine": "sglang", "args": {"model-path": str(tmp_path / "gemma"), "speculative-algorithm": "EAGLE3",
                                 "speculative-draft-model-path": str(tmp_path / "new")}}}
     env = {"SGLANG_EXTERNAL_MODEL_PACKAGE": "my_models", "PYTHONPATH": str(tmp_path / "site")}
     rows = preflight_model.model_checks(req, str(install_059), "0.5.9", env, mode="edit")

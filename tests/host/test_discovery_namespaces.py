@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from provision.host import inference
 from provision.host.facts import installs
 
 COMMAND = "import time; time.sleep(60)"
@@ -67,7 +68,7 @@ def test_a_server_in_another_mount_namespace_with_other_files_is_not_the_hosts(t
         outs = _wait_for(lambda: _matching(f"{marker}-out", argv0=str(link)))
         assert ins and outs, inside.stderr.read() if inside.poll() is not None else "not started"
         assert not os.path.exists(f"{where}/python3")  # the namespace's file is not ours
-        listed = {s["pid"] for s in installs.running_servers()}
+        listed = {s["pid"] for s in installs.running_servers(inference.get("sglang"))}
         assert here.pid in listed
         assert not set(ins) & listed, "a server that sees other files was taken for one of this host's"
     finally:
@@ -86,7 +87,7 @@ def test_a_wrapper_shell_is_not_taken_for_the_server_its_python_child_is():
     try:
         child = _wait_for(lambda: _matching(marker, argv0="/usr/bin/python3"))
         assert child, "the python child did not start"
-        servers = {s["pid"]: s for s in installs.running_servers()}
+        servers = {s["pid"]: s for s in installs.running_servers(inference.get("sglang"))}
         assert shell.pid not in servers, "the wrapper shell was taken for the server"
         assert child[0] in servers and servers[child[0]]["python"] == "/usr/bin/python3"
     finally:

@@ -15,7 +15,7 @@ from provision.control.transport.local import LocalTransport
 from provision.errors import UsageError
 from provision.host.lib.trust import SAFE_PATH
 from provision.host.facts.containers import parse_ps
-from provision.host.lib.procfs import is_sglang_server
+from provision.host.inference.sglang import is_sglang_server
 
 HOSTILE = """python3 -S -c 'print("it'"'"'s $HOME `x` \\\\n")'"""
 

@@ -20,7 +20,7 @@ def base():
 
 
 def test_the_default_engine_is_sglang_and_says_what_provision_always_did():
-    e = inference.get()
+    e = inference.get(inference.DEFAULT)  # a playbook that names no engine is SGLang's
     assert e is inference.get("sglang") and e.name == "sglang" and e.title == "SGLang"
     assert e.start_argv("/opt/venv/bin/python3", None, ["--tp-size", 8]) == [
         "/opt/venv/bin/python3", "-m", "sglang.launch_server", "--tp-size", "8"]

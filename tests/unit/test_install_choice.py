@@ -7,7 +7,14 @@ import itertools
 
 import pytest
 
-from provision.host.facts.installs import SELECTION_ORDER, choose
+from provision.host import inference
+from provision.host.facts import installs
+from provision.host.facts.installs import SELECTION_ORDER
+
+
+def choose(*args, **kw):
+    """The install rule for SGLang's installs (the engine names itself in the sentences)."""
+    return installs.choose(*args, engine=inference.get("sglang"), **kw)
 
 A = {"path": "/opt/venv/lib/python3.11/site-packages/sglang", "interpreters": ["/opt/venv/bin/python3"],
      "version": "0.5.9"}

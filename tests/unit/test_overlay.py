@@ -10,9 +10,12 @@ import json
 import pytest
 
 from provision.config.playbook import load_patch_spec
+from provision.host import inference
 from provision.host.engine import overlay as render
 from provision.sandbox import wheels
 from provision.tasks.patch import overlay_state
+
+SGLANG = inference.get("sglang")
 
 METHODS = ["set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
 
@@ -26,7 +29,7 @@ def kimi():
     ("0.5.9", False), ("0.5.10", False), ("0.5.23", False), ("v0.5.9", False), ("1.0.0", False),
     (None, True), ("", True), ("main", True)])
 def test_releases_below_0_5_6_or_unknown_are_refused_with_the_version(version, refused):
-    why = render.refusal_for_version(version)
+    why = render.refusal_for_version(version, SGLANG)
     assert (why is not None) == refused
     if refused:
         assert "0.5.6 or later" in why and "provision patch" in why
@@ -40,7 +43,7 @@ def test_module_per_spec_name():
 
 
 def test_rendered_module_is_a_same_named_subclass_with_the_engines_methods():
-    text = render.render_module(kimi(), METHODS[:2], "0.5.9")
+    text = render.render_module(kimi(), METHODS[:2], "0.5.9", SGLANG)
     tree = ast.parse(text)
     imp = next(n for n in tree.body if isinstance(n, ast.ImportFrom))
     assert imp.module == "sglang.srt.models.kimi_k25" and imp.names[0].name == "KimiK25ForConditionalGeneration"
@@ -56,17 +59,17 @@ def test_rendered_module_is_a_same_named_subclass_with_the_engines_methods():
 
 
 def test_environment_puts_the_overlay_first_and_keeps_the_rest():
-    assert render.server_env("/o") == {"SGLANG_EXTERNAL_MODEL_PACKAGE": "provision_overlay", "PYTHONPATH": "/o"}
-    assert render.server_env("/o", "/a:/b")["PYTHONPATH"] == "/o:/a:/b"
-    assert render.server_env("/o", "/a:/o::/b")["PYTHONPATH"] == "/o:/a:/b"   # no duplicate, no empty entry
-    assert render.env_lines("/o") == ["SGLANG_EXTERNAL_MODEL_PACKAGE=provision_overlay", "PYTHONPATH=/o"]
-    assert render.env_lines("/o", "/src/python")[1] == "PYTHONPATH=/o:/src/python"
+    assert render.server_env("/o", None, SGLANG) == {"SGLANG_EXTERNAL_MODEL_PACKAGE": "provision_overlay", "PYTHONPATH": "/o"}
+    assert render.server_env("/o", "/a:/b", SGLANG)["PYTHONPATH"] == "/o:/a:/b"
+    assert render.server_env("/o", "/a:/o::/b", SGLANG)["PYTHONPATH"] == "/o:/a:/b"   # no duplicate, no empty entry
+    assert render.env_lines("/o", None, SGLANG) == ["SGLANG_EXTERNAL_MODEL_PACKAGE=provision_overlay", "PYTHONPATH=/o"]
+    assert render.env_lines("/o", "/src/python", SGLANG)[1] == "PYTHONPATH=/o:/src/python"
 
 
 def test_a_profile_that_owns_the_variable_is_refused_by_name():
-    assert render.refusal_for_env({}) is None
-    assert render.refusal_for_env({"SGLANG_EXTERNAL_MODEL_PACKAGE": "provision_overlay"}) is None
-    why = render.refusal_for_env({"SGLANG_EXTERNAL_MODEL_PACKAGE": "atom.plugin.sglang.models"})
+    assert render.refusal_for_env({}, SGLANG) is None
+    assert render.refusal_for_env({"SGLANG_EXTERNAL_MODEL_PACKAGE": "provision_overlay"}, SGLANG) is None
+    why = render.refusal_for_env({"SGLANG_EXTERNAL_MODEL_PACKAGE": "atom.plugin.sglang.models"}, SGLANG)
     assert "SGLANG_EXTERNAL_MODEL_PACKAGE=atom.plugin.sglang.models" in why and "will not replace" in why
 
 
@@ -80,7 +83,7 @@ def test_a_profile_that_owns_the_variable_is_refused_by_name():
     ({}, {}, False, "none"),
 ])
 def test_which_fix_a_running_server_uses(env, methods, stale, fix):
-    assert render.fix_in_use(env, methods, stale) == fix
+    assert render.fix_in_use(env, methods, stale, SGLANG) == fix
 
 
 def test_status_counts_a_current_overlay_that_holds_the_missing_methods():

@@ -90,7 +90,7 @@ def test_the_package_is_a_general_plugin_that_registers_the_subclass_under_its_a
     assert ns["ARCHITECTURES"] == {"ArchA": "provision_overlay.m:X", "ArchB": "provision_overlay.m:X"}
     assert ns["METHODS"] == [] and callable(ns["register"])
     # SGLang's package has no dist-info (it imports the package by name)
-    assert set(render.render_package({"m": "x = 1\n"})) == {"provision_overlay/__init__.py", "provision_overlay/m.py"}
+    assert set(render.render_package({"m": "x = 1\n"}, "sglang")) == {"provision_overlay/__init__.py", "provision_overlay/m.py"}
 
 
 def test_a_method_that_needs_its_class_body_is_refused_by_name():

@@ -30,7 +30,7 @@ def site(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "_version.py").write_text("__version__ = version = '0.5.9'\n")
     # this machine's own processes (other sessions' servers) are not this test's subject
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda *engine: [])
     monkeypatch.setattr(installs, "running_servers", lambda *engine: [])
     probes: list = []
     real = installs.probe_interpreter
@@ -95,7 +95,7 @@ NO_OP_IMPORTS = r"""
 import json, sys
 from provision.host import agent
 from provision.host.facts import servers
-servers._server_candidates = lambda: []  # this machine's other servers are not this test's subject
+servers._server_candidates = lambda *engine: []  # this machine's other servers are not this test's subject
 ans = agent.dispatch(json.loads(sys.argv[1]), b"")
 heavy = [m for m in ("provision.host.facts.installs", "provision.host.engine.core", "provision.host.engine.pysource",
                      "provision.host.ops.patch", "provision.host.ops.fileops", "subprocess", "typing", "ast") if m in sys.modules]

@@ -79,7 +79,7 @@ def test_a_restart_is_followed_even_when_the_pid_number_comes_back(tmp_path):
     log.write_bytes(b"first start-up\n" + START_MARK.encode() + b"\nsecond start-up\n")
     with open(os.path.join(root, "server-30000.pid"), "w") as fh:
         fh.write(str(os.getpid()))  # a live process with this record's pid number...
-    rec = {"unit": unit_name(30000), "pid": os.getpid(), "starttime": "1", "log": str(log),
+    rec = {"unit": unit_name(30000, "sglang"), "pid": os.getpid(), "starttime": "1", "log": str(log),
            "port": 30000, "started_at": 0.0}  # ...but another start time: not the process we recorded
     new = SystemdBackend().refresh(req, rec)
     assert new["starttime"] == starttime(os.getpid()) and new["restarts"] == 1
@@ -92,7 +92,7 @@ def test_a_persistent_units_name_and_description_say_which_engine_runs_there():
     from provision.host.ops.backends.systemd import unit_name
     from provision.host.ops.backends.transient import unit_name as transient_name
 
-    assert unit_name(30000) == "provision-sglang-30000.service"  # the name SGLang's units always had
+    assert unit_name(30000, "sglang") == "provision-sglang-30000.service"  # the name SGLang's units always had
     assert unit_name(8000, "vllm") == "provision-vllm-8000.service"
     assert transient_name(8000, 17, "vllm") == "provision-vllm-8000-run17.service"
     unit = render_server_unit(8000, "/usr/bin/python3", "/w.py", "/s.json", "/l.log", 30, "vLLM")

@@ -18,6 +18,7 @@ from provision.tasks import reconcile as rc
 from provision.tasks.bundles import LIGHT_EXCLUDE
 from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_LOCKED, EXIT_NOTHING, EXIT_OK, LockedError, UsageError
 from provision.config.inventory import Host
+from provision.host import inference
 from provision.host.facts import servers as server_facts
 from provision.host.lib import pkgmeta, procfs
 from provision.host.ops import fastpath, reconcile
@@ -490,7 +491,7 @@ def test_fast_path_writes_nothing(tmp_path, monkeypatch):
     res = fileops.patch_file(str(target), spec, state_dir=str(state), sglang_version="0.5.9")
     assert res["verdict"] == "patched"
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in [target, state / "state.json"]}
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda *engine: [])
     ans = reconcile.op_reconcile({"op": "reconcile", "spec": spec, "state_dir": str(state), "block_shas": shas}, b"")
     assert (ans["path"], ans["state"], ans["action"], ans["version"]) == ("fast", "unchanged", "none", "0.5.9")
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
@@ -535,12 +536,12 @@ def sha256(b: bytes) -> str:
 def test_fast_servers_probe_only_when_a_server_runs(monkeypatch):
     me = os.getpid()
     calls = []
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [me])
-    monkeypatch.setattr(server_facts, "_servers", lambda: calls.append(1) or [{"pid": me, "install": "/probed",
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda *engine: [me])
+    monkeypatch.setattr(server_facts, "_servers", lambda *engine: calls.append(1) or [{"pid": me, "install": "/probed",
                                                                      "port": 1, "listening": True}])
-    assert server_facts._fast_servers()[0]["install"] == "/probed" and calls == [1]
-    monkeypatch.setattr(server_facts, "_server_candidates", lambda: [])
-    assert server_facts._fast_servers() == [] and calls == [1]
+    assert server_facts._fast_servers(inference.get("sglang"))[0]["install"] == "/probed" and calls == [1]
+    monkeypatch.setattr(server_facts, "_server_candidates", lambda *engine: [])
+    assert server_facts._fast_servers(inference.get("sglang")) == [] and calls == [1]
 
 
 def test_light_bundle_has_what_reconcile_imports():

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import difflib
 
-from provision.host import inference
 from provision.host.engine import serverargs
 
-TARGET_METHODS = inference.get().eagle3_methods  # SGLang's (the engine preflight checks an install of)
-# What SGLang calls on the target, per algorithm (SGLANG_NOTES: set_eagle3_layers_to_capture during
-# target graph capture for EAGLE3; get_embed_and_head after the draft loads).
-CALLED = {"EAGLE3": TARGET_METHODS}
+# What an engine with EAGLE-3 target methods (SGLang: set_eagle3_layers_to_capture during target graph
+# capture, get_embed_and_head after the draft loads; the engine's `eagle3_methods`, in the facts)
+# calls on the target for the other EAGLE algorithms: only get_embed_and_head.
 EAGLE_LIKE = ("EAGLE", "NEXTN")
+EMBED_AND_HEAD = ("get_embed_and_head",)
 
 
 def _row(level: str, check: str, message: str, **extra) -> dict:
@@ -31,7 +30,7 @@ def _row(level: str, check: str, message: str, **extra) -> dict:
     return row
 
 
-def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: str | None, title: str = "SGLang",
+def flag_rows(args: dict, table: dict | None, version: str | None, unreadable: str | None, title: str,
               names: dict | None = None) -> list[dict]:
     """One row per flag that is not plainly right (and one ok row when all are). ``names``: a key
     of the args -> the option the engine's parser reads it as (vLLM's `max_model_len`), when not itself."""
@@ -113,12 +112,12 @@ def arch_rows(what: str, cfg: dict, registry: dict | None, version: str | None, 
                                          + f"; install {'an' if title[:1] in 'AEIOSU' else 'a'} {title} that has it")], None
 
 
-def called_methods(algorithm: str | None, draft_config: object) -> tuple:
-    """What SGLang calls on the target for `algorithm`: for EAGLE3 both methods, unless the drafter's
-    eagle_config says use_aux_hidden_state: false (then the target's layers are never captured: only
-    get_embed_and_head; 0.5.9's model_runner and eagle_worker read it so). Pure."""
+def called_methods(algorithm: str | None, draft_config: object, eagle3: tuple) -> tuple:
+    """What the engine calls on the target for `algorithm`: for EAGLE3 its `eagle3` methods, unless the
+    drafter's eagle_config says use_aux_hidden_state: false (then the target's layers are never
+    captured: only get_embed_and_head; SGLang 0.5.9's model_runner and eagle_worker read it so). Pure."""
     alg = str(algorithm or "").upper()
-    called = CALLED.get(alg) or ("get_embed_and_head",)
+    called = tuple(eagle3) if alg == "EAGLE3" else EMBED_AND_HEAD
     ec = draft_config.get("eagle_config") if isinstance(draft_config, dict) else None
     if alg == "EAGLE3" and isinstance(ec, dict) and "use_aux_hidden_state" in ec and not ec["use_aux_hidden_state"]:
         return tuple(m for m in called if m == "get_embed_and_head")
@@ -126,7 +125,8 @@ def called_methods(algorithm: str | None, draft_config: object) -> tuple:
 
 
 def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, specs: list[dict],
-               mode: str, in_place: set, version: str | None, called: tuple | None = None) -> list[dict]:
+               mode: str, in_place: set, version: str | None, called: tuple | None = None, *,
+               eagle3: tuple) -> list[dict]:
     """The EAGLE-3 interface: the target class must have every method this SGLang calls on it.
 
     ``specs``: candidate delegation specs (shipped playbooks' and --playbook), each with ``name`` and
@@ -138,11 +138,12 @@ def eagle_rows(cls: str | None, registry: dict | None, algorithm: str | None, sp
     if not cls or registry is None or alg not in ("EAGLE3",) + EAGLE_LIKE or cls in in_place:
         return []
     info = registry.get(cls) or {}
-    called = called or CALLED.get(alg) or ("get_embed_and_head",)
+    full = tuple(eagle3) if alg == "EAGLE3" else EMBED_AND_HEAD
+    called = called or full
     missing = [m for m in called if m in (info.get("missing") or [])]
     if not missing:
         return [_row("ok", "eagle3", f"{cls} has {', '.join(called)} in SGLang {version}"
-                     + ("" if tuple(called) == tuple(CALLED.get(alg) or ()) or alg != "EAGLE3" else
+                     + ("" if tuple(called) == full or alg != "EAGLE3" else
                         " (the drafter's eagle_config.use_aux_hidden_state is false: SGLang calls nothing else)"))]
     if info.get("getattr"):
         return [_row("warn", "eagle3", f"{cls} lacks {', '.join(missing)} but forwards unknown attributes "
@@ -308,7 +309,7 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
     target and draft: config.json and shard facts, disk and memory)."""
     args = facts.get("args") or {}
     version = facts.get("version")
-    title = str(facts.get("engine_title") or "SGLang")
+    title = str(facts["engine_title"])
     rows = flag_rows(args, facts.get("flags"), version, facts.get("flags_error"), title, facts.get("flag_names"))
     rows += spec_method_rows(facts.get("spec_method"), facts.get("spec_methods"), title, version)
     registry = facts.get("registry")
@@ -332,9 +333,10 @@ def check(facts: dict, specs: list[dict], mode: str, in_place: set) -> list[dict
             rows += arch_rows("drafter", facts.get("draft") or {}, registry_used, version, True, overlay_classes,
                               title)[0]
     if cls is not None and cls not in overlay_classes:  # an external package's class replaces the built-in
+        eagle3 = tuple(facts.get("eagle3_methods") or ())
         rows += eagle_rows(cls, registry_used, args.get("speculative-algorithm"), specs, mode, in_place, version,
                            called_methods(args.get("speculative-algorithm"),
-                                          (facts.get("draft") or {}).get("config")))
+                                          (facts.get("draft") or {}).get("config"), eagle3), eagle3=eagle3)
     rows += interface_rows(facts.get("spec_method"), facts.get("interface"), facts.get("allow_list"),
                            facts.get("model_type"), specs, mode, in_place, version, title)
     rows += aux_layer_rows(facts.get("draft"), str(facts.get("engine_title") or ""), facts.get("aux_default"))

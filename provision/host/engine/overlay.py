@@ -30,12 +30,10 @@ import re
 
 from provision.host import inference
 from provision.host.engine import core
-from provision.host.engine.spec import EngineError
+from provision.host.engine.spec import DEFAULT_PACKAGE, EngineError
 from provision.host.lib.modules import module_name
 
 PACKAGE = "provision_overlay"          # the package's name (and SGLANG_EXTERNAL_MODEL_PACKAGE's value)
-ENV_PACKAGE = inference.get().overlay_env  # SGLang's variable (the default engine's; images are SGLang's)
-MIN_VERSION = inference.get().overlay_min_version  # SGLang's first release with it (0.5.6, PR #13429)
 MARKER = "PROVISION_OVERLAY"           # names the package in a server's environment where the engine
                                        # reads no variable of its own (vLLM): how status knows the fix
 ENV_FILE = "overlay.env"               # KEY=VALUE lines, for a unit's EnvironmentFile=
@@ -45,9 +43,9 @@ DIST_INFO = f"{PACKAGE}-0.1.dist-info"  # the entry point's home beside the pack
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def _engine(engine=None):
-    """An engine object from an engine, its name, or None (SGLang)."""
-    return engine if engine is not None and not isinstance(engine, str) else inference.get(engine)
+def _engine(engine):
+    """An engine object from an engine or its name (always given: each function renders for one)."""
+    return inference.get(engine) if isinstance(engine, str) else engine
 
 
 def version_tuple(version: str | None) -> tuple | None:
@@ -62,7 +60,7 @@ def _reads(e) -> str:
     return e.overlay_env or f"its general plugins ({PLUGIN_GROUP})"
 
 
-def refusal_for_version(version: str | None, engine=None) -> str | None:
+def refusal_for_version(version: str | None, engine) -> str | None:
     """Why overlay mode cannot work with this release of the engine, or None when it can."""
     e = _engine(engine)
     if not e.overlay_style:
@@ -91,15 +89,14 @@ def is_overlayable(spec: dict) -> bool:
     engine whose plugins run code (vLLM's general plugins) so does a `replace` within one method of
     a class (``Class.method``). Other kinds change module-level values or other packages' files,
     which neither a subclass nor a rebound method can replace."""
-    package = spec.get("package", inference.DEFAULT)
-    by_package = {pkg: name for name, pkg in inference.PACKAGES.items()}
-    if package not in by_package:
+    name = inference.of_package(spec.get("package") or DEFAULT_PACKAGE)
+    if name is None:
         return False
     kind = spec.get("kind", "delegate")
     if kind in ("delegate", "interface"):
         return True
     return (kind == "replace" and str(spec.get("scope") or "").count(".") == 1
-            and inference.get(by_package[package]).overlay_style == "general-plugin")
+            and inference.get(name).overlay_style == "general-plugin")
 
 
 def _rebind_problem(fn) -> str | None:
@@ -123,7 +120,7 @@ def _rebind_problem(fn) -> str | None:
     return None
 
 
-def render_rebind(spec: dict, patched: str, version: str | None = None, engine=None) -> str:
+def render_rebind(spec: dict, patched: str, version: str | None, engine) -> str:
     """The overlay module for a `replace` spec scoped to `Class.method`: the method's source as it
     stands in `patched` (the installed file with the spec's edit, engine/replace.py's), and
     `apply()`, which compiles it in the installed module's namespace and binds it on the class.
@@ -176,7 +173,7 @@ def render_rebind(spec: dict, patched: str, version: str | None = None, engine=N
             "    setattr(getattr(module, CLASS), METHOD, names[METHOD])\n")
 
 
-def render_module(spec: dict, names: list, version: str | None = None, engine=None) -> str:
+def render_module(spec: dict, names: list, version: str | None, engine) -> str:
     """The overlay module for one delegate spec (an interface spec expanded on the release first,
     core.expanded): a subclass of the installed class, of the same name, holding the spec's members
     `names` (in the spec's order); for SGLang its EntryClass."""
@@ -201,14 +198,14 @@ def render_module(spec: dict, names: list, version: str | None = None, engine=No
     return text
 
 
-def render_init(engine=None, architectures: dict | None = None, rebinds: list | None = None) -> str:
+def render_init(engine, architectures: dict | None = None, rebinds: list | None = None) -> str:
     """The package's __init__.py: nothing for SGLang (it imports each module); for vLLM the
     register() its entry point names, pointing each architecture at its class ({arch: "module:Class"})
     and applying each rebound method's module (`rebinds`, their names)."""
     e = _engine(engine)
     if e.overlay_style != "general-plugin":
         return ("# The overlay package provision generates; SGLang imports each module beside this file\n"
-                f"# ({ENV_PACKAGE}={PACKAGE}). Nothing here: every module is one spec.\n")
+                f"# ({e.overlay_env}={PACKAGE}). Nothing here: every module is one spec.\n")
     table = "".join(f"    {arch!r}: {target!r},\n" for arch, target in sorted((architectures or {}).items()))
     return ("# The overlay package provision generates: vLLM calls register() in every process, as the\n"
             f"# entry point {PLUGIN_GROUP} of {DIST_INFO} (beside this package) says.\n"
@@ -228,7 +225,7 @@ def render_init(engine=None, architectures: dict | None = None, rebinds: list | 
             "        importlib.import_module(name).apply()\n")
 
 
-def render_package(modules: dict, engine=None, architectures: dict | None = None, rebinds: list | None = None) -> dict:
+def render_package(modules: dict, engine, architectures: dict | None = None, rebinds: list | None = None) -> dict:
     """{relative path: text} of the whole package, from {module name: module text}; for vLLM also
     its dist-info (the entry point) and register()'s tables from {module name: {arch: class}} and
     the names of the modules that rebind a method."""
@@ -255,7 +252,7 @@ def digest(files: dict) -> str:
     return h.hexdigest()[:16]
 
 
-def refusal_for_env(profile_env: dict | None, engine=None) -> str | None:
+def refusal_for_env(profile_env: dict | None, engine) -> str | None:
     """The profile must not point the engine's variable elsewhere (SGLang's): we never replace it."""
     e = _engine(engine)
     if not e.overlay_env:
@@ -268,7 +265,7 @@ def refusal_for_env(profile_env: dict | None, engine=None) -> str | None:
             "instead (`provision launch --patch`)")
 
 
-def loaded_by(engine=None) -> str:
+def loaded_by(engine) -> str:
     """How the engine loads the overlay, in a sentence (status says it)."""
     e = _engine(engine)
     if e.overlay_style == "general-plugin":
@@ -276,12 +273,12 @@ def loaded_by(engine=None) -> str:
     return f"{e.title} loads it with {e.overlay_env}={PACKAGE}"
 
 
-def marker(engine=None) -> str:
+def marker(engine) -> str:
     """The variable that names our package in a server's environment (SGLang's own, else MARKER)."""
     return _engine(engine).overlay_env or MARKER
 
 
-def server_env(root: str, current_pythonpath: str | None = None, engine=None, plugins: str | None = None) -> dict:
+def server_env(root: str, current_pythonpath: str | None, engine, plugins: str | None = None) -> dict:
     """The variables that switch the overlay on: the engine's (or provision's marker) naming our
     package, its directory first on PYTHONPATH with the PYTHONPATH the server would have had kept
     after it, and for vLLM with `plugins` (the VLLM_PLUGINS the server would have had, when set) our
@@ -295,19 +292,19 @@ def server_env(root: str, current_pythonpath: str | None = None, engine=None, pl
     return out
 
 
-def env_lines(root: str, current_pythonpath: str | None = None, engine=None, plugins: str | None = None) -> list:
+def env_lines(root: str, current_pythonpath: str | None, engine, plugins: str | None = None) -> list:
     """What a user who starts the server themselves puts in its environment (overlay.env, for a
     unit's EnvironmentFile=): the PYTHONPATH the install itself needs (a checkout's) kept after the
     overlay, since a unit's EnvironmentFile= replaces the PYTHONPATH its Environment= set."""
     return [f"{k}={v}" for k, v in server_env(root, current_pythonpath, engine, plugins).items()]
 
 
-def runs_overlay(env: dict | None, engine=None) -> bool:
+def runs_overlay(env: dict | None, engine) -> bool:
     """Does a server with this environment run our overlay (its marker names the package)?"""
     return (env or {}).get(marker(engine)) == PACKAGE
 
 
-def fix_in_use(server_env: dict, methods: dict, restart_needed: bool = False, engine=None) -> str:
+def fix_in_use(server_env: dict, methods: dict, restart_needed: bool, engine) -> str:
     """Which fix a running server uses (pure): "overlay" (its environment names our package),
     "native" (the release has every method), "edited file" (the file holds provision's methods
     and the server started after they were written), else "none"."""

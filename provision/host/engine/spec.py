@@ -108,6 +108,14 @@ def _field(spec: dict, key: str, kind=str):
     return value
 
 
+def _file_example(package: str) -> str:
+    """A relative path inside `package`, for an error's example: the engine's own, else a plain one."""
+    from provision.host.inference import get, of_package
+
+    name = of_package(package)
+    return get(name).spec_file_example if name else "jit/x.py"
+
+
 def _validate_common(spec: dict, package: str) -> dict:
     name = _field(spec, "name")
     if not _SPEC_NAME.match(name):
@@ -116,7 +124,7 @@ def _validate_common(spec: dict, package: str) -> dict:
     parts = path.split("/")
     if (not path.endswith(".py") or path.startswith("/") or "\\" in path
             or any(not _IDENT.match(p) for p in parts[:-1]) or not _IDENT.match(parts[-1][:-3])):
-        raise EngineError("spec", f"spec `file`: expected a relative path like {'srt/models/x.py' if package == 'sglang' else 'jit/x.py'} inside the {package} package, found {path!r}")
+        raise EngineError("spec", f"spec `file`: expected a relative path like {_file_example(package)} inside the {package} package, found {path!r}")
     return {"name": name, "file": path}
 
 

@@ -32,7 +32,7 @@ PS_FORMAT = {"docker": "{{json .}}", "podman": "json"}
 
 
 def foreign_root_servers() -> list[int]:
-    """Pids of SGLang server processes whose root directory is not ours (in a container)."""
+    """Pids of server processes (of any engine provision knows) whose root directory is not ours (in a container)."""
     out = []
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
@@ -40,9 +40,14 @@ def foreign_root_servers() -> list[int]:
         return []
     for pid in pids:
         argv = procfs.cmdline(pid)
-        if argv and inference.get().is_server(argv) and procfs.same_root(pid) is False:
+        if argv and _is_server(argv) and procfs.same_root(pid) is False:
             out.append(int(pid))
     return out
+
+
+def _is_server(argv: list[str]) -> bool:
+    """Is this command line the main process of a server of any engine provision knows (each by its own rule)?"""
+    return any(e.is_server(argv) for e in inference.engines())
 
 
 def _command(value: Any) -> list[str]:
@@ -93,7 +98,7 @@ def parse_ps(runtime: str, text: str) -> list[SglangContainer]:
         if not isinstance(d, dict):
             continue
         argv = _command(d.get("Command"))
-        if not inference.get().is_server(argv):
+        if not _is_server(argv):
             continue
         names = _names(d.get("Names"))
         out.append({"runtime": runtime, "name": names[0] if names else str(d.get("ID") or d.get("Id") or "")[:12],

@@ -152,7 +152,7 @@ print(json.dumps(out))
 
 
 
-def probe_text(package: str = inference.DEFAULT) -> str:
+def probe_text(package: str) -> str:
     """The probe's source asking for `package` (an engine's, as a literal: nothing of it is run)."""
     return f"PACKAGE = {package!r}\n" + PROBE
 
@@ -181,7 +181,7 @@ _owner_name = trust.owner_name
 
 
 def probe_interpreter(python: str, extra_paths: list | None = None, timeout: float = 15,
-                      package: str = inference.DEFAULT) -> dict | None:
+                      *, package: str) -> dict | None:
     """Ask `python` (already checked with untrusted_reason, or named by the user) where it
     finds `package` (its "package"). Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel
     as data."""
@@ -236,10 +236,9 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def running_servers(engine: "InferenceEngine | None" = None) -> list[dict]:
-    """The engine's server processes on this host (the main process of each tree; SGLang's
-    launch_server by default); a server in a container (its root is not ours) is not the host's."""
-    engine = engine or inference.get()
+def running_servers(engine: "InferenceEngine") -> list[dict]:
+    """The engine's server processes on this host (the main process of each tree, by the engine's
+    own rule, ``is_server``); a server in a container (its root is not ours) is not the host's."""
     found = []
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
     by_pid = {}
@@ -272,7 +271,7 @@ def running_servers(engine: "InferenceEngine | None" = None) -> list[dict]:
     return found
 
 
-def _server_install(server: dict, engine: "InferenceEngine | None" = None) -> str | None:
+def _server_install(server: dict, engine: "InferenceEngine") -> str | None:
     """The install a running server imports, asked of its interpreter (if that passes
     untrusted_reason; else ``server["skipped"]`` says why). Its cwd and PYTHONPATH, read
     from /proc, are handed to the probe as data: nothing in them is ever executed."""
@@ -290,15 +289,15 @@ def _server_install(server: dict, engine: "InferenceEngine | None" = None) -> st
     for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
         if entry:
             extra.append(entry if os.path.isabs(entry) or not cwd else os.path.join(cwd, entry))
-    res = probe_interpreter(python, extra, package=(engine or inference.get()).package)
+    res = probe_interpreter(python, extra, package=engine.package)
     if res and res.get("package"):
         return os.path.realpath(res["package"])
     return None
 
 
 def discover(extra_interpreters: list[str] | None = None, pinned: str | None = None,
-             configured_python: str | None = None, engine: str | None = None) -> dict:
-    """All installs of the engine (SGLang by default), its running servers, and which install to act on."""
+             configured_python: str | None = None, *, engine: str) -> dict:
+    """All installs of the engine, its running servers, and which install to act on."""
     eng = inference.get(engine)
     warnings: list[str] = []
     skipped: list[dict] = []
@@ -456,12 +455,12 @@ SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")
 
 def choose(installs: list, servers: list, *, pinned: str | None = None, configured_python: str | None = None,
            python3: str | None = None, skipped: list | None = None,
-           engine: "InferenceEngine | None" = None) -> tuple:
+           engine: "InferenceEngine") -> tuple:
     """Which install to act on: (path, rule, reason, None) for the first rule of SELECTION_ORDER that
     names one, or (None, None, None, error). `installs` are the trusted ones (and any named
     explicitly); a server counts when it ``chooses`` (run by a trusted uid, a trusted install):
-    the lowest pid's. `engine` (SGLang by default) names the engine in the sentences. Pure."""
-    eng = engine or inference.get()
+    the lowest pid's. `engine` names the engine in the sentences. Pure."""
+    eng = engine
     by_python = [r["path"] for r in installs if configured_python and configured_python in r["interpreters"]]
     live = sorted((s for s in servers if s.get("chooses") and s.get("install")), key=lambda s: s["pid"])
     by_py3 = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
@@ -492,12 +491,25 @@ def choose(installs: list, servers: list, *, pinned: str | None = None, configur
                       + " (name one with --sglang-path to use it anyway)" if untrusted else "")}
 
 
+def installed_engine(req: Mapping[str, Any]) -> str:
+    """The engine of a request that names none: the first engine provision knows whose install this
+    host has (discovery as the request asks it), else the first engine (whose discovery then says
+    what is missing)."""
+    for eng in inference.engines():
+        facts = discover(extra_interpreters=req.get("interpreters") or [], pinned=req.get("install_path"),
+                         configured_python=req.get("python"), engine=eng.name)
+        if facts.get("chosen"):
+            return eng.name
+    return inference.KNOWN[0]
+
+
 def for_request(req: Mapping[str, Any]) -> Any:
     """Discovery as a request asks for it (extra interpreters, a pinned path, a configured python),
     with `packages`: where the chosen install's interpreter finds each package the request's
     specs name (their `package` and `applies` keys) or its `packages` list asks for."""
     facts = discover(extra_interpreters=req.get("interpreters") or [],
-                     pinned=req.get("install_path"), configured_python=req.get("python"), engine=inference.of_request(req))
+                     pinned=req.get("install_path"), configured_python=req.get("python"),
+                     engine=inference.of_request(req) or installed_engine(req))
     specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
     names = packages.wanted(specs, req.get("packages"))
     facts["packages"] = packages.for_install(chosen_install(facts), names) if not facts.get("error") else {}

@@ -15,7 +15,6 @@ import json
 import os
 import struct
 
-from provision.host import inference
 
 HEAD_LIMIT = 100 * 1024 * 1024  # the safetensors header-size limit
 
@@ -170,9 +169,10 @@ def transformers_has(sglang_dir: str, arch: str) -> bool:
     return False
 
 
-def external_package(env: dict) -> tuple[str | None, str | None]:
-    """(the folder of SGLANG_EXTERNAL_MODEL_PACKAGE found on the server's PYTHONPATH, its name)."""
-    name = (env.get(inference.get().overlay_env) or "").strip()
+def external_package(env: dict, variable: str) -> tuple[str | None, str | None]:
+    """(the folder of the package `variable` names (SGLANG_EXTERNAL_MODEL_PACKAGE) found on the
+    server's PYTHONPATH, its name); (None, None) when the variable is unset or "" (an engine that reads none)."""
+    name = (env.get(variable) or "").strip() if variable else ""
     if not name:
         return None, None
     rel = name.replace(".", os.sep)

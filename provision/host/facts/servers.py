@@ -1,4 +1,4 @@
-"""Running SGLang servers as the reconcile and patch ops see them.  STDLIB ONLY."""
+"""Running servers of an engine as the reconcile and patch ops see them.  STDLIB ONLY."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ def changed_at(st) -> float:
     return max(st.st_mtime, st.st_ctime)
 
 
-def _server_candidates() -> list:
-    """Pids that may be SGLang servers, from a cheap look at /proc (false positives
-    only cost time: discover.running_servers decides)."""
+def _server_candidates(engine) -> list:
+    """Pids that may be the engine's servers, from a cheap look at /proc (its `may_be_server` on the
+    raw command line: false positives only cost time, discover.running_servers decides)."""
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -30,30 +30,30 @@ def _server_candidates() -> list:
                 raw = fh.read(4096)
         except OSError:
             continue
-        if b"sglang" in raw and (b"launch_server" in raw or b"serve" in raw):
+        if engine.may_be_server(raw):
             out.append(int(pid))
     return out
 
 
-def _servers() -> list:
-    """Running SGLang servers with the install each imports (an interpreter probe each).
+def _servers(engine) -> list:
+    """The engine's running servers with the install each imports (an interpreter probe each).
     Discovery (facts/installs.py, the heaviest import a host step has) is imported only here:
     a fast path on a host with no server never loads it."""
     from provision.host.facts import installs
 
     out = []
-    for s in installs.running_servers():
-        s["install"] = installs._server_install(s)
+    for s in installs.running_servers(engine):
+        s["install"] = installs._server_install(s, engine)
         out.append(s)
     return out
 
 
-def _fast_servers() -> list:
-    """The servers for reconcile's first check: none to probe when no SGLang server runs
+def _fast_servers(engine) -> list:
+    """The servers for reconcile's first check: none to probe when none of the engine's servers runs
     (no interpreter is started then); otherwise each with the install it imports."""
-    if not _server_candidates():
+    if not _server_candidates(engine):
         return []
-    return [_server_view(s) for s in _servers()]
+    return [_server_view(s) for s in _servers(engine)]
 
 
 def _server_view(s: dict) -> dict:

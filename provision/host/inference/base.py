@@ -10,18 +10,22 @@ methods, by concern:
 - a profile's args: ``model_arg``, ``tp_arg``, ``draft_path``, ``check_args`` (what it refuses at
   start-up, said before a host is touched: config/profile.py)
 - flags: ``source_files`` (where an install declares its flags and model classes), ``flag_reader``
-  (which reader takes them: host/ops/preflight_model.py's FLAG_READERS, the parsers live in
-  host/engine/; or "own-parser": ``parser_probe`` builds its real parser in the server's
+  and ``registry_reader`` (the function that reads them, a ``module:function`` reference loaded by
+  ``inference.load``; or ``OWN_PARSER``: ``parser_probe`` builds its real parser in the server's
   interpreter, host/facts/own_parser.py), ``flag_name`` (how its parser spells a profile's key),
   ``models_subdir`` (its model classes' folder: the registry), ``draft_architectures`` (the
-  names it looks a drafter up by), ``spec_method`` (a speculative method only the install knows)
+  names it looks a drafter up by), ``spec_method`` (a speculative method only the install knows),
+  ``spec_file_example`` (a spec's ``file`` in an error's example)
 - start: ``launch_module`` (``python -m MODULE``), ``start_argv``, ``config_flag`` (how secrets reach
-  it: a file its parser reads, never the command line), ``log_name``
-- processes: ``is_server`` (a command line of its server's main process)
+  it: a file its parser reads, never the command line), ``log_name``, ``log_reader`` (the module of
+  the control side's reader of its start-up log: logs/readers.py loads it)
+- processes: ``is_server`` (a command line of its server's main process), ``may_be_server`` (a cheap
+  look at a raw command line first), ``is_orphan_worker`` (a worker of its tree, by its title)
 - readiness: ``health_path``
 - EAGLE-3: ``eagle3_methods`` (what a target class must have for its EAGLE-3 worker),
   ``eagle3_parity_method`` (what it calls on the draft), ``eagle3_protocol`` (where the release
-  declares that interface, when it is a protocol), ``audit_reader`` (how the audit finds the gaps)
+  declares that interface, when it is a protocol), ``audit_reader`` (the function that finds the gaps:
+  a ``module:function`` reference)
 - overlay: ``overlay_style`` (how it loads a package of model classes on purpose: SGLang's
   ``external-package``, named by ``overlay_env``; vLLM's ``general-plugin``, an entry point whose
   ``register()`` replaces classes in its registry, filtered by ``overlay_plugins_env`` when set),
@@ -35,6 +39,10 @@ methods, by concern:
 from __future__ import annotations
 
 import os
+
+# An engine's flag_reader or registry_reader that is its own parser, asked in the server's interpreter
+# (host/facts/own_parser.py runs `parser_probe`): one run answers both.
+OWN_PARSER = "own-parser"
 
 
 class InferenceEngine:
@@ -60,6 +68,7 @@ class InferenceEngine:
     overlay_style = ""            # how it loads provision's overlay (engine/overlay.py's STYLES); "": it cannot
     overlay_min_version: tuple = ()  # the first release that loads it that way
     overlay_plugins_env = ""      # a variable that, when set, lists the plugins it loads (ours must be on it)
+    overlay_offline = False       # its overlay renders from the specs alone (`overlay write`, no install read)
     eagle3_methods: tuple[str, ...] = ()  # what a target class needs for EAGLE-3
     eagle3_parity_method = ""     # called on the draft; a spec injects it for parity (none: "")
 
@@ -102,13 +111,15 @@ class InferenceEngine:
     implied_args: dict = {}
     model_arg = "model-path"      # the flag naming the target model (a profile's args key)
     tp_arg = "tp-size"            # the flag naming its tensor-parallel size
-    flag_reader = ""              # which reader of host/ops/preflight_model.py reads its flag declarations
+    flag_reader = ""              # "module:function" reading its flag declarations (source_files) into a
+                                  # flag table, or OWN_PARSER; "": not read (its parser judges them at start)
     models_subdir = ""            # where an install keeps its model classes (the registry), relative to it
-    registry_reader = ""          # how preflight reads which classes it serves ("entry-classes": each
-                                  # module's EntryClass, engine/audit.py; "": not read)
-
-    audit_reader = ""             # how `provision audit` finds its EAGLE-3 gaps (host/ops/audit.py's AUDITORS:
-                                  # "entry-classes", engine/audit.py; "protocol", engine/audit_vllm.py)
+    registry_reader = ""          # "module:function" reading which classes it serves (install dir, engine),
+                                  # or OWN_PARSER; "": not read
+    audit_reader = ""             # "module:function" finding its EAGLE-3 gaps (engine, install dir) for
+                                  # `provision audit`; "": no audit
+    log_reader = ""               # the module of the control side's start-up log reader (LoadLog, hint)
+    spec_file_example = "x.py"    # a spec's `file` as an error's example, relative to the package
     eagle3_protocol = ""          # the interface a target class must have for EAGLE-3, FILE:Class in the
                                   # package, read from the release (an interface spec's `protocol`); "": none
     eagle3_allow_list: tuple = ()  # (FILE, (names...)): a list of model types EAGLE-3 is allowed for,
@@ -167,3 +178,13 @@ class InferenceEngine:
     def is_server(self, argv: list[str]) -> bool:
         """Is this command line its server's main process (not a shell that names it)?"""
         raise NotImplementedError
+
+    def may_be_server(self, raw: bytes) -> bool:
+        """A cheap look at a raw /proc cmdline before `is_server`: False only when it cannot be one."""
+        return True
+
+    def is_orphan_worker(self, argv: list[str], comm: str) -> bool:
+        """Is this process (its command line, its /proc comm) a worker of the engine's process tree
+        (a rank, an engine core), whatever its parent? Preflight counts one re-parented to init as
+        a leftover that holds GPU memory."""
+        return False

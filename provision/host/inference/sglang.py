@@ -13,7 +13,19 @@ import glob
 import os
 
 from provision.host.inference.base import InferenceEngine
-from provision.host.lib.procfs import is_sglang_server
+
+
+def is_sglang_server(argv: list[str]) -> bool:
+    """Is this command line an SGLang server's main command: ``python -m sglang.launch_server``,
+    its script, or ``sglang serve``? Pure. Read by whole arguments, so a shell that merely names
+    the command in its ``-c`` string (``bash -c "python3 -m sglang.launch_server ..."``, a
+    systemd ExecStart wrapper) is not taken for the server: its python child is. A first
+    argument with spaces (a process that rewrote its title, setproctitle, ``exec -a``) is read
+    by its words."""
+    argv = (argv[0].split() + list(argv[1:])) if argv else []
+    if any(a == "sglang.launch_server" or a.endswith("sglang/launch_server.py") for a in argv):
+        return True
+    return any(os.path.basename(a) == "sglang" and b == "serve" for a, b in zip(argv, argv[1:]))
 
 
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -42,16 +54,20 @@ class SGLang(InferenceEngine):
     health_path = "/health"
     generate_path = "/generate"    # native, streamed: the bench's figures per chunk
     server_info_paths = ("/server_info", "/get_server_info")  # 0.5.x renamed it; older keep the second
-    flag_reader = "sglang-server-args"  # srt/server_args.py (+ 0.5.14's arg_groups): host/engine/serverargs.py
+    # srt/server_args.py (+ 0.5.14's arg_groups), parsed by host/engine/serverargs.py
+    flag_reader = "provision.host.ops.preflight_model:sglang_flags"
     models_subdir = "srt/models"
-    registry_reader = "entry-classes"
-    audit_reader = "entry-classes"   # each module's EntryClass and the delegation methods: engine/audit.py
+    registry_reader = "provision.host.ops.preflight_model:entry_class_registry"  # each module's EntryClass
+    audit_reader = "provision.host.ops.audit:entry_classes"  # EntryClass wrappers and their delegation: engine/audit.py
+    log_reader = "provision.logs.loadlog"   # the control side's reader of its start-up log
+    spec_file_example = "srt/models/x.py"   # a spec's `file`, in an error's example
     model_info_paths = ("/model_info", "/get_model_info")
     flush_path = "/flush_cache"
     flush_secret = "admin-api-key"  # ADMIN_OPTIONAL: with --admin-api-key set, only that key opens it
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     overlay_style = "external-package"  # each module's EntryClass, registered with overwrite=True
     overlay_min_version = (0, 5, 6)     # SGLANG_EXTERNAL_MODEL_PACKAGE appeared in 0.5.6 (PR #13429)
+    overlay_offline = True              # a subclass with the spec's delegation methods: nothing to read
     eagle3_methods = ("set_eagle3_layers_to_capture", "get_embed_and_head")
     eagle3_parity_method = "set_embed_and_head"
 
@@ -121,6 +137,14 @@ class SGLang(InferenceEngine):
 
     def is_server(self, argv: list[str]) -> bool:
         return is_sglang_server(argv)
+
+    def may_be_server(self, raw: bytes) -> bool:
+        return b"sglang" in raw and (b"launch_server" in raw or b"serve" in raw)
+
+    def is_orphan_worker(self, argv: list[str], comm: str) -> bool:
+        """A scheduler or detokenizer: SGLang names them `sglang::scheduler_TP0`, `sglang::detokenizer`."""
+        joined = " ".join(argv)
+        return "sglang" in joined and "launch_server" not in joined and comm.startswith("sglang::")
 
 
 ENGINE = SGLang()

@@ -19,7 +19,7 @@ import glob
 import json
 import os
 
-from provision.host.inference.base import InferenceEngine
+from provision.host.inference.base import OWN_PARSER, InferenceEngine
 
 
 def is_vllm_server(argv: list[str]) -> bool:
@@ -67,10 +67,13 @@ class VLLM(InferenceEngine):
     metrics_names = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
                      "accepted": "vllm:spec_decode_num_accepted_tokens", "requests": "vllm:request_success"}
     busy_metric = "vllm:num_requests_running"
-    flag_reader = "own-parser"    # generated from config dataclasses: its own parser is asked (parser_probe)
+    flag_reader = OWN_PARSER      # generated from config dataclasses: its own parser is asked (parser_probe)
     models_subdir = "model_executor/models"
-    registry_reader = "own-parser"  # ModelRegistry's architectures, asked in the same run
-    audit_reader = "protocol"     # the registry's classes against the release's SupportsEagle3: engine/audit_vllm.py
+    registry_reader = OWN_PARSER  # ModelRegistry's architectures, asked in the same run
+    audit_reader = "provision.host.ops.audit:protocol"  # the registry against the release's SupportsEagle3:
+                                                        # engine/audit_vllm.py
+    log_reader = "provision.logs.vllmlog"   # the control side's reader of its start-up log
+    spec_file_example = "model_executor/models/x.py"   # a spec's `file`, in an error's example
     eagle3_protocol = "model_executor/models/interfaces.py:SupportsEagle3"
     # 0.16's eagle3_target_supported, 0.17's aux_hidden_states_supported (SpeculativeConfig._verify_args,
     # matched by substring against the target's text model type); gone by 0.32
@@ -213,6 +216,13 @@ except Exception:
 
     def is_server(self, argv: list[str]) -> bool:
         return is_vllm_server(argv)
+
+    def may_be_server(self, raw: bytes) -> bool:
+        return b"vllm" in raw
+
+    def is_orphan_worker(self, argv: list[str], comm: str) -> bool:
+        """An engine core or a worker: vLLM titles them `VLLM::EngineCore`, `VLLM::Worker_TP0`."""
+        return comm.startswith("VLLM::") or any(a.startswith("VLLM::") for a in argv[:1])
 
 
 ENGINE = VLLM()

@@ -118,17 +118,3 @@ def sees_our_file(pid: int | str, path: str) -> bool | None:
     except OSError:
         return False
     return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
-
-
-def is_sglang_server(argv: list[str]) -> bool:
-    """Is this command line an SGLang server's main command: ``python -m sglang.launch_server``,
-    its script, or ``sglang serve``? Pure. Read by whole arguments, so a shell that merely names
-    the command in its ``-c`` string (``bash -c "python3 -m sglang.launch_server ..."``, a
-    systemd ExecStart wrapper) is not taken for the server: its python child is. A first
-    argument with spaces (a process that rewrote its title, setproctitle, ``exec -a``) is read
-    by its words."""
-    argv = (argv[0].split() + list(argv[1:])) if argv else []
-    if any(a == "sglang.launch_server" or a.endswith("sglang/launch_server.py") for a in argv):
-        return True
-    return any(os.path.basename(a) == "sglang" and b == "serve" for a, b in zip(argv, argv[1:]))
-

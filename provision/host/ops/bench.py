@@ -64,11 +64,11 @@ def config_secret(path: str | None, name: str = "api-key") -> str | None:
 
 
 class Client:
-    def __init__(self, host: str, port: int, key: str | None, timeout: float, engine=None,
+    def __init__(self, host: str, port: int, key: str | None, timeout: float, engine,
                  flush_key: str | None = None):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
         self.flush_key = flush_key  # the flush path's own key (SGLang's admin key), when it has one
-        self.engine = engine or inference.get()  # the server's engine: its endpoints
+        self.engine = engine  # the server's engine (its record's): its endpoints
 
     def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
@@ -225,7 +225,7 @@ def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     def secret(name: str) -> str | None:  # this run's, else the one the launch left in its --config file
         return given.get(name) or config_secret(rec.get("config"), name)
 
-    engine = inference.get(rec.get("engine"))
+    engine = inference.get(inference.of_record(rec))
     client = Client(host, port, secret("api-key"), float(req.get("read_timeout", 120)), engine,
                     secret(engine.flush_secret) if engine.flush_secret != "api-key" else None)
     out: dict = {"ok": True, "port": port, "gpu": gpu_name(), "requests": [], "warmup": 0}

@@ -25,6 +25,7 @@ import subprocess
 TYPE_CHECKING = False  # not typing's: a host never imports typing (see provision/host/__init__.py)
 
 from provision.host import inference
+from provision.host.engine.spec import DEFAULT_PACKAGE
 from provision.host.facts import installs
 from provision.host.lib import atomic
 from provision.host.lib.paths import default_state_dir
@@ -96,9 +97,11 @@ def _image_inspect(rt: str, image: str) -> tuple[str | None, list]:
 
 
 def spec_files(req: dict) -> list[str]:
-    """The files (relative to the sglang package) of the request's specs, in order."""
+    """The files (relative to the engine's package) of the request's specs of that package, in order."""
+    package = inference.for_request(req).package
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    return list(dict.fromkeys(str(s["file"]) for s in specs if s.get("file") and s.get("package", "sglang") == "sglang"))
+    return list(dict.fromkeys(str(s["file"]) for s in specs
+                              if s.get("file") and (s.get("package") or DEFAULT_PACKAGE) == package))
 
 
 def image_probe_script(package: str) -> str:
@@ -111,7 +114,7 @@ def image_install(req: dict, conf: ContainerConfig, files: list[str]) -> Contain
     """The image's install of the request's engine (path, version, the specs' files), read from
     inside it; cached per image id, package and file list (without files, any of the image's will
     do). Pulls the image first when the host does not have it (not when the host is offline)."""
-    engine = inference.get(inference.of_request(req))
+    engine = inference.for_request(req)
     rt = runtime_path(conf["runtime"])
     if rt is None:
         return {"error": missing_runtime(conf["runtime"])}
@@ -134,7 +137,7 @@ def image_install(req: dict, conf: ContainerConfig, files: list[str]) -> Contain
                                                              f"pull` failed: {_why(p)}"}}
         pulled = True
     cache_dir = os.path.join(req.get("state_dir") or default_state_dir(), "images")
-    key = iid.replace(":", "-").replace("/", "-") + ("" if engine.package == "sglang" else "-" + engine.package)
+    key = iid.replace(":", "-").replace("/", "-") + "-" + engine.package
     want = sorted(files)
     cache = os.path.join(cache_dir, key + "-" + hashlib.sha256(json.dumps(want).encode()).hexdigest()[:12] + ".json")
     try:
@@ -229,11 +232,12 @@ def image_fix(info: dict | None) -> dict:
     return {"kind": kind, "missing": missing, "file": info.get("file")}
 
 
-def mirror_install(state_dir: str, img: ContainerImage) -> dict:
-    """The image's SGLang as an install record ops/overlay.py can stage an overlay for: the specs'
-    files from the image, written under <state>/images/<image id>/sglang (one overlay per image)."""
+def mirror_install(state_dir: str, img: ContainerImage, engine) -> dict:
+    """The image's install of the engine as an install record ops/overlay.py can stage an overlay for:
+    the specs' files from the image, written under <state>/images/<image id>/<package> (one overlay
+    per image)."""
     key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
-    pkg = os.path.join(state_dir, "images", key, "sglang")
+    pkg = os.path.join(state_dir, "images", key, engine.package)
     for rel, b64 in (img.get("files") or {}).items():
         path = os.path.join(pkg, rel)
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
@@ -246,19 +250,21 @@ def mirror_install(state_dir: str, img: ContainerImage) -> dict:
             pass
         atomic.write_bytes(path, data, mode=0o644, durable=False)
     return {"path": pkg, "version": img.get("version"), "interpreters": [], "pythonpath": os.path.dirname(pkg),
-            "kind": "image", "git": None, "dist_info": None}
+            "kind": "image", "git": None, "dist_info": None, "engine": engine.name}
 
 
-def overlay_env(img: ContainerImage, prof_env: dict | None) -> dict:
-    """The overlay's two variables in the container: our package, and OVERLAY_DIR first on
-    PYTHONPATH, the profile's (else the image's) PYTHONPATH kept after it."""
+def overlay_env(img: ContainerImage, prof_env: dict | None, engine) -> dict:
+    """The overlay's variables in the container: what names our package to the engine, and OVERLAY_DIR
+    first on PYTHONPATH, the profile's (else the image's) PYTHONPATH kept after it."""
     from provision.host.engine import overlay as render
 
-    return render.server_env(OVERLAY_DIR, (prof_env or {}).get("PYTHONPATH") or img.get("pythonpath"))
+    env = prof_env or {}
+    return render.server_env(OVERLAY_DIR, env.get("PYTHONPATH") or img.get("pythonpath"), engine,
+                             env.get(engine.overlay_plugins_env) if engine.overlay_plugins_env else None)
 
 
 def verify_in_image(rt: str, conf: ContainerConfig, img: ContainerImage, st: dict, prof_env: dict | None,
-                    timeout: float) -> dict:
+                    timeout: float, engine) -> dict:
     """Compile the staged overlay with the image's interpreter and import it as the server would
     (where torch imports there), in a throw-away container with the overlay mounted read-only."""
     from provision.host.engine import overlay as render
@@ -271,7 +277,7 @@ def verify_in_image(rt: str, conf: ContainerConfig, img: ContainerImage, st: dic
     job = {"compile": overlay.COMPILE_SNIPPET, "import": overlay.IMPORT_SNIPPET, "files": files, "modules": modules,
            "timeout": timeout}
     argv = [rt, "run", "--rm", "--network", "none", "-v", f"{st['root']}:{OVERLAY_DIR}:ro"]
-    for k, v in sorted({**{str(a): str(b) for a, b in (prof_env or {}).items()}, **overlay_env(img, prof_env)}.items()):
+    for k, v in sorted({**{str(a): str(b) for a, b in (prof_env or {}).items()}, **overlay_env(img, prof_env, engine)}.items()):
         argv += ["-e", f"{k}={v}"]
     argv += ["--entrypoint", "python3", conf["image"], "-I", "-S", "-c", OVERLAY_CHECK, json.dumps(job)]
     try:
@@ -304,28 +310,30 @@ def overlay_preflight(req: dict, conf: ContainerConfig, img: ContainerImage, che
     from provision.host.engine import overlay as render
     from provision.host.ops import overlay
 
+    engine = inference.for_request(req)
     prof_env = (req.get("profile") or {}).get("env") or {}
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    why = render.refusal_for_env(prof_env) or render.refusal_for_version(img.get("version"))
+    why = render.refusal_for_env(prof_env, engine) or render.refusal_for_version(img.get("version"), engine)
     if why:
         checks.append({"level": "fail", "check": "overlay", "message": f"image {conf['image']}: {why}"
                        if "version" in why else why})
         return None, "none"
     state_dir = req.get("state_dir") or default_state_dir()
-    inst = mirror_install(state_dir, img)
+    inst = mirror_install(state_dir, img, engine)
     st, fix = overlay.stage_for_preflight(
-        inst, specs, state_dir, checks, native=f"the image's SGLang {img.get('version')} has every method natively: "
-                                               "no overlay needed, the container starts without one")
+        inst, specs, state_dir, checks, native=f"the image's {engine.title} {img.get('version')} has every method "
+                                               "natively: no overlay needed, the container starts without one")
     if st is None:
         return None, fix
     rt = runtime_path(conf["runtime"]) or conf["runtime"]
-    st["verify"] = verify_in_image(rt, conf, img, st, prof_env, float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT))
+    st["verify"] = verify_in_image(rt, conf, img, st, prof_env, float(req.get("import_timeout") or overlay.IMPORT_TIMEOUT),
+                                   engine)
     held = ", ".join(f"{r['class']}.{m}" for r in st["specs"] for m in r["methods"])
     if st["verify"]["status"] == "failed":
         checks.append({"level": "fail", "check": "overlay", "message": f"the overlay {st['root']} is broken: "
                        f"{st['verify']['why']}"})
         return None, "none"
-    st["env"] = overlay_env(img, prof_env)
+    st["env"] = overlay_env(img, prof_env, engine)
     st["container_root"] = OVERLAY_DIR
     checks.append({"level": "ok", "check": "overlay", "message": (
         f"overlay {st['verdict']} in {st['root']} ({held}), mounted read-only at {OVERLAY_DIR}; "
@@ -348,7 +356,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
     if img.get("error"):
         return {"ok": False, "error": img["error"], "checks": []}
     vols = list(conf.get("volumes") or [])
-    eng = inference.get(inference.of_request(req))
+    eng = inference.for_request(req)
     model_paths = [(str(p), what) for p, what in ((args.get(eng.model_arg), "model"), (eng.draft_path(args), "drafter"))
                    if p]
     # a folder on no volume is the image's own: read where the server will look, before any start
@@ -364,7 +372,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
         if img.get("error"):
             return {"ok": False, "error": img["error"], "checks": []}
     checks: list[dict] = [{"level": "ok", "check": "image", "message": (
-        f"image {conf['image']}: {inference.get(inference.of_request(req)).title} {img.get('version')} at "
+        f"image {conf['image']}: {eng.title} {img.get('version')} at "
         f"{img.get('install')} (python {img.get('python')})"
         + (", pulled" if img.get("pulled") else ""))}]
     staged = None
@@ -380,7 +388,7 @@ def op_preflight(req: dict, bundle: bytes) -> dict:
                                f"the image: {info['error'].get('message')}"})
             elif need["kind"] == "missing":
                 checks.append({"level": "fail", "check": "patch", "message": (
-                    f"{spec['class']} in the image's SGLang {img.get('version')} lacks {', '.join(need['missing'])}: "
+                    f"{spec['class']} in the image's {eng.title} {img.get('version')} lacks {', '.join(need['missing'])}: "
                     "EAGLE-3 will crash after the weights load; launch with the overlay (`fix: overlay`)")})
             else:
                 fix = "native" if need["kind"] == "native" else "edited file"
@@ -448,10 +456,10 @@ def prepare_start(req: dict, sroot: str) -> dict:
     if staged:
         from provision.host.ops.overlay import start_refusal
 
-        why = start_refusal(staged, prof.get("env"))
+        why = start_refusal(staged, prof.get("env"), inference.for_request(req))
         if why:
             return {"ok": False, "error": {"kind": "overlay", "message": why}}
-        extra_env = overlay_env(img, prof.get("env"))
+        extra_env = overlay_env(img, prof.get("env"), inference.for_request(req))
         extra_mounts = [f"{staged['root']}:{OVERLAY_DIR}:ro"]
     return {"ok": True, "launch": {"sroot": sroot, "image": dict(img), "extra_env": extra_env,
                                    "extra_mounts": extra_mounts}, "image": img}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from provision.host import inference
 from provision.host.engine import spec as spec_mod
 from provision.host.facts.servers import _fast_servers, changed_at, restart_needed
 from provision.host.lib.pkgmeta import git, git_root, package_version
@@ -39,10 +40,15 @@ def _block_is_current(data: bytes, spec_name: str, block_shas) -> bool:
 
 def fast(req: dict, spec: dict, state_dir: str) -> dict | None:
     """The unchanged fast path, or None when a full look is needed. A spec whose file is in another
-    package (flashinfer) takes it too when that package sits beside the SGLang install it was
+    package (flashinfer) takes it too when that package sits beside the engine's install it was
     patched for (the same site-packages: a venv, as pip installs SGLang's pins); else the full
-    look finds it (facts/packages.py)."""
-    package = spec.get("package") or "sglang"
+    look finds it (facts/packages.py). The request's engine is the one the agent resolved; a request
+    that names none (an op called directly) takes the full look."""
+    name = inference.of_request(req)
+    if name is None:
+        return None
+    eng = inference.get(name)
+    package = spec.get("package") or eng.package
     state = read_state(state_dir)
     rel = spec["file"]
     cands = [(p, e) for p, e in state.items()
@@ -66,8 +72,8 @@ def fast(req: dict, spec: dict, state_dir: str) -> dict | None:
     if not _block_is_current(data, spec["name"], req.get("block_shas")):
         return None  # the spec changed since that patch (or no hint): look closer
     pkg = path[: -len(rel) - 1]
-    if package != "sglang":  # pkg is that package's dir: the SGLang install beside it
-        pkg = os.path.join(os.path.dirname(pkg), "sglang")
+    if package != eng.package:  # pkg is that package's dir: the engine's install beside it
+        pkg = os.path.join(os.path.dirname(pkg), eng.package)
         if not os.path.isfile(os.path.join(pkg, "__init__.py")):
             return None
     version = package_version(pkg)
@@ -78,7 +84,7 @@ def fast(req: dict, spec: dict, state_dir: str) -> dict | None:
         behind = git(root, "rev-list", "--count", "HEAD..@{u}", "--", os.path.relpath(path, root))
         if behind and behind.isdigit() and int(behind) > 0:
             return None  # upstream moved on: maybe blocked-git, look closer
-    servers = _fast_servers()
+    servers = _fast_servers(eng)
     if any(s["install"] and s["install"] != pkg for s in servers):
         return None  # a server imports another install: discovery would choose that one
     stale = restart_needed(servers, pkg, changed_at(st))

@@ -54,8 +54,12 @@ def read_manifest(root: str) -> dict | None:
 
 
 def engine_of(inst: dict):
-    """The inference engine an install is of (discovery records it; SGLang for an older record)."""
-    return inference.get(inst.get("engine"))
+    """The inference engine an install is of: the one discovery (or an image's mirror) recorded,
+    else the engine whose package the install's directory is (an install is its package's dir)."""
+    name = inst.get("engine") or inference.of_package(os.path.basename(os.path.normpath(str(inst["path"]))))
+    if not name:
+        raise inference.UnknownEngine(f"{inst['path']} is no inference engine's package directory")
+    return inference.get(name)
 
 
 def _architectures(inst: dict, spec: dict) -> dict:
@@ -182,11 +186,10 @@ def remove(root: str) -> bool:
     return True
 
 
-def users(root: str, state_dir: str, engine=None) -> list:
-    """What still names this overlay: running servers of the engine (SGLang's by default) whose
+def users(root: str, state_dir: str, engine) -> list:
+    """What still names this overlay: running servers of the engine whose
     environment names our package and has the overlay on PYTHONPATH, and persistent servers' saved
     specs (systemd restarts them with it)."""
-    engine = engine or inference.get()
     out = []
     for s in installs.running_servers(engine):
         env = procfs.environ(s["pid"])
@@ -203,7 +206,7 @@ def users(root: str, state_dir: str, engine=None) -> list:
     return out
 
 
-def retire(root: str, state_dir: str, engine=None) -> dict:
+def retire(root: str, state_dir: str, engine) -> dict:
     """The install no longer needs its overlay: remove it. While a server (or a persistent unit)
     still names it, only its modules go and an empty package stays, so a restart with the old
     environment still starts (SGLang does not catch a missing package); the next run removes the rest."""
@@ -289,7 +292,7 @@ def stage_for_preflight(inst: dict, specs: list, state_dir: str, checks: list, n
     return st, None
 
 
-def start_refusal(staged: dict, profile_env: dict | None, engine=None) -> str | None:
+def start_refusal(staged: dict, profile_env: dict | None, engine) -> str | None:
     """Why a server must not start on what preflight staged (None when it may): the profile now
     owns SGLANG_EXTERNAL_MODEL_PACKAGE, or the overlay went away since preflight. Shared by a
     server on the host (ops/server.py) and one in a container (ops/container.py)."""

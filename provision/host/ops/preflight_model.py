@@ -7,7 +7,7 @@ does not look at the port, so a restart can run it while the old server still ho
 
 The two costly reads of an install, its model registry (engine/audit.py's index of the engine's
 ``models_subdir``, SGLang's ``srt/models/*.py``) and its argument parser (the engine's
-``flag_reader`` in FLAG_READERS: SGLang's is engine/serverargs.py; vLLM's, "own-parser", is its
+``flag_reader``: SGLang's reads srt/server_args.py with engine/serverargs.py; vLLM's, OWN_PARSER, is its
 real parser asked in the server's interpreter, facts/own_parser.py, the only process preflight
 starts), are cached per install in ``<state>/cache/preflight-<hash of the install path>.json``,
 keyed by the path, mtime and size of every file they read (and the interpreter asked).
@@ -21,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, Callable
 
 from provision.host import inference
+from provision.host.inference.base import OWN_PARSER
 from provision.host.engine import modelcheck, safetensors, serverargs
 from provision.host.facts import model as facts
 from provision.host.facts import own_parser
@@ -37,7 +38,7 @@ def _cache_path(state_dir: str, sglang_dir: str) -> str:
     return os.path.join(state_dir, "cache", f"preflight-{key}.json")
 
 
-def _sglang_flags(src: dict) -> tuple[dict | None, str | None]:
+def sglang_flags(src: dict) -> tuple[dict | None, str | None]:
     """SGLang's flag table from srt/server_args.py (and 0.5.14+'s arg_groups): (table, None) or (None, why)."""
     text, err = facts.read_text(src["server_args"])
     if text is None:
@@ -56,11 +57,7 @@ def _sglang_flags(src: dict) -> tuple[dict | None, str | None]:
         return None, f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
 
 
-# An engine's `flag_reader` -> the function reading its flag declarations (the parsers are host/engine/'s)
-FLAG_READERS: dict[str, Callable[[dict], tuple[dict | None, str | None]]] = {"sglang-server-args": _sglang_flags}
-
-
-def _entry_class_registry(install_dir: str, engine: "InferenceEngine") -> tuple[dict | None, str | None]:
+def entry_class_registry(install_dir: str, engine: "InferenceEngine") -> tuple[dict | None, str | None]:
     """SGLang's registry: each module's EntryClass with the EAGLE-3 methods it lacks (engine/audit.py)."""
     from provision.host.engine import audit
 
@@ -76,31 +73,32 @@ def _entry_class_registry(install_dir: str, engine: "InferenceEngine") -> tuple[
 def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine", python: str | None, env: dict | None) -> dict:
     out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
     asked: dict | None = None
-    if "own-parser" in (engine.flag_reader, engine.registry_reader):  # the release's own parser, in its interpreter
+    why = None
+    if OWN_PARSER in (engine.flag_reader, engine.registry_reader):  # the release's own parser, in its interpreter
         asked, why = own_parser.ask(engine.parser_probe, python or "python3", dict(env or os.environ))
         why = f"{engine.title}'s own parser was not asked: {why}" if why else None
-    if engine.flag_reader == "own-parser":
+    if engine.flag_reader == OWN_PARSER:
         out["flags"], out["flags_error"] = (asked or {}).get("flags"), why
         out["spec_methods"] = (asked or {}).get("spec_methods")
-    elif engine.flag_reader in FLAG_READERS:
-        out["flags"], out["flags_error"] = FLAG_READERS[engine.flag_reader](src)
+    elif engine.flag_reader:  # the engine's reader of its declarations ("module:function")
+        out["flags"], out["flags_error"] = inference.load(engine.flag_reader)(src)
     else:  # an engine whose declarations provision does not read: its own parser judges them at start
         out["flags_error"] = f"{engine.title}'s flags are not read by preflight; its own parser judges them at start"
-    if engine.registry_reader == "own-parser":
+    if engine.registry_reader == OWN_PARSER:
         archs = (asked or {}).get("archs")
         out["registry"] = {a: {"missing": None, "getattr": False} for a in archs} if isinstance(archs, list) else None
         out["registry_error"] = why or (None if out["registry"] else f"{engine.title}'s registry did not say its classes")
-    elif engine.registry_reader == "entry-classes":
-        out["registry"], out["registry_error"] = _entry_class_registry(install_dir, engine)
+    elif engine.registry_reader:
+        out["registry"], out["registry_error"] = inference.load(engine.registry_reader)(install_dir, engine)
     else:
         out["registry_error"] = (f"{engine.title}'s model registry is not read by preflight; it says itself "
                                  "at start whether it has the class")
     return out
 
 
-def install_tables(install_dir: str, state_dir: str | None, engine: str | None = None, python: str | None = None,
+def install_tables(install_dir: str, state_dir: str | None, engine: str, python: str | None = None,
                    env: dict | None = None) -> dict:
-    """The registry and the flag table of an install of `engine` (SGLang by default), from the cache
+    """The registry and the flag table of an install of `engine`, from the cache
     when no file it read changed (and, for an engine asked through its own parser, the interpreter
     `python` with the server's `env` is the same)."""
     eng = inference.get(engine)
@@ -108,7 +106,7 @@ def install_tables(install_dir: str, state_dir: str | None, engine: str | None =
     key = {"v": CACHE_VERSION, "dir": os.path.abspath(install_dir), "engine": eng.name,
            "files": facts.mtimes([src["server_args"], *src["fields"].values(), *([src["choices"]] if src["choices"]
                                                                                  else []), *src["models"]])}
-    if "own-parser" in (eng.flag_reader, eng.registry_reader):
+    if OWN_PARSER in (eng.flag_reader, eng.registry_reader):
         key["python"] = python or "python3"
     path = _cache_path(state_dir, install_dir) if state_dir else None
     if path:
@@ -120,7 +118,7 @@ def install_tables(install_dir: str, state_dir: str | None, engine: str | None =
         except (OSError, ValueError, KeyError, TypeError):
             pass
     tables = _read_tables(install_dir, src, eng, python, env)
-    if path and not (tables.get("flags") is None and "own-parser" == eng.flag_reader):
+    if path and not (tables.get("flags") is None and eng.flag_reader == OWN_PARSER):
         try:  # an own-parser run that failed is asked again next time, not cached
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             atomic.write_json(path, {"key": key, "tables": tables}, durable=False)
@@ -129,15 +127,16 @@ def install_tables(install_dir: str, state_dir: str | None, engine: str | None =
     return dict(tables, cached=False)
 
 
-def _overlay_classes(env: dict) -> tuple[list[str], str | None]:
-    """The EntryClass names of SGLANG_EXTERNAL_MODEL_PACKAGE (they register over the built-ins)."""
+def _overlay_classes(env: dict, eng: "InferenceEngine") -> tuple[list[str], str | None]:
+    """The EntryClass names of the engine's external model package (SGLANG_EXTERNAL_MODEL_PACKAGE:
+    they register over the built-ins); none for an engine that reads no such variable."""
     from provision.host.engine import audit
 
-    pkg_dir, name = facts.external_package(env)
+    pkg_dir, name = facts.external_package(env, eng.overlay_env)
     if name is None:
         return [], None
     if pkg_dir is None:
-        return [], f"SGLANG_EXTERNAL_MODEL_PACKAGE={name} is not on the server's PYTHONPATH: its classes not checked"
+        return [], f"{eng.overlay_env}={name} is not on the server's PYTHONPATH: its classes not checked"
     try:
         return sorted(audit.registry_of(pkg_dir, pkg_dir)), None
     except (OSError, RecursionError, ValueError) as exc:
@@ -199,16 +198,17 @@ def model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, 
 def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *, mode: str, in_place: set,
                   locate, tables: dict | None, python: str | None, in_image: dict | None = None) -> list[dict]:
     args = dict((req.get("profile") or {}).get("args") or {})
-    eng = inference.get(inference.of_request(req))
+    eng = inference.for_request(req)
     if tables is None:
         tables = install_tables(sglang_dir, req.get("state_dir") or _default_state_dir(), eng.name, python, env)
     registry = tables.get("registry")
-    overlay_classes, overlay_err = _overlay_classes(env)
+    overlay_classes, overlay_err = _overlay_classes(env, eng)
     revision = args.get("revision")
     found: dict = {"args": args, "flag_names": {str(k): eng.flag_name(str(k)) for k in args}, "version": version,
                    "flags": tables.get("flags"), "flags_error": tables.get("flags_error"), "registry": registry,
                    "registry_error": tables.get("registry_error"), "overlay_classes": overlay_classes,
-                   "engine_title": eng.title, "spec_method": eng.spec_method(args),
+                   "engine_title": eng.title, "eagle3_methods": eng.eagle3_methods,
+                   "spec_method": eng.spec_method(args),
                    "spec_methods": tables.get("spec_methods")}
     found["target"] = _model_fact(str(args.get(eng.model_arg) or ""), env, revision, locate, in_image)
     if eng.draft_path(args):
@@ -340,8 +340,8 @@ def image_models(rt: str | None, img: dict, bundle: bytes, paths: dict[str, str]
     return got
 
 
-def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str, engine: str | None = None) -> dict:
-    """The registry and flag table of an image's `engine` (SGLang by default), read inside a throw-away container of it
+def image_tables(rt: str, img: dict, bundle: bytes, state_dir: str, engine: str) -> dict:
+    """The registry and flag table of an image's `engine`, read inside a throw-away container of it
     (`RUNTIME run --rm -i --network none`, python3 -I -S, the host bundle on stdin), cached per
     image id in <state>/images/."""
     key = str(img.get("image_id") or "unknown").replace(":", "-").replace("/", "-")
@@ -373,11 +373,12 @@ def image_model_checks(req: dict, rt: str | None, img: dict, bundle: bytes,
     says to launch with it."""
     if rt is None:
         return []
+    eng = inference.for_request(req)
     try:
-        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir(), inference.of_request(req))
+        tables = image_tables(rt, img, bundle, req.get("state_dir") or _default_state_dir(), eng.name)
     except Exception as exc:  # noqa: BLE001 - never crash preflight
-        tables = {"registry": None, "registry_error": f"the image's SGLang was not read ({exc})", "flags": None,
-                  "flags_error": f"the image's SGLang was not read ({exc})"}
+        tables = {"registry": None, "registry_error": f"the image's {eng.title} was not read ({exc})", "flags": None,
+                  "flags_error": f"the image's {eng.title} was not read ({exc})"}
     env = {str(k): str(v) for k, v in ((req.get("profile") or {}).get("env") or {}).items()}
     own = list(req.get("specs") or []) + ([req["spec"]] if req.get("spec") else [])
     return model_checks(req, str(img.get("install") or ""), img.get("version"), env,

@@ -36,6 +36,7 @@ import os
 import re
 import time
 
+from provision.host import inference
 from provision.host.facts.servers import _server_view, changed_at, restart_needed
 from provision.host.lib.hostlog import host_log
 from provision.host.lib.paths import default_state_dir
@@ -140,7 +141,7 @@ def classify(f: dict) -> dict:
         if moved:
             why = f"SGLang changed{moved}"
         elif f.get("pristine"):
-            why = f"the file is the release's own again ({f.get('package') or 'SGLang'} reinstalled)"
+            why = f"the file is the release's own again ({f.get('package')} reinstalled)"
         else:
             why = "the file was replaced"
         return out("wiped", "patch", f"our block is gone: {why}")
@@ -246,9 +247,10 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | N
     inst = installs.chosen_install(facts)
     if inst is None:
         return {"ok": False, "path": "full", "facts": slim,
-                "error": {"kind": "not-found", "message": "no SGLang install chosen"}}
+                "error": {"kind": "not-found", "message": f"no {inference.for_request(req).title} install chosen"}}
     from provision.host.facts import packages
 
+    eng = inference.get(inst["engine"])  # the chosen install's: discovery resolved it
     path, pkg = packages.spec_file(inst, spec)
     if path is None:
         return {"ok": False, "path": "full", "facts": slim, "error": pkg["error"], "package": pkg}
@@ -267,7 +269,8 @@ def _full(req: dict, bundle: bytes, spec: dict, state_dir: str, shared: dict | N
          "recorded_op": entry.get("op"), "recorded_sha_after": entry.get("sha256_after"),
          "recorded_version": entry.get("sglang_version"), "recorded_by": entry.get("by"),
          "recorded_time": entry.get("time"), "include_held": bool(req.get("include_held")),
-         "package": None if pkg["name"] == "sglang" else pkg["name"]}
+         # what was reinstalled, in a sentence: the engine's title for its own package, else the package's name
+         "package": eng.title if pkg["name"] == eng.package else pkg["name"]}
     if f["exists"]:
         try:
             src = _read(real)

@@ -70,7 +70,7 @@ def _start_locked(req: dict, bundle: bytes, port: int) -> dict:
                 f"the server on port {port} (pid {old.get('pid')}) is dead but {len(left)} processes "
                 f"of its tree are still alive ({describe_pids(left)}); nothing was started: `provision stop` "
                 "ends them, or launch --restart stops them first")}}
-    return server_transaction.run(req, bundle, port, st, inference.get(inference.of_request(req)))
+    return server_transaction.run(req, bundle, port, st, inference.for_request(req))
 
 
 def op_stop(req: ServerRequest, bundle: bytes) -> StopAnswer:
@@ -143,7 +143,7 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
         host = rec.get("host", "127.0.0.1")
         out["port_open"] = port_open(host, port)
         out["health"] = health(host, port, float(req.get("health_timeout", 30)), None,
-                               inference.get(rec.get("engine")).health_path) if out["port_open"] else None
+                               inference.get(inference.of_record(rec)).health_path) if out["port_open"] else None
         out["uptime"] = round(time.time() - rec["started_at"], 1)
     return out  # type: ignore[return-value]
 
@@ -155,7 +155,7 @@ def op_logs(req: ServerRequest, bundle: bytes) -> LogsAnswer:
         return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
     out = select.for_record(rec).logs(req, rec, int(req.get("lines", 100)))
     if out.get("ok"):  # which engine wrote it, and which release (the record's)
-        out["engine"], out["version"] = inference.get(rec.get("engine")).title, rec.get("version")
+        out["engine"], out["version"] = inference.get(inference.of_record(rec)).title, rec.get("version")
     return out  # type: ignore[return-value]
 
 

@@ -47,13 +47,13 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
     inst = installs.chosen_install(facts)
     if inst is None:
         err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message":
-                                                 f"no {inference.get(inference.of_request(req)).title} install"}
+                                                 f"no {inference.for_request(req).title} install"}
         return {"ok": False, "error": err}
     python, _env_extra = installs.server_python(inst, prof)
     logdir = log_root(req)
     os.makedirs(logdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    engine = inference.get(prof.get("engine"))
+    engine = inference.for_request(req)
     n = 1
     log = os.path.join(logdir, engine.log_name(port, stamp))
     while os.path.exists(log):

@@ -92,7 +92,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     inst = installs.chosen_install(facts)
     if inst is None:
         err: ErrorInfo = facts.get("error") or {"kind": "not-found", "message":
-                                                 f"no {inference.get(inference.of_request(req)).title} install"}
+                                                 f"no {inference.for_request(req).title} install"}
         return {"ok": False, "facts": facts, "error": err, "checks": []}
     prof = req["profile"]
     args = prof["args"]
@@ -124,14 +124,14 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     elif not ours_running:
         checks.append({"level": "ok", "check": "port", "message": f"port {port} is free"})
     offline = bool(req.get("offline"))
-    eng = inference.get(inference.of_request(req))
+    eng = inference.for_request(req)
     env = server_env(req, inst)  # type: ignore[arg-type]  # where the hub cache is, as the server will look
     checks += _check_model(str(args.get(eng.model_arg, "")), "model", offline, env, args.get("revision"))
     if eng.draft_path(args):
         checks += _check_model(str(eng.draft_path(args)), "drafter", offline, env,
                                args.get("speculative-draft-model-revision"))
     checks += model_rows  # type: ignore[arg-type]
-    # Leftover ranks of an earlier server: sglang processes not in a tree we are running now.
+    # Leftover ranks of an earlier server: the engine's processes not in a tree we are running now.
     mine = set(identity.owned(st["record"])) if st["record"] else set()
     left = st.get("survivors") or []
     if left:
@@ -151,7 +151,7 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     for s in installs.running_servers(eng):
         if s["pid"] not in mine and s["pid"] not in theirs:
             strays.append(s)
-    for pid in _sglang_children_orphans(mine | set(theirs)):
+    for pid in _orphan_workers(eng, mine | set(theirs)):
         strays.append({"pid": pid, "argv": procfs.cmdline(str(pid))})
     checks += _gpu_checks(args, server_env(req, inst).get("CUDA_VISIBLE_DEVICES"), mine, theirs)
     checks += _start_checks(req, installs.server_python(inst, prof)[0], st["record"])
@@ -263,29 +263,27 @@ def _overlay_preflight(req: ServerRequest, inst: dict, checks: list) -> tuple:
     return st, "overlay"
 
 
-def _sglang_children_orphans(exclude: set) -> list[int]:
-    """Scheduler/detokenizer processes whose server is gone (re-parented to init)."""
+def _orphan_workers(eng, exclude: set) -> list[int]:
+    """The engine's workers (SGLang's schedulers and detokenizer, vLLM's engine core and workers: its
+    `is_orphan_worker` rule) whose server is gone (re-parented to init)."""
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit() or int(p) in exclude:
-            continue
-        argv = procfs.cmdline(p)
-        joined = " ".join(argv)
-        if "sglang" not in joined or "launch_server" in joined:
             continue
         try:
             with open(f"/proc/{p}/comm") as fh:
                 comm = fh.read().strip()
         except OSError:
             comm = ""
-        if comm.startswith("sglang::"):
-            try:
-                with open(f"/proc/{p}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == 1:
-                out.append(int(p))
+        if not eng.is_orphan_worker(procfs.cmdline(p), comm):
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == 1:
+            out.append(int(p))
     return out
 
 

@@ -105,7 +105,7 @@ class ServerBackend:
         host = rec.get("host", "127.0.0.1")
         up = port_open(host, port)
         timeout = float(req.get("health_timeout", 30))
-        engine = inference.get(rec.get("engine"))  # the server's engine, from its record
+        engine = inference.get(inference.of_record(rec))  # the server's engine, from its record
         ready = engine.health_path
         code = health(host, port, timeout, req.get("health_url"), ready) if up and st["running"] else None
         if code == 200 and engine.serves_path and not req.get("health_url"):

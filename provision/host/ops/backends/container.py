@@ -162,7 +162,7 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
     mounts = [f"{sdir}:{SECRETS_DIR}:ro"] + list(extra_mounts or [])
     python = "python3"  # the image's (the host's `python:` setting is a host path, not the image's)
     argv = run_argv(rt, conf, port=port, digest=str(req.get("profile_digest") or ""), python=python,
-                    module=prof.get("module") or inference.get(prof.get("engine")).launch_module, flags=[str(f) for f in prof["flags"]],
+                    module=prof.get("module") or inference.for_request(req).launch_module, flags=[str(f) for f in prof["flags"]],
                     env=env, mounts=mounts, config_file=config_file)
     t0 = time.time()
     p = _run(argv, timeout=600)
@@ -179,8 +179,8 @@ def start(req: dict, sroot: str, image: dict, extra_env: dict | None = None,
            "run_seconds": round(time.time() - t0, 3),
            "profile_digest": req.get("profile_digest"), "profile": req.get("profile_name"),
            "config": os.path.join(sdir, "config.yaml") if config_file else None, "python": python,
-           "install": image.get("install"), "version": image.get("version"), "model": args.get(inference.get(prof.get("engine")).model_arg),
-           "tp": args.get(inference.get(prof.get("engine")).tp_arg, 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
+           "install": image.get("install"), "version": image.get("version"), "model": args.get(inference.for_request(req).model_arg),
+           "tp": args.get(inference.for_request(req).tp_arg, 1), "mechanism": f"{conf['runtime']} container {conf['name']}",
            "spec_args": {k: v for k, v in args.items() if k.startswith("speculative")}}
     return {"ok": True, "started": True, "record": rec}
 

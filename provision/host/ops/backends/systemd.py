@@ -28,7 +28,7 @@ LOG_CAP = 64 << 20  # a persistent server's log is rotated at a start-up once bi
 LOG_KEEP = 3        # rotated logs kept (LOG.1 .. LOG.3)
 
 
-def unit_name(port: int, engine: str = inference.DEFAULT) -> str:
+def unit_name(port: int, engine: str) -> str:
     """The persistent unit of the server on `port`, named for its engine (`systemctl status
     provision-vllm-8000` says what runs there)."""
     return f"provision-{engine}-{port}.service"
@@ -124,14 +124,14 @@ class SystemdBackend(ServerBackend):
             return {"ok": False, "error": {"kind": "no-systemd", "message": why}}
         spec, port, grace = launch["spec"], int(launch["port"]), float(launch["grace"])
         sroot = record.state_root(req)
-        unit = unit_name(port, launch.get("engine") or inference.DEFAULT)
+        unit = unit_name(port, launch["engine"])
         spec_path = record.side_file(req, port, "spec.json")
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
         atomic.write_text(os.path.join(UNIT_DIR, unit),
                           render_server_unit(port, sys.executable, watcher, spec_path, spec["log"], grace,
-                                             launch.get("title") or inference.get(launch.get("engine")).title,
+                                             launch.get("title") or inference.get(launch["engine"]).title,
                                              session_limits()), mode=0o644)
         os.makedirs(sroot, mode=0o700, exist_ok=True)
         tree.clear_files(spec, ("pidfile",))
@@ -168,7 +168,7 @@ class SystemdBackend(ServerBackend):
         if not systemd_available() or rec.get("stopped_at"):
             return tree.stop_tree(rec, grace)
         same_unit = new_backend is self and rec.get("unit") == unit_name(int(launch["port"]),
-                                                                         launch.get("engine") or inference.DEFAULT)
+                                                                         launch["engine"])
         if not same_unit:
             return self.stop(req, rec, grace)
         rec = self.refresh(req, rec)

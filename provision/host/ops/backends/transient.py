@@ -22,7 +22,7 @@ from provision.host.ops.backends.base import ServerBackend
 from provision.host.ops.backends.systemctl import session_limits, systemctl, unit_state
 
 
-def unit_name(port: int, stamp: int, engine: str = inference.DEFAULT) -> str:
+def unit_name(port: int, stamp: int, engine: str) -> str:
     return f"provision-{engine}-{port}-run{stamp}.service"
 
 
@@ -40,12 +40,12 @@ class TransientBackend(ServerBackend):
         watcher = record.side_file(req, port, "watcher.py")
         atomic.write_json(spec_path, spec)
         atomic.write_text(watcher, tree.WATCHER)
-        unit = unit_name(port, time.time_ns() // 1000, launch.get("engine") or inference.DEFAULT)
+        unit = unit_name(port, time.time_ns() // 1000, launch["engine"])
         run, why = trusted_binary("systemd-run")
         if why or not run:
             return {"ok": False, "error": {"kind": "systemd", "message": f"systemd-run: {why or 'not found'}"}}
         limits = [a for k, v in session_limits().items() for a in ("-p", f"{k}={v}")]
-        title = launch.get("title") or inference.get(launch.get("engine")).title
+        title = launch.get("title") or inference.get(launch["engine"]).title
         try:
             p = subprocess.run([run, f"--unit={unit}", "--collect", "--quiet", *limits,
                                 "-p", "KillMode=control-group", "-p", f"TimeoutStopSec={int(grace)}",

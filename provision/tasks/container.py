@@ -1,5 +1,5 @@
 """A server in a container (profile `launch.container`) as `status` shows it: the container, its
-image, the SGLang version inside and what the image's class needs (the fix)."""
+image, the engine's version inside and what the image's class needs (the fix)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ FIX_VERDICT = {"native": "native", "in-image": "patched", "missing": "missing"}
 
 
 def container_text(rec: dict, ans: dict) -> str:
-    """`container NAME (RUNTIME, id ID, STATE) image IMAGE with SGLang VERSION` (pure)."""
+    """`container NAME (RUNTIME, id ID, STATE) image IMAGE with ENGINE VERSION` (pure)."""
+    from provision.host import inference
+
     c = rec.get("container") or {}
     now = ans.get("container") or {}
+    title = inference.get(inference.of_record(rec)).title
     return (f"container {c.get('name')} ({c.get('runtime')}, id {c.get('id')}, {now.get('status') or 'gone'}) "
-            f"image {c.get('image')} with SGLang {c.get('sglang')}")
+            f"image {c.get('image')} with {title} {c.get('sglang')}")
 
 
 def container_status(host: str, answer: StatusAnswer) -> HostResult:

@@ -89,7 +89,7 @@ def _engine_of_specs(specs: list[PatchSpec]):
     from provision.errors import ConfigError
     from provision.host import inference
 
-    names = {inference.of_package(s.to_engine().get("package")) for s in specs} - {None}
+    names = {inference.of_package(s.package) for s in specs} - {None}
     if len(names) > 1:
         raise ConfigError(f"the specs fix the files of {' and '.join(sorted(str(n) for n in names))}: an overlay is "
                           "one engine's; write one per engine")

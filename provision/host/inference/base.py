@@ -149,6 +149,15 @@ class InferenceEngine:
         touched: one sentence each (the caller prefixes where). Pure."""
         return [] if args.get(self.model_arg) else [f"launch.args.{self.model_arg} is required"]
 
+    def spec_read_files(self, spec: dict) -> list[str]:
+        """The files of its package (relative paths) that judging `spec` reads besides the spec's own
+        `file`: an interface spec's protocol (where the release declares the members). An image's
+        files are read from it by this list (host/ops/container.py)."""
+        out = []
+        if spec.get("kind") == "interface" and spec.get("protocol"):
+            out.append(str(spec["protocol"]).partition(":")[0])
+        return out
+
     def source_files(self, install_dir: str) -> dict:
         """The files of an install (its package directory) preflight reads: {"server_args": where it
         declares its server's flags, "fields": {name: path} (flags declared elsewhere), "choices"

@@ -170,6 +170,11 @@ except Exception:
             out.append(f"gpu-memory-utilization must be in (0, 1], got {gmu!r}")
         return out
 
+    def spec_read_files(self, spec: dict) -> list[str]:
+        """Besides the protocol: the model registry, where its overlay reads the architectures a
+        class is served under (engine/audit_vllm.py `architectures`)."""
+        return super().spec_read_files(spec) + [f"{self.models_subdir}/registry.py"]
+
     def source_files(self, install_dir: str) -> dict:
         """Its flags are declared in engine/arg_utils.py and the config dataclasses; its model classes
         in model_executor/models/*.py."""

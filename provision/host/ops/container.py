@@ -97,11 +97,15 @@ def _image_inspect(rt: str, image: str) -> tuple[str | None, list]:
 
 
 def spec_files(req: dict) -> list[str]:
-    """The files (relative to the engine's package) of the request's specs of that package, in order."""
-    package = inference.for_request(req).package
+    """The files (relative to the engine's package) of the request's specs of that package, in order,
+    and those judging each reads besides (the engine's `spec_read_files`: an interface's protocol)."""
+    engine = inference.for_request(req)
     specs = list(req.get("specs") or ([req["spec"]] if req.get("spec") else []))
-    return list(dict.fromkeys(str(s["file"]) for s in specs
-                              if s.get("file") and (s.get("package") or DEFAULT_PACKAGE) == package))
+    out = []
+    for s in specs:
+        if s.get("file") and (s.get("package") or DEFAULT_PACKAGE) == engine.package:
+            out += [str(s["file"])] + engine.spec_read_files(s)
+    return list(dict.fromkeys(out))
 
 
 def image_probe_script(package: str) -> str:
@@ -214,10 +218,28 @@ def image_patch_state(img: ContainerImage, spec: dict | None) -> dict | None:
                           "message": (img.get("file_errors") or {}).get(rel) or f"{rel}: not in the image"}}
     from provision.host.engine import core as engine
 
-    # The image's other modules are not on this host: base classes are not followed (resolve_module=None).
-    info: dict = dict(engine.inspect(base64.b64decode(files[rel]), spec))
+    # The image's other modules are read from it only when judging the spec needs them (an
+    # interface's protocol): base classes elsewhere in the image are not followed.
+    info: dict = dict(engine.inspect(base64.b64decode(files[rel]), spec,
+                                     resolve_module=_image_resolver(files, spec.get("package") or DEFAULT_PACKAGE)))
     info["file"] = os.path.join(img.get("install") or "", rel)
     return info
+
+
+def _image_resolver(files: dict, package: str):
+    """resolve_module over the files read from an image ({relative path: base64}): `vllm.a.b` ->
+    a/b.py or a/b/__init__.py when it was read, else None."""
+    def resolve(name: str) -> bytes | None:
+        parts = name.split(".")
+        if parts[0] != package:
+            return None
+        base = "/".join(parts[1:])
+        for rel in (base + ".py", base + "/__init__.py"):
+            if rel in files:
+                return base64.b64decode(files[rel])
+        return None
+
+    return resolve
 
 
 def image_fix(info: dict | None) -> dict:

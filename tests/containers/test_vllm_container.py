@@ -89,7 +89,7 @@ def test_missing_in_the_image_the_overlay_is_carried_and_the_server_loads_it(tmp
     proc, doc = launch(tmp_path, ssh_env, host, pb)
     r = doc["hosts"][0]
     assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr)
-    assert f"image {vllm_image}: vLLM {VERSION} at {SITE}/vllm" in proc.stderr, proc.stderr
+    assert f"image {vllm_image}: vLLM {VERSION} inside" in proc.stderr, proc.stderr
     assert r["data"]["image"]["version"] == VERSION and r["data"]["image"]["install"] == f"{SITE}/vllm"
     assert "overlay staged in /var/lib/provision/overlay/" in proc.stderr, proc.stderr
     assert "KimiVLForConditionalGeneration" in proc.stderr and "mounted read-only at" in proc.stderr

@@ -68,6 +68,12 @@ def launch(tmp_path, ssh_env, host, pb, *extra):
                     "--deadline", "120", *extra, timeout=420)
 
 
+def launch_ready(tmp_path, ssh_env, host, pb):
+    """Launch to ready: (the run's stderr, the host's row)."""
+    err, r = launch_ready(tmp_path, ssh_env, host, pb)
+    return proc.stderr, r
+
+
 def stop(tmp_path, ssh_env, host, pb) -> None:
     run("stop", "-i", inventory(tmp_path, ssh_env, host), "--playbook", pb, check_rc=0)
     assert containers(ssh_env, host) == []
@@ -86,13 +92,11 @@ def test_missing_in_the_image_the_overlay_is_carried_and_the_server_loads_it(tmp
     host = podman_host
     models(host)
     pb = playbook(tmp_path, vllm_image, "kimi-vl-eagle3-vllm", "/data/models/kimi-vl")
-    proc, doc = launch(tmp_path, ssh_env, host, pb)
-    r = doc["hosts"][0]
-    assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr)
-    assert f"image {vllm_image}: vLLM {VERSION} inside" in proc.stderr, proc.stderr
+    err, r = launch_ready(tmp_path, ssh_env, host, pb)
+    assert f"image {vllm_image}: vLLM {VERSION} inside" in err, err
     assert r["data"]["image"]["version"] == VERSION and r["data"]["image"]["install"] == f"{SITE}/vllm"
-    assert "overlay staged in /var/lib/provision/overlay/" in proc.stderr, proc.stderr
-    assert "KimiVLForConditionalGeneration" in proc.stderr and "mounted read-only at" in proc.stderr
+    assert "overlay staged in /var/lib/provision/overlay/" in err, err
+    assert "KimiVLForConditionalGeneration" in err and "mounted read-only at" in err
     name = containers(ssh_env, host)[0].split()[0]
     env = json.loads(ssh_env.ssh(host, f"podman inspect {name}").stdout)[0]["Config"]["Env"]
     assert "PROVISION_OVERLAY=provision_overlay" in env
@@ -115,10 +119,8 @@ def test_native_and_patched_in_the_image_are_told_from_its_own_files(tmp_path, s
     models(host)
     # native: 0.18's KimiK25ForConditionalGeneration has the interface: no overlay, status native
     pb = playbook(tmp_path, vllm_image, "kimi-k25-eagle3-vllm", "/data/models/kimi-k25")
-    proc, doc = launch(tmp_path, ssh_env, host, pb)
-    r = doc["hosts"][0]
-    assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr)
-    assert f"the image's vLLM {VERSION} has every method natively: no overlay needed" in proc.stderr, proc.stderr
+    err, r = launch_ready(tmp_path, ssh_env, host, pb)
+    assert f"the image's vLLM {VERSION} has every method natively: no overlay needed" in err, err
     assert status(tmp_path, ssh_env, host, pb)["verdict"] == "native"
     stop(tmp_path, ssh_env, host, pb)
 
@@ -137,9 +139,7 @@ def test_native_and_patched_in_the_image_are_told_from_its_own_files(tmp_path, s
              f"podman cp /root/kimi_vl.py bake:{SITE}/vllm/{spec['file']} && "
              "podman commit -q bake localhost/my-vllm:patched >/dev/null && podman rm bake >/dev/null")
     pb = playbook(tmp_path, "localhost/my-vllm:patched", "kimi-vl-eagle3-vllm", "/data/models/kimi-vl")
-    proc, doc = launch(tmp_path, ssh_env, host, pb)
-    r = doc["hosts"][0]
-    assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr)
+    err, r = launch_ready(tmp_path, ssh_env, host, pb)
     st = status(tmp_path, ssh_env, host, pb)
     assert st["verdict"] == "patched" and "the image's class has the methods (provision's block)" in st["detail"], st
     stop(tmp_path, ssh_env, host, pb)

@@ -70,7 +70,9 @@ def launch(tmp_path, ssh_env, host, pb, *extra):
 
 def launch_ready(tmp_path, ssh_env, host, pb):
     """Launch to ready: (the run's stderr, the host's row)."""
-    err, r = launch_ready(tmp_path, ssh_env, host, pb)
+    proc, doc = launch(tmp_path, ssh_env, host, pb)
+    r = doc["hosts"][0]
+    assert proc.returncode == 0 and r["verdict"] == "ready", (r, proc.stderr)
     return proc.stderr, r
 
 

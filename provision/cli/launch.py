@@ -279,9 +279,18 @@ def wait(ctx, profile, server_port, deadline, poll, max_outage):
 @fleet_options
 @_server_options
 @click.option("--grace", type=float, default=None, metavar="S",
-              help="Seconds between SIGTERM (SGLang drains requests) and SIGKILL. Default: the profile's, 30.")
+              help="The drain's deadline: seconds the server gets to finish its requests in flight after "
+                   "SIGTERM (to its main process: SGLang answers 503 and ends once none is left) before what "
+                   "is left is killed; the row says how many requests that cut. Default: the profile's "
+                   "`grace`, 30.")
 def stop(ctx, profile, server_port, grace):
-    """Stop the server provision started: the whole tree, ranks included."""
+    """Stop the server provision started: it drains first, then the whole tree goes, ranks included.
+
+    \b
+    The server's main process alone gets SIGTERM, so it finishes the requests
+    in flight as its engine drains (a signal to every rank would end them
+    mid-request); at --grace what is left is ended (SIGTERM, then SIGKILL) and
+    the row says how many requests were still in flight."""
     from provision.tasks.server_verbs import stop_fn
 
     opts = _server_opts(profile, server_port)

@@ -38,6 +38,7 @@ class _State:
         self.requests_total = 0
         self.dead_ranks: set[int] = set()
         self.up_since = 0.0
+        self.in_flight: dict = {}  # rid -> path: requests being answered (what a drain waits for)
 
 
 def _make_handler(L: Launch, state: _State):
@@ -145,6 +146,16 @@ def _make_handler(L: Launch, state: _State):
         do_HEAD = do_GET
 
         def do_POST(self):
+            rid = uuid.uuid4().hex
+            with state.lock:
+                state.in_flight[rid] = self.path
+            try:
+                return self._post()
+            finally:
+                with state.lock:
+                    state.in_flight.pop(rid, None)
+
+        def _post(self):
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
                 self._body()
@@ -431,14 +442,33 @@ class Main:
         while not self.stop_requested:
             time.sleep(0.1)
             self.reap()
-        # drain: /health -> 503, give in-flight requests a moment, then stop the tree
-        with self.state.lock:
-            self.state.status = "shutting_down"
-        time.sleep(_env_float("PROVISION_STANDIN_DRAIN_SECONDS", 0.5))
+        self.drain()
         httpd.shutdown()
         httpd.server_close()
         self.kill_children()
         return 0
+
+    def drain(self) -> None:
+        """SGLang 0.5.9's SIGTERM (tokenizer_manager.py sigterm_watchdog): /health answers 503, new
+        requests are still taken, and every poll the requests in flight are counted and logged; the
+        tree ends once none is left. No deadline of its own; SGL_FORCE_SHUTDOWN=1 skips the drain.
+        The poll is SGLang's 5 s; PROVISION_STANDIN_DRAIN_POLL shortens it (the sandbox's 0.5 s)."""
+        log.warning("SIGTERM received. signum=15 frame=None. Draining requests and shutting down...")
+        with self.state.lock:
+            self.state.status = "shutting_down"
+        if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
+            log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+            return
+        poll = _env_float("PROVISION_STANDIN_DRAIN_POLL", _env_float("PROVISION_STANDIN_DRAIN_SECONDS", 0.5))
+        time.sleep(poll)
+        while True:
+            with self.state.lock:
+                rids = list(self.state.in_flight)
+            log.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+                     f"Remaining requests remaining_rids={rids}.")
+            if not rids:
+                return
+            time.sleep(poll)
 
     def reap(self) -> None:
         for rank, pid in enumerate(self.rank_pids):

@@ -30,6 +30,20 @@ def wait_fn(opts: LaunchOptions, display):
     return fn
 
 
+def drain_words(ans: dict, grace: float) -> str:
+    """What the drain did, for a stop's row (pure): drained, or the requests the deadline cut."""
+    d = ans.get("drain")
+    if not d:
+        return ""
+    if d.get("drained"):
+        return f"; drained: every request in flight finished ({d.get('waited')} s)"
+    cut = ans.get("cut")
+    if cut is None:
+        return f"; the drain did not end by the {grace:g} s deadline (--grace): what was in flight was cut"
+    return (f"; {cut} request(s) still in flight were cut at the {grace:g} s deadline (--grace)" if cut else
+            f"; the drain did not end by the {grace:g} s deadline (--grace), with nothing in flight")
+
+
 def stop_fn(opts: LaunchOptions, grace: float | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
@@ -54,7 +68,8 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
             how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
                                                                            else "")
         return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
-                          f"{ans['elapsed']} s; none left", data={"pids": ans["pids"]})
+                          f"{ans['elapsed']} s; none left" + drain_words(ans, g),
+                          data={"pids": ans["pids"], "drain": ans.get("drain"), "cut": ans.get("cut")})
 
     return fn
 

@@ -188,6 +188,11 @@ class InferenceEngine:
         """Is this command line its server's main process (not a shell that names it)?"""
         raise NotImplementedError
 
+    def drain_remaining(self, log_text: str) -> int | None:
+        """The requests still in flight, as the engine's own drain lines in `log_text` last said
+        (None: it says nothing while it drains)."""
+        return None
+
     def may_be_server(self, raw: bytes) -> bool:
         """A cheap look at a raw /proc cmdline before `is_server`: False only when it cannot be one."""
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 from provision.host.inference.base import InferenceEngine
 
@@ -28,6 +29,7 @@ def is_sglang_server(argv: list[str]) -> bool:
     return any(os.path.basename(a) == "sglang" and b == "serve" for a, b in zip(argv, argv[1:]))
 
 
+DRAIN_LINE = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)")
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 META_FIELDS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
                "spec_accept_token_num", "spec_draft_token_num", "spec_num_correct_drafts", "spec_num_proposed_drafts")
@@ -137,6 +139,12 @@ class SGLang(InferenceEngine):
 
     def is_server(self, argv: list[str]) -> bool:
         return is_sglang_server(argv)
+
+    def drain_remaining(self, log_text: str) -> int | None:
+        """0.5.9's sigterm_watchdog logs `Gracefully exiting... Remaining number of requests N.` every
+        5 s while it drains (tokenizer_manager.py): the last one."""
+        found = DRAIN_LINE.findall(log_text)
+        return int(found[-1]) if found else None
 
     def may_be_server(self, raw: bytes) -> bool:
         return b"sglang" in raw and (b"launch_server" in raw or b"serve" in raw)

@@ -31,7 +31,7 @@ class DetachedBackend(ServerBackend):
                 "mechanism": "detached"}
 
     def stop(self, req: dict, rec: dict, grace: float) -> dict:
-        return tree.stop_tree(rec, grace)
+        return tree.stop_tree(rec, grace, drain_first=True)
 
     def state(self, req: dict, rec: dict) -> dict:
         return tree.state(rec)

@@ -77,6 +77,11 @@ class TransientBackend(ServerBackend):
         unit = rec.get("cgroup_unit")
         t0 = time.monotonic()
         before = identity.owned(rec)
+        # the server drains first (its main process alone is signalled): `systemctl stop` would
+        # SIGTERM every process of the unit's cgroup at once, ranks mid-request included
+        drained = tree.drain(rec, grace) if before else {"skipped": True}
+        if not drained.get("skipped"):
+            grace = max(1.0, grace - drained["waited"])
         if unit and before:
             p = systemctl("stop", unit, timeout=grace + 60)
             if p.returncode != 0 and (unit_state(unit) or {}).get("LoadState") not in ("not-found", None):
@@ -86,6 +91,10 @@ class TransientBackend(ServerBackend):
         if out.get("ok") and before:
             out.update(stopped=True, pids=sorted(set(before) | set(out.get("pids") or [])),
                        elapsed=round(time.monotonic() - t0, 2), transient_unit=unit)
+            if not drained.get("skipped"):
+                out["drain"] = {"drained": drained["drained"], "waited": drained["waited"]}
+                if not drained["drained"]:
+                    out["cut"] = drained["in_flight"]
         return out
 
     def state(self, req: dict, rec: dict) -> dict:

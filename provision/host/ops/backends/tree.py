@@ -237,14 +237,53 @@ def prune_logs(directory: str, pattern: str, keep: int, current: str | None) -> 
     return gone
 
 
-def stop_tree(rec: dict, grace: float) -> dict:
+def drain(rec: dict, grace: float) -> dict:
+    """Let the server finish its requests in flight, as its engine drains: SIGTERM to its main
+    process only (SGLang answers 503 and ends its tree once nothing is in flight; vLLM started with
+    --shutdown-timeout waits for them), then wait for the whole tree to end, up to `grace` seconds.
+    A signal to every rank instead would end them mid-request. What is still in flight at the
+    deadline is read from the engine's own drain lines in the log written since the signal (its
+    `drain_remaining`). {"drained": bool, "waited": s, "in_flight": N or None (not said)}."""
+    from provision.host import inference
+
+    t0 = time.monotonic()
+    main = rec.get("pid")
+    pids = identity.owned(rec)
+    if not pids or main not in pids or not alive(main, rec.get("starttime")):
+        return {"drained": False, "waited": 0.0, "in_flight": None, "skipped": True}
+    known = identity.snapshot(pids)
+    try:
+        offset = os.path.getsize(rec.get("log") or "")
+    except OSError:
+        offset = None
+    try:
+        os.kill(int(main), signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = t0 + grace
+    while time.monotonic() < deadline and (identity.still_alive(known) or identity.owned(rec)):
+        time.sleep(0.1)
+    gone = not identity.still_alive(known) and not identity.owned(rec)
+    in_flight = None
+    if not gone and offset is not None:
+        text, _ = read_chunk(rec["log"], offset, 4 << 20)
+        in_flight = inference.get(inference.of_record(rec)).drain_remaining(text)
+    return {"drained": gone, "waited": round(time.monotonic() - t0, 2), "in_flight": in_flight}
+
+
+def stop_tree(rec: dict, grace: float, drain_first: bool = False) -> dict:
     """SIGTERM the server's tree, SIGKILL what is left after `grace` seconds: only processes that are
     provably the record's (identity.owned, then the identities taken at the start, so ranks
-    re-parented away mid-stop are still followed and a reused number never is)."""
+    re-parented away mid-stop are still followed and a reused number never is). `drain_first`: the
+    server drains first (`drain`), its requests in flight finished within the same `grace`; the
+    answer's "cut" says how many were still in flight at the deadline (None: not said)."""
     t0 = time.monotonic()
     pids = identity.owned(rec)
     if not pids:
         return {"ok": True, "stopped": False, "pids": [], "escalated": False, "elapsed": 0.0}
+    drained = drain(rec, grace) if drain_first else None
+    if drained is not None and not drained.get("skipped"):
+        grace = max(0.0, grace - drained["waited"])  # the rest of the deadline, for what is left
     known = identity.snapshot(pids)
 
     def left() -> list[int]:
@@ -282,5 +321,9 @@ def stop_tree(rec: dict, grace: float) -> dict:
     rest = left()
     if rest:
         return {"ok": False, "error": {"kind": "stop", "message": f"processes still alive after SIGKILL: {rest}"}}
-    return {"ok": True, "stopped": True, "pids": pids, "escalated": sent_kill,
-            "elapsed": round(time.monotonic() - t0, 2)}
+    out = {"ok": True, "stopped": True, "pids": pids, "escalated": sent_kill, "elapsed": round(time.monotonic() - t0, 2)}
+    if drained is not None and not drained.get("skipped"):
+        out["drain"] = {"drained": drained["drained"], "waited": drained["waited"]}
+        if not drained["drained"]:
+            out["cut"] = drained["in_flight"]  # still in flight at the deadline (None: the engine did not say)
+    return out

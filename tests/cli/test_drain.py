@@ -52,7 +52,7 @@ def launched(tmp_path, ssh_env, host, env) -> str:
     doc = json.loads(open(inv).read())
     doc["defaults"]["env"].update({"PROVISION_STANDIN_DECODE_TOK_S": "50", "PROVISION_STANDIN_DRAIN_POLL": "0.5"})
     open(inv, "w").write(json.dumps(doc))
-    proc, out = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=300)
+    proc, out = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
     assert proc.returncode == 0 and out["hosts"][0]["verdict"] == "ready", proc.stdout + proc.stderr
     return inv
 

@@ -72,11 +72,56 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     assert b["spec"]["speculative_algorithm"] == "EAGLE3" and "|vllm 0.32.0|" in b["key"], b
 
     assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"
+    # stop drains (issue 59): provision started vLLM with --shutdown-timeout (the grace, 20 s: its own
+    # parser has the flag), so the completion in flight when the stop's SIGTERM comes finishes whole
+    assert "--shutdown-timeout 20" in " ".join(json_record(vhost)["argv"]), json_record(vhost)["argv"]
+    vhost.hostpath("/root/long.py").write_text(LONG_COMPLETION)
+    vhost.run(f"nohup python3 /root/long.py {models}/target /root/long.json >/dev/null 2>&1 &")
+    wait_in_flight(vhost)
     t0 = time.monotonic()
-    run("stop", *cli, "--playbook", pb, check_rc=0)
-    print(f"stop: {time.monotonic() - t0:.1f} s")
+    stopped = run("stop", *cli, "--playbook", pb, check_rc=0)
+    print(f"stop: {time.monotonic() - t0:.1f} s; {stopped.stdout.strip()}")
+    got = json.loads(vhost.hostpath("/root/long.json").read_text())
+    assert got.get("finish_reason") == "length" and got.get("tokens") == 480, got  # whole, not aborted
+    log = vhost.hostpath(json_record(vhost)["log"]).read_text()
+    assert "stopping engine client mode=drain timeout=20s" in log, log[-3000:]
     assert vllm_pids(vhost) == [], "stop ended vLLM's whole tree (APIServer, EngineCore, Worker)"
     assert curl(vhost, "/health") == 0
+
+
+LONG_COMPLETION = r"""
+import json, sys, urllib.request
+body = json.dumps({"model": sys.argv[1], "prompt": "hello", "max_tokens": 480, "temperature": 0,
+                   "ignore_eos": True}).encode()
+try:
+    r = urllib.request.Request("http://127.0.0.1:30000/v1/completions", data=body,
+                               headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=300) as resp:
+        doc = json.loads(resp.read())
+    out = {"finish_reason": doc["choices"][0]["finish_reason"], "tokens": doc["usage"]["completion_tokens"]}
+except Exception as exc:
+    out = {"error": f"{type(exc).__name__}: {exc}"}
+open(sys.argv[2], "w").write(json.dumps(out))
+"""
+
+
+def json_record(host) -> dict:
+    return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+
+
+def wait_in_flight(host, timeout: float = 30) -> None:
+    """Until vLLM's own gauge counts the request running (so the stop comes while it is in flight)."""
+    import re
+
+    deadline = time.monotonic() + timeout
+    prog = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:30000/metrics', timeout=5).read().decode())"
+    while time.monotonic() < deadline:
+        text = host.run(["python3", "-c", prog], check=False).stdout
+        m = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
+        if m and float(m.group(1)) >= 1:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the long completion never showed as running")
 
 
 def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_command_line(

@@ -188,6 +188,10 @@ class InferenceEngine:
         """Is this command line its server's main process (not a shell that names it)?"""
         raise NotImplementedError
 
+    # A start-time flag that makes SIGTERM drain instead of abort, given the grace as its seconds,
+    # added where the install's parser has it and the profile does not set it ("": none needed)
+    drain_flag = ""
+
     def drain_remaining(self, log_text: str) -> int | None:
         """The requests still in flight, as the engine's own drain lines in `log_text` last said
         (None: it says nothing while it drains)."""

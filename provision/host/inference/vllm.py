@@ -222,6 +222,10 @@ except Exception:
     def is_server(self, argv: list[str]) -> bool:
         return is_vllm_server(argv)
 
+    # 0.32's --shutdown-timeout (engine/arg_utils.py, int, default 0): 0 aborts every request in flight
+    # on SIGTERM, N waits up to N s for them; older releases lack it (then SIGTERM aborts)
+    drain_flag = "shutdown-timeout"
+
     def may_be_server(self, raw: bytes) -> bool:
         return b"vllm" in raw
 

@@ -17,6 +17,7 @@ import time
 from provision.host import inference
 from provision.host.facts import installs
 from provision.host.lib import atomic
+from provision.host.lib.paths import default_state_dir
 from provision.host.ops import server_secrets
 from provision.host.ops.backends import record
 from provision.host.ops.backends.record import log_root, state_root
@@ -62,7 +63,7 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
     # the flags were rendered on the control side (profile.render_flags)
-    argv = engine.start_argv(python, prof.get("module"), prof["flags"])
+    argv = engine.start_argv(python, prof.get("module"), prof["flags"]) + drain_flags(req, inst, python, engine)
     cfg, token, files = server_secrets.write_host_files(req, port, secrets)
     if cfg:
         argv += [engine.config_flag, cfg]  # the separate-token form: SGLang silently ignores `--config=FILE`
@@ -91,6 +92,24 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
         fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
     return {"ok": True, "spec": spec, "port": port, "grace": float(prof.get("grace", 30)), "inst": inst,
             "engine": engine.name, "title": engine.title, "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
+
+
+def drain_flags(req: dict, inst: dict, python: str, engine) -> list:
+    """`--shutdown-timeout GRACE` for an engine whose SIGTERM aborts requests in flight unless a
+    start-time flag says to drain (vLLM), when the install's own parser has the flag (the table
+    preflight read and cached) and the profile does not set it: a stop then drains up to the grace."""
+    flag = engine.drain_flag
+    prof = req["profile"]
+    if not flag or flag in (prof.get("args") or {}) or f"--{flag}" in [str(f).split("=")[0] for f in prof["flags"]]:
+        return []
+    from provision.host.ops import preflight_model
+
+    try:
+        table = preflight_model.install_tables(inst["path"], req.get("state_dir") or default_state_dir(),
+                                               engine.name, python).get("flags") or {}
+    except Exception:  # noqa: BLE001 - an unread parser adds no flag: the release's own default stands
+        return []
+    return [f"--{flag}", str(max(1, int(float(prof.get("grace", 30)))))] if f"--{flag}" in table else []
 
 
 # The files of a port's server that a new start writes over: its secrets, the watcher's spec and

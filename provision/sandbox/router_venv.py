@@ -1,0 +1,77 @@
+"""The venv of the router tier: the real ``sglang-router`` from the package registry (test set-up only).
+
+``sglang-router`` is a Rust binary in an abi3 wheel (``sglang_router_rs``) with a Python launcher,
+``python -m sglang_router.launch_router``; its launcher also imports its debugging load balancer's
+dependencies (aiohttp, fastapi, uvicorn, orjson) and setproctitle, so it gets a venv of its own,
+made from Debian's ``/usr/bin/python3`` (a venv in a pyenv tree would not run inside a sandbox host).
+Cached in ``~/.cache/provision-router/venv-sglang-router-<version>-<hash>``, built once per machine
+(about 30 s and 100 MB); a lock file keeps two builders apart.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from provision.sandbox.homedir import REAL_HOME_VAR
+from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable
+
+VERSION = "0.3.2"
+PACKAGE = f"sglang-router=={VERSION}"
+LAYOUT_VERSION = 1
+
+
+def cache_root() -> Path:
+    root = os.environ.get("PROVISION_ROUTER_CACHE") or os.path.join(
+        os.environ.get(REAL_HOME_VAR) or os.path.expanduser("~"), ".cache", "provision-router")
+    return Path(root)
+
+
+def venv_dir() -> Path:
+    digest = hashlib.sha256(json.dumps({"package": PACKAGE, "layout": LAYOUT_VERSION,
+                                        "python": os.path.realpath(SYSTEM_PYTHON)}, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / f"venv-sglang-router-{VERSION}-{digest}"
+
+
+def cached() -> Path | None:
+    venv = venv_dir()
+    return venv if (venv / ".complete").exists() else None
+
+
+def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
+    """The cached venv, built when absent: (venv dir, seconds spent building, 0 when cached)."""
+    venv = venv_dir()
+    done = venv / ".complete"
+    if done.exists():
+        return venv, 0.0
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".lock-{VERSION}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return venv, 0.0
+        t0 = time.monotonic()
+        if log:
+            log(f"building {venv.name}: {PACKAGE} (about 30 s, once per machine)")
+        if venv.exists():
+            shutil.rmtree(venv)
+        for cmd in ([SYSTEM_PYTHON, "-m", "venv", str(venv)],
+                    [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                     "--no-input", PACKAGE]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+                raise VenvUnavailable(f"{' '.join(cmd[:6])} ... failed (exit {proc.returncode}):\n{tail}")
+        check = subprocess.run([str(venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--help"],
+                               capture_output=True, text=True, timeout=120)
+        if check.returncode != 0:
+            raise VenvUnavailable(f"{venv}: sglang_router.launch_router does not run: {check.stderr[-400:]}")
+        done.write_text(f"{VERSION}\n")
+        return venv, time.monotonic() - t0

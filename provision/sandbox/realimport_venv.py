@@ -179,6 +179,26 @@ def _run(cmd: list[str], log: Callable[[str], object] | None) -> None:
         raise VenvUnavailable(f"{' '.join(cmd[:6])} ... failed (exit {proc.returncode}):\n{tail}")
 
 
+def locked_build(venv: Path, lock: Path, build: Callable[[], None], mark: str) -> float:
+    """Build `venv` once per machine with `build()`: under the lock file `lock` (two builders never
+    race), skipped while its `.complete` mark exists, started afresh after a build that stopped
+    half-way; the mark (`mark`'s text) is written once `build()` returned. Seconds spent, 0 when cached."""
+    done = venv / ".complete"
+    if done.exists():
+        return 0.0
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if done.exists():
+            return 0.0
+        t0 = time.monotonic()
+        if venv.exists():
+            shutil.rmtree(venv)
+        build()
+        done.write_text(f"{mark}\n")
+        return time.monotonic() - t0
+
+
 def ensure_venv(version: str = "0.5.9", log: Callable[[str], object] | None = None) -> tuple[Path, float]:
     """The cached venv for SGLang ``version``, built when absent. Returns (venv dir, seconds spent
     building: 0 when cached). One builder at a time per machine (a lock file beside it)."""

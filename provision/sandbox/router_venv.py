@@ -10,18 +10,15 @@ Cached in ``~/.cache/provision-router/venv-sglang-router-<version>-<hash>``, bui
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Callable
 
 from provision.sandbox.homedir import REAL_HOME_VAR
-from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable
+from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable, locked_build
 
 VERSION = "0.3.2"
 PACKAGE = f"sglang-router=={VERSION}"
@@ -48,20 +45,10 @@ def cached() -> Path | None:
 def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
     """The cached venv, built when absent: (venv dir, seconds spent building, 0 when cached)."""
     venv = venv_dir()
-    done = venv / ".complete"
-    if done.exists():
-        return venv, 0.0
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".lock-{VERSION}", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return venv, 0.0
-        t0 = time.monotonic()
+
+    def build() -> None:
         if log:
             log(f"building {venv.name}: {PACKAGE} (about 30 s, once per machine)")
-        if venv.exists():
-            shutil.rmtree(venv)
         for cmd in ([SYSTEM_PYTHON, "-m", "venv", str(venv)],
                     [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                      "--no-input", PACKAGE]):
@@ -73,5 +60,5 @@ def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float
                                capture_output=True, text=True, timeout=120)
         if check.returncode != 0:
             raise VenvUnavailable(f"{venv}: sglang_router.launch_router does not run: {check.stderr[-400:]}")
-        done.write_text(f"{VERSION}\n")
-        return venv, time.monotonic() - t0
+
+    return venv, locked_build(venv, cache_root() / f".lock-{VERSION}", build, VERSION)

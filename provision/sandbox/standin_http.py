@@ -139,8 +139,10 @@ def _make_handler(L: Launch, state: _State):
                     return self._json(404, {"detail": "Not Found"})
                 return self._send(200, _metrics(L, state, accept_len, accept_rate, throughput).encode(),
                                   ctype="text/plain; version=0.0.4; charset=utf-8")
-            if path == "/get_load":
-                return self._json(200, [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}])
+            if path == "/get_load":  # the scheduler's requests (0.5.9's get_load): those being answered
+                with state.lock:
+                    running = len(state.in_flight)
+                return self._json(200, [{"dp_rank": 0, "num_reqs": running, "num_waiting_reqs": 0, "num_tokens": 0}])
             return self._json(404, {"detail": "Not Found"})
 
         do_HEAD = do_GET

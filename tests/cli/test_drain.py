@@ -61,7 +61,21 @@ def request(host, tokens: int, name: str):
     """A /generate of `tokens` tokens sent inside the host, in the background; its outcome lands in a file."""
     host.hostpath(f"/root/{name}.py").write_text(CLIENT)
     host.run(f"nohup {host.python} /root/{name}.py {tokens} /root/{name}.json >/dev/null 2>&1 &")
-    time.sleep(1.0)  # it is in flight
+    wait_in_flight(host)
+
+
+def wait_in_flight(host, timeout: float = 30) -> None:
+    """Until the server counts the request (SGLang's /get_load: the scheduler's requests)."""
+    prog = ("import json, urllib.request\n"
+            "print(json.loads(urllib.request.urlopen('http://127.0.0.1:30000/get_load', timeout=5).read())[0]"
+            "['num_reqs'])\n")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = host.run([host.python, "-c", prog], check=False).stdout.strip()
+        if out.isdigit() and int(out) >= 1:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the request never showed in flight on the server")
 
 
 def outcome(host, name: str) -> dict:

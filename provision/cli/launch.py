@@ -31,6 +31,15 @@ def _server_options(fn):
     return server_port_option()(fn)
 
 
+def _router_option(fn):
+    return click.option("--router", metavar="URL", default=None,
+                        help="The router in front of the selected hosts' servers (sglang-router, or vllm-router; "
+                             "the inventory's `router:` per host or group otherwise): a stop or restart takes the "
+                             "server out of it first and waits until it is no longer listed; a restarted server "
+                             "is put back once ready and warmed. A router that does not answer leaves the server "
+                             "as it is (--force goes on without it).")(fn)
+
+
 def _server_opts(profile, server_port, **kw):
     from provision.tasks.options import LaunchOptions
 
@@ -148,8 +157,10 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--rank-grace", type=float, default=10.0, show_default=True, metavar="S",
               help="When the main server process dies, seconds its watcher gives the rest of its tree (ranks "
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
+@_router_option
 def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
-           deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace):
+           deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace,
+           router):
     """Start the playbook's server (SGLang, or vLLM with `engine: vllm`) with its
     EAGLE-3 drafter and follow it until healthy.
 
@@ -159,6 +170,12 @@ def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do
     graphs, warm-up) until GET /health answers 200 on the host. If the server
     dies, the redacted log tail that explains it is shown, with the fix when
     provision knows one.
+
+    \b
+    Behind a router (`router:` in the inventory, or --router), --restart
+    takes each server out of it first, drains and restarts it, then warms it
+    with one request and puts it back once the router lists it healthy; with
+    --serial 1 the fleet keeps serving from the others meanwhile.
 
     \b
     Secrets: PROVISION_API_KEY / --api-key-file, PROVISION_ADMIN_API_KEY,
@@ -176,7 +193,7 @@ def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
                     max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,
-                    gpu_capability=gpu_capability)
+                    gpu_capability=gpu_capability, router=router)
     check_profiles(ctx, opts, multinode)
     from provision.tasks.options import secret_values
 
@@ -266,11 +283,18 @@ def _interrupted(ctx, opts, run, stop_fn) -> None:
               help="Give up following after S seconds since the server started; the server keeps running.")
 @click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")
 @_outage_option
-def wait(ctx, profile, server_port, deadline, poll, max_outage):
-    """Re-attach to a start-up in progress and follow it until healthy."""
-    from provision.tasks.server_verbs import wait_fn
+@_router_option
+def wait(ctx, profile, server_port, deadline, poll, max_outage, router):
+    """Re-attach to a start-up in progress and follow it until healthy.
 
-    opts = _server_opts(profile, server_port, deadline=deadline, poll=poll, max_outage=max_outage)
+    Behind a router, a healthy server the router does not list (a restart
+    interrupted between taking it out and putting it back) is warmed and put
+    back in."""
+    from provision.tasks.server_verbs import wait_fn
+    from provision.config.profile import secrets_from_env
+
+    opts = _server_opts(profile, server_port, deadline=deadline, poll=poll, max_outage=max_outage, router=router,
+                        secrets=secrets_from_env())
     check_profiles(ctx, opts)
     sys.exit(_run_with_display(ctx, "wait", lambda d: wait_fn(opts, d), ["host", "verdict", "detail", "elapsed"]))
 
@@ -283,17 +307,23 @@ def wait(ctx, profile, server_port, deadline, poll, max_outage):
                    "SIGTERM (to its main process: SGLang answers 503 and ends once none is left) before what "
                    "is left is killed; the row says how many requests that cut. Default: the profile's "
                    "`grace`, 30.")
-def stop(ctx, profile, server_port, grace):
+@_router_option
+@click.option("--force", is_flag=True, help="Stop even when the router in front does not answer (the server "
+                                            "may then still be listed there).")
+def stop(ctx, profile, server_port, grace, router, force):
     """Stop the server provision started: it drains first, then the whole tree goes, ranks included.
 
     \b
     The server's main process alone gets SIGTERM, so it finishes the requests
     in flight as its engine drains (a signal to every rank would end them
     mid-request); at --grace what is left is ended (SIGTERM, then SIGKILL) and
-    the row says how many requests were still in flight."""
+    the row says how many requests were still in flight.
+
+    Behind a router (`router:` or --router), the server is taken out of it
+    first, and the stop waits until the router no longer lists it."""
     from provision.tasks.server_verbs import stop_fn
 
-    opts = _server_opts(profile, server_port)
+    opts = _server_opts(profile, server_port, router=router, force=force)
     check_profiles(ctx, opts)
     sys.exit(run_fleet(ctx, "stop", stop_fn(opts, grace), columns=["host", "verdict", "detail", "elapsed"]))
 

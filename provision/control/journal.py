@@ -35,6 +35,9 @@ SERVER_COMMANDS = {"launch", "stop"}
 SERVER_ATTEMPT_VERDICTS = ATTEMPT_VERDICTS | {"refused", "interrupted", "timeout"}
 # Commands whose every outcome is journaled: `history` shows a host's speed over time (bench).
 MEASURE_COMMANDS = {"bench"}
+# A server's steps behind its router (tasks/routing.py: out, drained, stopped, started, ready, warmed,
+# back-in, left-out), carried by a launch's or a stop's row: every one is journaled.
+ROUTER_COMMANDS = {"router"}
 
 
 def state_path(env_var: str, name: str) -> str:
@@ -74,7 +77,7 @@ def _redact(text: str) -> str:
 
 
 def _wanted(command: str, verdict: str, error_kind: str | None) -> bool:
-    if command in MEASURE_COMMANDS:
+    if command in MEASURE_COMMANDS or command in ROUTER_COMMANDS:
         return True
     if verdict in CHANGE_VERDICTS:
         return True

@@ -66,8 +66,7 @@ class Router:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
         except (OSError, ValueError) as exc:
-            raise RouterError(f"the router {self.url} did not answer ({exc}): nothing was stopped "
-                              "(--force goes on without it)") from None
+            raise RouterError(f"the router {self.url} did not answer ({exc})") from None
 
     def workers(self) -> list[dict]:
         """The servers the router lists: [{"id", "url", "healthy"}]. RouterError when it is not a
@@ -76,7 +75,7 @@ class Router:
         found = parse_workers(body) if code == 200 else None
         if found is None:
             raise RouterError(f"{self.url} is not a router provision knows: GET /workers answered {code} "
-                              f"{body[:120]!r}, where sglang-router answers its workers; nothing was stopped")
+                              f"{body[:120]!r}, where sglang-router answers its workers")
         return found
 
     def listed(self, worker_url: str) -> dict | None:

@@ -24,7 +24,7 @@ OP_MODULES = {
     "reconcile": "reconcile",
     "backups": "restore", "restore": "restore",
     "overlay": "overlay",
-    "bench": "bench",
+    "bench": "bench", "warm": "bench",
 }
 
 

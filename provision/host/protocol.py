@@ -376,6 +376,7 @@ class StartAnswer(Answer, total=False):
     record: Dict[str, Any]
     pruned_logs: List[str]
     replaced: Optional[List[int]]   # pids stopped first (--restart)
+    old_stop: Optional[Dict[str, Any]]  # ... that stop: began (s into the op), elapsed, drain, cut
     refused: bool              # nothing was done (the lock, the new launch's preflight, a secret it would lose)
     adopted: Optional[str]     # a persistent unit in its restart window was taken as the running server
 
@@ -442,6 +443,20 @@ class SmokeAnswer(Answer, total=False):
     tokens_per_s: Optional[float]
     spec_accept_length: Optional[float]
     spec_accept_rate: Optional[float]
+
+
+class WarmRequest(Request, total=False):
+    """warm (ops/bench.py): one short streamed generation on the server on `port`, from the host."""
+    port: Optional[int]
+    secrets: Dict[str, Any]
+    prompt: str
+    max_new_tokens: int
+    timeout: float
+
+
+class WarmAnswer(Answer, total=False):
+    seconds: float
+    completion_tokens: Optional[int]
 
 
 class BenchRequest(Request, total=False):

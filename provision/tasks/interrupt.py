@@ -20,6 +20,14 @@ class RunState:
     results: dict = field(default_factory=dict)
     # per host, the rows of `--patch` (files edited before the start): journaled with the launch row
     patched: dict = field(default_factory=dict)
+    # per host, the router it was taken out of (tasks/routing.py) and not put back in yet
+    router_out: dict = field(default_factory=dict)
+
+
+def router_out_words(name: str, said: str) -> str:
+    """What a host taken out of its router and not put back says (pure)."""
+    return (f"; it is out of {said}: `provision wait {selector(name)}` (or the next `launch --restart`) puts "
+            "it back once it is healthy")
 
 
 def patch_journal(rows) -> list[dict]:
@@ -65,6 +73,8 @@ def interrupt_report(hosts: list[Host], run: RunState, opts: LaunchOptions) -> l
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
                                   "was started", error_kind="interrupted"))
+        if run.router_out.get(h.name) and "out of the router" not in out[-1].detail:
+            out[-1].detail += router_out_words(h.name, run.router_out[h.name])
         if run.patched.get(h.name):  # --patch edited files before the interrupt
             out[-1].data["journal_extra"] = patch_journal(run.patched[h.name])
     return out

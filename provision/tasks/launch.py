@@ -20,7 +20,9 @@ from provision.host import inference
 from provision.output.results import HostResult
 from provision.tasks import specs as multi
 from provision.tasks.follow import follow, follow_secondary
-from provision.tasks.interrupt import RunState, interrupted_result, patch_journal
+from provision.control.router import RouterError
+from provision.tasks import routing
+from provision.tasks.interrupt import RunState, interrupted_result, patch_journal, router_out_words
 from provision.tasks.multinode import MultiNode
 from provision.tasks.options import LaunchOptions, overlay_package, resolve, server_request, uses_overlay
 
@@ -83,6 +85,8 @@ class HostPlan:
     overlay: bool = False
     pull: float = 0.0
     t0: float = 0.0
+    place: Any = None   # the router in front (tasks/routing.py Place), or None
+    steps: Any = None   # ... and the timeline since the server was taken out of it (routing.Steps)
 
 
 def launch_fn(opts: LaunchOptions, display, multinode: MultiNode | None = None, run: RunState | None = None):
@@ -312,18 +316,22 @@ class Launch:
             running = HostResult(name, "running", f"already running and healthy with this profile "
                                  f"(pid {rec.get('pid')}); nothing to do (--restart replaces it)",
                                  data={"pid": rec.get("pid")})
-            return self.smoke(plan, running, "running")
+            return self.router_in(plan, self.smoke(plan, running, "running"), "running")
         self.display.message(name, "already starting with this profile: following it")
-        return self.smoke(plan, follow(plan.session, plan.host, prof, self.opts, self.display, offset=0,
-                                       sudo=plan.sudo))
+        return self.router_in(plan, self.smoke(plan, follow(plan.session, plan.host, prof, self.opts, self.display,
+                                                            offset=0, sudo=plan.sudo)))
 
     # -- start -------------------------------------------------------------------------------------
     def start(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult:
         """The start (a restart: the host's one transaction, ops/server_transaction.py), then the
         follow and the report."""
         opts, name, prof = self.opts, plan.host.name, plan.prof
+        refused = self.router_out(plan, pre)
+        if refused is not None:
+            return refused
         self.state.stages[name] = "starting"
         extra = {"spec": plan.spec.to_engine()} if plan.spec is not None else {}
+        t_call = time.monotonic()
         # A restart runs the new launch's preflight again on the host, under the port's lock, before
         # it touches the running server: it gets what the preflight above got.
         start: StartAnswer = plan.session.call(server_request(
@@ -334,18 +342,23 @@ class Launch:
             timeout=120 + START_LOCK_WAIT + plan.pull + (prof.grace + 120 if opts.restart else 0), sudo=plan.sudo)
         if not start.get("ok"):
             verdict = "refused" if start.get("refused") else "failed"
-            return HostResult(name, verdict, (start.get("error") or {}).get("message", "start failed"),
-                              error_kind=(start.get("error") or {}).get("kind"))
+            return self.router_in(plan, HostResult(name, verdict, (start.get("error") or {}).get("message", "start failed"),
+                                                   error_kind=(start.get("error") or {}).get("kind")))
         if start.get("already"):
             rec = start.get("record") or {}
             how = (f"persistent unit {start['adopted']} is in systemd's restart window: following it"
                    if start.get("adopted") else f"another run started a server here first (pid {rec.get('pid')}): "
                                                 "following it")
             self.display.message(name, how)
-            return follow(plan.session, plan.host, prof, opts, self.display, offset=int(rec.get("log_offset") or 0),
-                          sudo=plan.sudo, overlay_package=overlay_package(rec))
+            return self.router_in(plan, follow(plan.session, plan.host, prof, opts, self.display,
+                                               offset=int(rec.get("log_offset") or 0), sudo=plan.sudo,
+                                               overlay_package=overlay_package(rec)))
         rec = start["record"]
         self.state.stages[name] = "started"
+        if plan.steps is not None:
+            if start.get("old_stop"):
+                routing.stop_steps(plan.steps, start["old_stop"], t_call + float(start["old_stop"].get("began") or 0))
+            plan.steps.add("started", f"pid {rec['pid']}")
         self.display.message(name, f"started pid {rec['pid']} ({rec['mechanism']}), log {rec['log']}"
                              + (f", overlay {rec['overlay']['root']}" if rec.get("overlay") else ""))
         try:
@@ -354,7 +367,71 @@ class Launch:
             if not plan.session.cancelled:
                 raise
             res = interrupted_result(plan.host, rec, opts)
-        return self.report(plan, pre, start, res)
+            if name in self.state.router_out:
+                res.detail += router_out_words(name, self.state.router_out[name])
+            return self.report(plan, pre, start, res)
+        return self.report(plan, pre, start, self.router_in(plan, res))
+
+    # -- the router --------------------------------------------------------------------------------
+    def router_out(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult | None:
+        """A running server behind a router, about to be replaced: take it out of the router first and
+        wait until the router no longer lists it (the timeline starts here). The router not answering:
+        refused, the server left running (--force: restart it without the router)."""
+        name = plan.host.name
+        plan.place = routing.place_of(plan.host, plan.prof.port, self.opts.router, plan.fleet)
+        if plan.place is None or not (self.opts.restart and pre.get("running")):
+            return None
+        plan.steps = routing.Steps()
+        try:
+            said = routing.take_out(plan.place, plan.steps)
+        except RouterError as exc:
+            pid = (pre.get("record") or {}).get("pid")
+            if not self.opts.force:
+                return HostResult(name, "refused", f"{exc}: the running server (pid {pid}) was not stopped and "
+                                  "stays in the router (--force restarts it without the router)", error_kind="router")
+            plan.place = plan.steps = None
+            plan.notes.append(f"{exc}: restarted without the router (--force)")
+            return None
+        self.state.router_out[name] = plan.place.said
+        self.display.message(name, said)
+        return None
+
+    def router_in(self, plan: HostPlan, res: HostResult, healthy: str = "ready") -> HostResult:
+        """The server behind a router after the start: ready, it is warmed and put (back) in, waiting
+        until the router lists it healthy; otherwise, taken out for this restart, it stays out and the
+        row says so. The timeline goes to the journal (`router` lines) and the row's data."""
+        name, place, steps = plan.host.name, plan.place, plan.steps
+        if place is None:
+            place = plan.place = routing.place_of(plan.host, plan.prof.port, self.opts.router, plan.fleet)
+        if place is None:
+            return res
+        if res.verdict != healthy:
+            if steps is not None:  # taken out for this restart: it stays out
+                steps.add("left-out", f"the server did not come back ({res.verdict})")
+                res.detail += f"; left out of {place.said}: the server did not come back"
+                self._router_data(res, place, steps, False)
+            return res
+        if steps is None:
+            if healthy == "running" and routing.listed_words(place)[1]:
+                return res  # already in: nothing to do
+            steps = plan.steps = routing.Steps()
+        else:
+            steps.add("ready", "answers ready")
+        ok, words = routing.bring_back(place, plan.session, plan.prof.port, self.opts.secrets, plan.sudo, steps)
+        self.display.message(name, words)
+        if ok:
+            self.state.router_out.pop(name, None)
+            res.notes.append(f"{words}: " + steps.words())
+        else:
+            res.verdict, res.detail = "failed", f"{res.detail}; {words}"
+        self._router_data(res, place, steps, ok)
+        return res
+
+    @staticmethod
+    def _router_data(res: HostResult, place, steps, back_in: bool) -> None:
+        res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": back_in,
+                              "steps": steps.items}
+        res.data.setdefault("journal_extra", []).extend(steps.journal())
 
     # -- follow ------------------------------------------------------------------------------------
     def follow(self, plan: HostPlan, rec: dict) -> HostResult:

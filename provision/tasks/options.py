@@ -41,6 +41,7 @@ class LaunchOptions:
     overlay_hosts: set = field(default_factory=set)  # these hosts only (reconcile --restart: overlay-mode hosts),
     overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
+    router: str | None = None   # --router: the router in front of every selected host (over `router:`)
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
@@ -48,6 +49,10 @@ def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = Non
     if multinode is not None:
         overrides.update(multinode.args_for(host))
     prof, spec = host_profile(host, opts.profile, overrides, opts.python)
+    if opts.router or host.get("router"):  # a router named wrong is exit 2 before any host is touched
+        from provision.tasks.routing import router_url
+
+        router_url(opts.router or host.get("router"), "--router" if opts.router else f"host {host.name}")
     if (opts.overlay or host.name in opts.overlay_hosts) and prof.fix != "overlay":
         from dataclasses import replace
 

@@ -425,6 +425,14 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
             rows.append(r)
         for r in rows:  # which engine the install and version are (the host's profile's)
             r.data["engine"] = req.get("engine") or inference.DEFAULT
+        if rows and host.get("router"):  # where the server stands in the router in front, said once
+            from provision.tasks import routing
+
+            place = routing.place_of(host, int(req.get("port") or 30000), None, fleet)
+            if place is not None:
+                words, listed = routing.listed_words(place)
+                rows[0].notes.append(words)
+                rows[0].data["router"] = {"router": place.router.url, "worker": place.worker, "listed": listed}
         return rows
 
     return fn

@@ -6,7 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 from provision.config.inventory import Host
+from provision.control.router import RouterError
 from provision.output.results import HostResult
+from provision.tasks import routing
 from provision.tasks.follow import follow
 from provision.tasks.options import LaunchOptions, overlay_package, resolve, secret_values
 
@@ -24,10 +26,34 @@ def wait_fn(opts: LaunchOptions, display):
         t_start = time.monotonic() - max(0.0, time.time() - st["record"]["started_at"])
         # From the current start-up on: a persistent server systemd restarted has the earlier
         # ones (and their crash) above it in the same log.
-        return follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
-                      sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
+        res = follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
+                     sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
+        return back_in_router(res, host, prof.port, opts, session, fleet, sudo, display)
 
     return fn
+
+
+def back_in_router(res: HostResult, host: Host, port: int, opts: LaunchOptions, session, fleet, sudo: bool,
+                   display) -> HostResult:
+    """`wait` behind a router: a ready server the router does not list (a Ctrl-C between "out" and
+    "back in") is warmed and put back; one that is listed is left alone."""
+    place = routing.place_of(host, port, opts.router, fleet)
+    if place is None or res.verdict != "ready":
+        return res
+    words, listed = routing.listed_words(place)
+    if listed:
+        res.notes.append(words)
+        return res
+    steps = routing.Steps()
+    ok, said = routing.bring_back(place, session, port, opts.secrets, sudo, steps)
+    display.message(host.name, said)
+    if ok:
+        res.notes.append(f"{said}: " + steps.words())
+    else:
+        res.verdict, res.detail = "failed", f"{res.detail}; {said}"
+    res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": ok, "steps": steps.items}
+    res.data.setdefault("journal_extra", []).extend(steps.journal())
+    return res
 
 
 def drain_words(ans: dict, grace: float) -> str:
@@ -48,30 +74,55 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
         g = prof.grace if grace is None else grace
+        place = routing.place_of(host, prof.port, opts.router, fleet)
+        steps, out_words = routing.Steps(), ""
+        if place is not None:
+            try:
+                out_words = routing.take_out(place, steps) + "; "
+            except RouterError as exc:
+                if not opts.force:
+                    return HostResult(host.name, "refused", f"{exc}: the server was not stopped and stays in the "
+                                      "router (--force stops it without the router)", error_kind="router")
+                out_words, place = f"{exc}: stopped without the router (--force); ", None
+        began = time.monotonic()
         ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
                            sudo=fleet.uses_sudo(host, session))
-        if not ans.get("ok"):
-            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
-        if ans.get("container") and ans.get("removed") and not ans.get("stopped"):
-            return HostResult(host.name, "stopped", f"container {ans['container']} was not running (exit status "
-                              f"{ans.get('exit')}); removed it")
-        if not ans.get("stopped"):
-            return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
-        if ans.get("container"):
-            how = "it did not stop in the grace period: killed" if ans.get("escalated") else "SIGTERM"
-            return HostResult(host.name, "stopped", f"stopped and removed container {ans['container']} ({how}) in "
-                              f"{ans['elapsed']} s", data={"pids": ans["pids"], "container": ans["container"]})
-        how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
-        if ans.get("unit_removed"):
-            how = f"systemd unit {ans['unit']} stopped, disabled and removed"
-        elif ans.get("transient_unit"):
-            how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
-                                                                           else "")
-        return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
-                          f"{ans['elapsed']} s; none left" + drain_words(ans, g),
-                          data={"pids": ans["pids"], "drain": ans.get("drain"), "cut": ans.get("cut")})
+        res = _stop_row(host, ans, g)
+        if out_words:
+            res.detail = out_words + res.detail
+        if place is not None:
+            if ans.get("stopped"):
+                routing.stop_steps(steps, ans, began)
+            res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": False,
+                                  "steps": steps.items}
+            res.data.setdefault("journal_extra", []).extend(steps.journal())
+        return res
 
     return fn
+
+
+def _stop_row(host: Host, ans: "StopAnswer", g: float) -> HostResult:
+    """A stop's row from the host's answer."""
+    if not ans.get("ok"):
+        return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "stop failed"))
+    if ans.get("container") and ans.get("removed") and not ans.get("stopped"):
+        return HostResult(host.name, "stopped", f"container {ans['container']} was not running (exit status "
+                          f"{ans.get('exit')}); removed it")
+    if not ans.get("stopped"):
+        return HostResult(host.name, "not-running", ans.get("message", "nothing to stop"))
+    if ans.get("container"):
+        how = "it did not stop in the grace period: killed" if ans.get("escalated") else "SIGTERM"
+        return HostResult(host.name, "stopped", f"stopped and removed container {ans['container']} ({how}) in "
+                          f"{ans['elapsed']} s", data={"pids": ans["pids"], "container": ans["container"]})
+    how = "SIGTERM, then SIGKILL after the grace period" if ans.get("escalated") else "SIGTERM"
+    if ans.get("unit_removed"):
+        how = f"systemd unit {ans['unit']} stopped, disabled and removed"
+    elif ans.get("transient_unit"):
+        how = f"its transient unit {ans['transient_unit']} stopped" + (", then SIGKILL" if ans.get("escalated")
+                                                                       else "")
+    return HostResult(host.name, "stopped", f"stopped {len(ans['pids'])} processes ({how}) in "
+                      f"{ans['elapsed']} s; none left" + drain_words(ans, g),
+                      data={"pids": ans["pids"], "drain": ans.get("drain"), "cut": ans.get("cut")})
 
 
 def logs_fn(opts: LaunchOptions, lines: int):

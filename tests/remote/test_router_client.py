@@ -98,7 +98,7 @@ def test_what_is_not_a_known_router_or_does_not_answer_is_refused_with_a_sentenc
     _, worker, _ = router_and_worker
     with pytest.raises(RouterError, match=r"is not a router provision knows: GET /workers answered 404"):
         Router(worker).workers()  # a server, not a router
-    with pytest.raises(RouterError, match=r"did not answer .*nothing was stopped"):
+    with pytest.raises(RouterError, match=r"did not answer \("):
         Router(f"http://127.0.0.1:{free_port()}", timeout=2).workers()
 
 

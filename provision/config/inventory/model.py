@@ -22,6 +22,9 @@ HOST_KEYS = {
     "sglang_path": "pin the sglang package directory (the one holding srt/)",
     "spec": "patch spec playbook (short for specs: [NAME])",
     "specs": "patch spec playbooks this host carries, a list (patch/status/unpatch/reconcile act on each)",
+    "router": "URL of the router in front of this host's server (sglang-router, vllm-router): stop and restart "
+              "take the server out of it first, a restart puts it back once ready",
+    "router_worker": "the server's URL as the router reaches it (default http://ADDRESS:PORT)",
     "gpu_capability": "the GPUs' compute capability (\"12.0\"), for specs' applies: where nvidia-smi cannot tell",
     "profile": "launch profile playbook",
     "offline": "host cannot download weights from a hub (true/false)",

@@ -41,7 +41,7 @@ from provision.host.ops.backends import tree
 from provision.host.ops.bench_prompts import PROMPTS
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
-    from provision.host.protocol import BenchAnswer, BenchRequest
+    from provision.host.protocol import BenchAnswer, BenchRequest, WarmAnswer, WarmRequest
 
 
 
@@ -218,12 +218,31 @@ def _where(req: dict) -> tuple[str, int, dict]:
     return host, port, rec
 
 
+def _secret(req: dict, rec: dict, name: str) -> str | None:
+    """This run's secret `name`, else the one the launch left in its --config file."""
+    return ((req.get("secrets") or {}).get("args") or {}).get(name) or config_secret(rec.get("config"), name)
+
+
+def op_warm(req: WarmRequest, bundle: bytes) -> WarmAnswer:
+    """One short streamed generation on the server itself, from the host (the router step's warm-up,
+    before a restarted server takes the router's traffic): its seconds, or the failure's sentence."""
+    host, port, rec = _where(dict(req))
+    engine = inference.get(inference.of_record(rec))
+    timeout = float(req.get("timeout") or 120)
+    client = Client(host, port, _secret(dict(req), rec, "api-key"), timeout, engine)
+    t0 = time.monotonic()
+    try:
+        got = client.stream(str(req.get("prompt") or "Hello"), int(req.get("max_new_tokens") or 8), timeout)
+    except BenchFailure as f:
+        return {"ok": False, "error": {"kind": f.kind, "message": f.message}}
+    return {"ok": True, "seconds": round(time.monotonic() - t0, 3), "completion_tokens": got.get("completion_tokens")}
+
+
 def op_bench(req: BenchRequest, bundle: bytes) -> BenchAnswer:
     host, port, rec = _where(dict(req))
-    given = (req.get("secrets") or {}).get("args") or {}
 
-    def secret(name: str) -> str | None:  # this run's, else the one the launch left in its --config file
-        return given.get(name) or config_secret(rec.get("config"), name)
+    def secret(name: str) -> str | None:
+        return _secret(dict(req), rec, name)
 
     engine = inference.get(inference.of_record(rec))
     client = Client(host, port, secret("api-key"), float(req.get("read_timeout", 120)), engine,
@@ -331,4 +350,4 @@ def metrics_now(client: Client) -> str | None:
     return metric_lines(page.decode("utf-8", "replace"), tuple(client.engine.metrics_names.values()))
 
 
-OPS = {"bench": op_bench}
+OPS = {"bench": op_bench, "warm": op_warm}

@@ -33,6 +33,7 @@ from provision.host.ops.server_preflight import refused, restart_preflight
 def run(req: dict, bundle: bytes, port: int, st: dict, engine) -> dict:
     """Start the launch `req` on `port`, replacing the server `st` describes when one is there (its
     record running, restarting, or with survivors). The answer op_start returns."""
+    t0 = time.monotonic()
     old = st["record"]
     replacing = bool(old) and (st["running"] or bool(st.get("survivors")) or bool(st.get("restarting")))
     # 1. check
@@ -56,14 +57,15 @@ def run(req: dict, bundle: bytes, port: int, st: dict, engine) -> dict:
     launch = prep["launch"]
     # 3. stop, 4. start
     if replacing:
-        out = _replace(req, old, backend, launch, float(req["profile"].get("grace", 30)))
+        out = _replace(req, old, backend, launch, float(req["profile"].get("grace", 30)), t0)
     else:
         out = backend.start(req, launch)
     # 5. record
     if not out.get("ok"):
         return _kept_or_lost(req, port, old, out, kept, replacing)
     rec = _record(req, port, backend, launch, out, prep.get("image"), secrets, engine)
-    answer = {"ok": True, "started": True, "record": rec, "replaced": out.get("replaced") if replacing else None}
+    answer = {"ok": True, "started": True, "record": rec, "replaced": out.get("replaced") if replacing else None,
+              "old_stop": out.get("old_stop") if replacing else None}
     if backend.name != "container":
         answer["pruned_logs"] = tree.prune_logs(launch["logdir"], engine.log_glob(port),
                                                 int(req["profile"].get("keep_logs", 5)), launch["spec"]["log"])
@@ -81,15 +83,19 @@ def _prepare(req: dict, port: int, backend, secrets: dict) -> dict:
     return launch if not launch["ok"] else {"ok": True, "launch": launch, "image": None}
 
 
-def _replace(req: dict, old: dict, backend, launch: dict, grace: float) -> dict:
+def _replace(req: dict, old: dict, backend, launch: dict, grace: float, t0: float) -> dict:
     """Stop the old server (its own backend), then start the new: the start's answer with
-    "replaced" (the old pids), or "old_stopped" when the new start failed after the stop."""
+    "replaced" (the old pids) and "old_stop" (when the stop began, seconds since the op began, how
+    long it took, its drain), or "old_stopped" when the new start failed after the stop."""
+    began = time.monotonic()
     stopped = select.for_record(old).stop_to_replace(req, old, grace, backend, launch)
     if not stopped["ok"]:
         return stopped
     out = backend.start(req, launch)
     if out.get("ok"):
         out["replaced"] = stopped.get("pids") or []
+        out["old_stop"] = {"began": round(began - t0, 2), "elapsed": stopped.get("elapsed"),
+                           "drain": stopped.get("drain"), "cut": stopped.get("cut")}
     else:
         out["old_stopped"] = True
     return out

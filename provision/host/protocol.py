@@ -393,8 +393,8 @@ class StopAnswer(Answer, total=False):
     container: str             # container hosts: the container stopped (then removed)
     removed: bool
     exit: Optional[int]        # the container's exit code after the stop
-    drain: Dict[str, Any]      # {"drained", "waited"}: the server drained first (its main process signalled)
-    cut: Optional[int]         # requests still in flight when the drain's deadline came (None: not said)
+    drain: Dict[str, Any]      # {"drained", "waited", "aborted", "flag"}: the server drained first (main process signalled)
+    cut: Optional[int]         # requests still in flight at the deadline, or aborted by the engine (None: not said)
 
 
 class ProbeAnswer(Answer, total=False):

@@ -63,6 +63,10 @@ def drain_words(ans: dict, grace: float) -> str:
         return ""
     if d.get("drained"):
         return f"; drained: every request in flight finished ({d.get('waited')} s)"
+    if d.get("aborted"):
+        return (f"; {d['aborted']} request(s) in flight were aborted by the server itself on SIGTERM, not drained "
+                f"(it drains only when started with --{d.get('flag') or 'its drain flag'} above 0: leave that "
+                "flag to provision, which sets it to the grace)")
     cut = ans.get("cut")
     if cut is None:
         return f"; the drain did not end by the {grace:g} s deadline (--grace): what was in flight was cut"

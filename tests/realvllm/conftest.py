@@ -64,6 +64,22 @@ def vhost(sandbox_factory, vllm_venv, request):
 
 
 @pytest.fixture(scope="module")
+def vrouter(vhost):
+    """The real sglang-router in front of the module's host (it routes vLLM's OpenAI API as it does
+    SGLang's), the host's port 30000 reachable from this machine (sandbox/forward.py)."""
+    from provision.sandbox.forward import forward, unforward
+    from tests.router_tier import RealRouter
+
+    router = RealRouter()
+    forward(vhost, 30000)
+    try:
+        yield router.start()
+    finally:
+        router.stop()
+        unforward(vhost, 30000)
+
+
+@pytest.fixture(scope="module")
 def vsdhost(sandbox_factory, vllm_venv, request):
     """A systemd-booted host (sandbox/systemd.py) with the same venv read-only: `--persistent`."""
     from provision.sandbox import systemd

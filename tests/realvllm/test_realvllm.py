@@ -9,7 +9,10 @@ modules run on two workers (two real servers at most).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -23,13 +26,16 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
 
 
 def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_nothing(
-        tmp_path, ssh_env, vhost, vllm_models):
+        tmp_path, ssh_env, vhost, vllm_models, vrouter):
     models = put_models(vhost, vllm_models["good"], "good")
-    pb = playbook(tmp_path, models)
+    pb = playbook(tmp_path, models, grace=60)
     cli = [*ssh_env.cli_args, "--host", vhost.name]
-    proc, row, took = launch(cli, "--playbook", pb)
+    # behind the real sglang-router: once ready, the server is warmed (one streamed /v1/completions)
+    # and put in; the router lists it healthy
+    proc, row, took = launch(cli, "--playbook", pb, "--router", vrouter.url)
     assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
-    print(f"\nlaunch -> ready on the real vLLM: {took:.1f} s")
+    print(f"\nlaunch -> ready on the real vLLM: {took:.1f} s; {row['notes'][-1]}")
+    assert row["data"]["router"]["back_in"] and [w["is_healthy"] for w in vrouter.listed()] == [True], vrouter.listed()
     phases = row["data"].get("phases_seen") or []
     assert {"target-weights", "draft-weights", "kv-cache", "ready"} <= set(phases), phases
     assert curl(vhost, "/health") == 200
@@ -72,37 +78,53 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     assert b["spec"]["speculative_algorithm"] == "EAGLE3" and "|vllm 0.32.0|" in b["key"], b
 
     assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"
-    # stop drains (issue 59): provision started vLLM with --shutdown-timeout (the grace, 20 s: its own
-    # parser has the flag), so the completion in flight when the stop's SIGTERM comes finishes whole. 128
-    # tokens: about 1 s here, 4 s on a loaded CI machine, well inside the 20 s (480 once took 21 s there)
-    assert "--shutdown-timeout 20" in " ".join(json_record(vhost)["argv"]), json_record(vhost)["argv"]
-    vhost.hostpath("/root/long.py").write_text(LONG_COMPLETION)
-    vhost.run(f"nohup python3 /root/long.py {models}/target /root/long.json >/dev/null 2>&1 &")
-    wait_in_flight(vhost)
+    # stop drains (issue 59): provision started vLLM with --shutdown-timeout (the grace, 60 s here: its
+    # own parser has the flag), so the completion in flight when the stop's SIGTERM comes finishes whole.
+    # 480 tokens: 2-3 s here (long enough to be seen running), once over 20 s on a loaded CI machine.
+    # The completion goes through the router; the stop takes the server out of it first.
+    assert "--shutdown-timeout 60" in " ".join(json_record(vhost)["argv"]), json_record(vhost)["argv"]
+    out = tmp_path / "long.json"
+    client = subprocess.Popen([sys.executable, "-c", LONG_COMPLETION, f"{models}/target", str(out), vrouter.url,
+                               "x", "480"])
+    wait_started(out)
     t0 = time.monotonic()
-    stopped = run("stop", *cli, "--playbook", pb, check_rc=0)
+    stopped = run("stop", *cli, "--playbook", pb, "--router", vrouter.url, check_rc=0)
     print(f"stop: {time.monotonic() - t0:.1f} s; {stopped.stdout.strip()}")
-    got = json.loads(vhost.hostpath("/root/long.json").read_text())
-    assert got.get("finish_reason") == "length" and got.get("tokens") == 128, got  # whole, not aborted
+    client.wait(timeout=120)
+    got = json.loads(out.read_text())
+    assert got.get("finish_reason") == "length" and got.get("tokens") == 480, got  # whole, not aborted
+    assert f"taken out of the router {vrouter.url}" in stopped.stdout and vrouter.listed() == [], stopped.stdout
     log = vhost.hostpath(json_record(vhost)["log"]).read_text()
-    assert "stopping engine client mode=drain timeout=20s" in log, log[-3000:]
+    assert "stopping engine client mode=drain timeout=60s" in log, log[-3000:]
     assert vllm_pids(vhost) == [], "stop ended vLLM's whole tree (APIServer, EngineCore, Worker)"
     assert curl(vhost, "/health") == 0
 
 
 LONG_COMPLETION = r"""
 import json, sys, urllib.request
-body = json.dumps({"model": sys.argv[1], "prompt": "hello", "max_tokens": 128, "temperature": 0,
-                   "ignore_eos": True}).encode()
+model, out, url, key, tokens = sys.argv[1:6]
+url = "http://127.0.0.1:30000" if url == "x" else url
+body = json.dumps({"model": model, "prompt": "hello", "max_tokens": int(tokens), "temperature": 0,
+                   "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()
+headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + key} if key != "x" else {})}
+finish = got = None
 try:
-    r = urllib.request.Request("http://127.0.0.1:30000/v1/completions", data=body,
-                               headers={"Content-Type": "application/json"})
+    r = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
     with urllib.request.urlopen(r, timeout=300) as resp:
-        doc = json.loads(resp.read())
-    out = {"finish_reason": doc["choices"][0]["finish_reason"], "tokens": doc["usage"]["completion_tokens"]}
+        for line in resp:
+            line = line.strip()
+            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                continue
+            if finish is None and got is None:
+                open(out + ".started", "w").close()  # the first chunk: it is in flight
+            doc = json.loads(line[5:])
+            for c in doc.get("choices") or []:
+                finish = c.get("finish_reason") or finish
+            got = (doc.get("usage") or {}).get("completion_tokens", got)
+    result = {"finish_reason": finish, "tokens": got}
 except Exception as exc:
-    out = {"error": f"{type(exc).__name__}: {exc}"}
-open(sys.argv[2], "w").write(json.dumps(out))
+    result = {"error": f"{type(exc).__name__}: {exc}", "finish_reason": finish, "tokens": got}
+open(out, "w").write(json.dumps(result))
 """
 
 
@@ -110,19 +132,12 @@ def json_record(host) -> dict:
     return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
 
 
-def wait_in_flight(host, timeout: float = 30) -> None:
-    """Until vLLM's own gauge counts the request running (so the stop comes while it is in flight)."""
-    import re
-
+def wait_started(path, timeout: float = 60) -> None:
+    """Until the streamed completion's first chunk came back (so the stop comes while it is in flight)."""
     deadline = time.monotonic() + timeout
-    prog = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:30000/metrics', timeout=5).read().decode())"
-    while time.monotonic() < deadline:
-        text = host.run(["python3", "-c", prog], check=False).stdout
-        m = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
-        if m and float(m.group(1)) >= 1:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the long completion never showed as running")
+    while not os.path.exists(f"{path}.started"):
+        assert time.monotonic() < deadline, "the long completion never started streaming"
+        time.sleep(0.05)
 
 
 def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_command_line(
@@ -139,13 +154,43 @@ def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_com
         assert first[first.index("--config") + 1].startswith("/"), first
         assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
 
-        # no --playbook: the record's launch is replayed; the key comes from this run's environment again
-        proc, row, _ = launch(cli, "--restart", env=env)
+        # no --playbook: the record's launch is replayed (this run's --arg over it); the key comes from
+        # this run's environment again. --shutdown-timeout 0 is vLLM's own default: SIGTERM aborts
+        # (and a longer context, one request at a time: for the long completions below)
+        proc, row, _ = launch(cli, "--restart", "--arg", "shutdown-timeout=0", "--arg", "max-model-len=1024",
+                              "--arg", "max-num-seqs=1", env=env)
         assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
         again = server_argv(vhost)
-        strip = lambda argv: [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--config")]  # noqa: E731
-        assert strip(again) == strip(first), (first, again)
+        def strip(argv):  # the --config file's name is new each start; this run's --arg changed the rest
+            out, skip = [], False
+            for a in argv:
+                if skip or a in ("--max-num-seqs", "--shutdown-timeout", "--max-model-len", "--config"):
+                    skip = not skip and a.startswith("--")
+                    continue
+                out.append(a)
+            return out
+
+        assert strip(again) == strip(first) and again[again.index("--shutdown-timeout") + 1] == "0", (first, again)
         assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
+
+        # without a drain the completions in flight are aborted, and the stop's row says so (the launch
+        # test shows a completion finishing whole with provision's --shutdown-timeout). Three of 1000
+        # tokens, one at a time (--max-num-seqs 1): a single one can end before the stop's SIGTERM
+        vhost.hostpath("/root/long.py").write_text(LONG_COMPLETION)
+        for i in range(3):
+            vhost.run(f"nohup python3 /root/long.py {models}/target /root/long{i}.json x {KEY} 1000 >/dev/null 2>&1 &")
+        wait_started(vhost.hostpath("/root/long0.json"))
+        # (--grace 5: aborted, the stream's connection keeps uvicorn waiting until the deadline)
+        stopped = run("stop", *cli, "--grace", "5", env=env, check_rc=0)
+        print(f"\nstop without a drain: {stopped.stdout.strip()}")
+        got = []
+        for i in range(3):
+            path, deadline = vhost.hostpath(f"/root/long{i}.json"), time.monotonic() + 30
+            while not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            got.append(json.loads(path.read_text()))
+        assert any(g.get("tokens") != 1000 for g in got), got  # not whole
+        assert "request(s) in flight were aborted by the server itself on SIGTERM, not drained" in stopped.stdout
     finally:
         run("stop", *cli, env=env, check_rc=0)
     assert vllm_pids(vhost) == []

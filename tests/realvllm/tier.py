@@ -16,14 +16,14 @@ KEY = "sk-realvllm-canary-5e1"
 DEADLINE = "400"  # a start takes 35-60 s alone; the rest of the suite shares the 2 cores
 
 
-def playbook(tmp_path, models: str, **extra_args) -> str:
+def playbook(tmp_path, models: str, grace: float = 20, **extra_args) -> str:
     args = {"model": f"{models}/target", "dtype": "float32", "max-model-len": 512, "enforce-eager": True,
             "kv-cache-memory-bytes": "64M",
             "speculative-config": {"method": "eagle3", "model": f"{models}/draft", "num_speculative_tokens": 3},
             **extra_args}
     doc = {"name": "tiny-vllm", "engine": "vllm",
            "launch": {"args": args, "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}, "grace": 20}}
+                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}, "grace": grace}}
     path = tmp_path / "tiny-vllm.yaml"
     path.write_text(json.dumps(doc))
     return str(path)

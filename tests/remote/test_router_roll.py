@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -26,72 +25,42 @@ import urllib.request
 
 import pytest
 
-from tests.cli.helpers import run, run_json
+from tests.cli.helpers import run_json
+from tests.router_tier import RealRouter
 
 pytestmark = [pytest.mark.ssh]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_router(venv, port: int, metrics_port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([str(venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-                             "--port", str(port), "--policy", "round_robin", "--disable-retries",
-                             "--disable-circuit-breaker",  # its own health checks as shipped: every 60 s
-                             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=2)
-            return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("sglang-router never answered")
-
-
 class Fleet:
-    def __init__(self, hosts, router_port: int, metrics_port: int, venv) -> None:
-        self.hosts, self.router_port, self.metrics_port, self.venv = hosts, router_port, metrics_port, venv
-        self.router: subprocess.Popen | None = None
+    def __init__(self, hosts, router: RealRouter) -> None:
+        self.hosts, self.router = hosts, router
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.router_port}"
+        return self.router.url
 
     def start_router(self) -> None:
-        self.router = start_router(self.venv, self.router_port, self.metrics_port)
+        self.router.start()
 
     def stop_router(self) -> None:
-        if self.router is not None and self.router.poll() is None:
-            self.router.kill()
-            self.router.wait()
+        self.router.stop()
 
     def listed(self) -> list[dict]:
-        with urllib.request.urlopen(self.url + "/workers", timeout=5) as resp:
-            return json.loads(resp.read())["workers"]
+        return self.router.listed()
 
 
 @pytest.fixture(scope="module")
 def fleet(sandbox_factory):
-    from provision.sandbox import router_venv
     from provision.sandbox.forward import forward, unforward
     from provision.sandbox.hosts import HostSpec
 
-    try:
-        venv, _ = router_venv.ensure_venv()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"sglang-router unavailable: {exc}")
+    router = RealRouter()
     n = sandbox_factory._count = sandbox_factory._count + 1
     hosts = sandbox_factory.up(*[HostSpec(f"roll{i}-{n}", "auto", "0.5.9", "venv", sandbox_factory.port)
                                  for i in range(3)])
     for h in hosts:
         forward(h, 30000)
-    f = Fleet(hosts, free_port(), free_port(), venv)
+    f = Fleet(hosts, router)
     f.start_router()
     try:
         yield f

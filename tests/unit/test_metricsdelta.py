@@ -67,7 +67,8 @@ def test_an_sglang_key_is_the_one_baseline_files_already_hold():
 
 
 def test_the_host_hands_back_only_the_named_metrics_and_reads_the_busy_gauge():
-    from provision.host.ops.bench import gauge_sum, metric_lines
+    from provision.host.lib.promtext import gauge_sum
+    from provision.host.ops.bench import metric_lines
 
     text = page(1, 3, 3) + ('# TYPE vllm:num_requests_running gauge\n'
                             'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'

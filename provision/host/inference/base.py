@@ -82,6 +82,7 @@ class InferenceEngine:
     metrics_path: str = ""
     metrics_names: dict = {}   # role (drafts, draft_tokens, accepted, requests) -> the counter's name
     busy_metric: str = ""      # a gauge of requests in flight: above 0 before a bench, the server is busy
+    waiting_metric: str = ""   # a gauge of requests queued, not running yet (in flight too, for a drain)
 
     def default_aux_layers(self, num_layers: int) -> tuple | None:
         """The target layers an EAGLE-3 drafter reads when its config.json names none, where the
@@ -195,6 +196,11 @@ class InferenceEngine:
     def drain_remaining(self, log_text: str) -> int | None:
         """The requests still in flight, as the engine's own drain lines in `log_text` last said
         (None: it says nothing while it drains)."""
+        return None
+
+    def drain_aborted(self, log_text: str, in_flight: int | None) -> int | None:
+        """The requests the engine itself aborted on SIGTERM instead of draining them, as its log since
+        the signal says (`in_flight`: its busy gauge just before the signal); None: none."""
         return None
 
     def may_be_server(self, raw: bytes) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 from provision.host.inference.base import OWN_PARSER, InferenceEngine
 
@@ -44,6 +45,10 @@ def speculative_config(value: object) -> object:
     return value
 
 
+ABORT_MODE = "[shutdown] API server: stopping engine client mode=abort"
+ABORT_LINE = re.compile(r"\[shutdown\] EngineCore: aborting in-flight requests count=(\d+)")
+
+
 class VLLM(InferenceEngine):
     name = "vllm"
     title = "vLLM"
@@ -67,6 +72,7 @@ class VLLM(InferenceEngine):
     metrics_names = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
                      "accepted": "vllm:spec_decode_num_accepted_tokens", "requests": "vllm:request_success"}
     busy_metric = "vllm:num_requests_running"
+    waiting_metric = "vllm:num_requests_waiting"
     flag_reader = OWN_PARSER      # generated from config dataclasses: its own parser is asked (parser_probe)
     models_subdir = "model_executor/models"
     registry_reader = OWN_PARSER  # ModelRegistry's architectures, asked in the same run
@@ -225,6 +231,16 @@ except Exception:
     # 0.32's --shutdown-timeout (engine/arg_utils.py, int, default 0): 0 aborts every request in flight
     # on SIGTERM, N waits up to N s for them; older releases lack it (then SIGTERM aborts)
     drain_flag = "shutdown-timeout"
+
+    def drain_aborted(self, log_text: str, in_flight: int | None) -> int | None:
+        """0.32 started with --shutdown-timeout 0 logs `[shutdown] API server: stopping engine client
+        mode=abort` (entrypoints/launchers/launcher.py) and aborts what is in flight: its EngineCore says
+        how many (`aborting in-flight requests count=N`, v1/engine/core.py) when it lives long enough to,
+        else the running gauge read just before the signal does."""
+        found = ABORT_LINE.findall(log_text)
+        if found:
+            return sum(int(n) for n in found) or None
+        return in_flight or None if ABORT_MODE in log_text else None
 
     def may_be_server(self, raw: bytes) -> bool:
         return b"vllm" in raw

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from provision.host import inference
 from provision.host.bootstrap import emit
 from provision.host.facts.gpu_name import gpu_name
+from provision.host.lib.promtext import gauge_sum
 from provision.host.ops import server, server_secrets
 from provision.host.ops.backends import tree
 from provision.host.ops.bench_prompts import PROMPTS
@@ -183,18 +184,6 @@ def metric_lines(text: str, names) -> str:
         if any(name == n or name.startswith(n + "_") for n in names):
             keep.append(line)
     return "\n".join(keep) + ("\n" if keep else "")
-
-
-def gauge_sum(text: str, name: str) -> float:
-    """The sum of a gauge's samples over its labels (0 when absent). Pure."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            try:
-                total += float(line.rsplit(None, 1)[-1])
-            except (ValueError, IndexError):
-                continue
-    return total
 
 
 def status_failure(status: int, what: str, detail: str = "", secret: str = "api-key") -> BenchFailure:

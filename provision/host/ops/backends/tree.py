@@ -237,13 +237,36 @@ def prune_logs(directory: str, pattern: str, keep: int, current: str | None) -> 
     return gone
 
 
+def in_flight_now(rec: dict, engine) -> int | None:
+    """The requests the server has in flight now, by its own gauges on its metrics page (the engine's
+    `busy_metric`, running, and `waiting_metric`, queued); None when it has none or does not answer in 2 s."""
+    if not engine.busy_metric or not engine.metrics_path:
+        return None
+    import urllib.request
+
+    from provision.host.lib.promtext import gauge_sum
+
+    host = str(rec.get("host") or "127.0.0.1")
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    try:
+        with urllib.request.urlopen(f"http://{host}:{int(rec.get('port') or 30000)}{engine.metrics_path}",
+                                    timeout=2) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    return int(gauge_sum(text, engine.busy_metric) + (gauge_sum(text, engine.waiting_metric)
+                                                      if engine.waiting_metric else 0))
+
+
 def drain(rec: dict, grace: float) -> dict:
     """Let the server finish its requests in flight, as its engine drains: SIGTERM to its main
     process only (SGLang answers 503 and ends its tree once nothing is in flight; vLLM started with
     --shutdown-timeout waits for them), then wait for the whole tree to end, up to `grace` seconds.
     A signal to every rank instead would end them mid-request. What is still in flight at the
     deadline is read from the engine's own drain lines in the log written since the signal (its
-    `drain_remaining`). {"drained": bool, "waited": s, "in_flight": N or None (not said)}."""
+    `drain_remaining`); an engine that aborted them instead says so there too (`drain_aborted`: vLLM
+    started without --shutdown-timeout). {"drained": bool, "waited": s, "in_flight": N or None (not
+    said), "aborted": N or None}."""
     from provision.host import inference
 
     t0 = time.monotonic()
@@ -256,6 +279,8 @@ def drain(rec: dict, grace: float) -> dict:
         offset = os.path.getsize(rec.get("log") or "")
     except OSError:
         offset = None
+    engine = inference.get(inference.of_record(rec))
+    before = in_flight_now(rec, engine)
     try:
         os.kill(int(main), signal.SIGTERM)
     except OSError:
@@ -264,11 +289,13 @@ def drain(rec: dict, grace: float) -> dict:
     while time.monotonic() < deadline and (identity.still_alive(known) or identity.owned(rec)):
         time.sleep(0.1)
     gone = not identity.still_alive(known) and not identity.owned(rec)
-    in_flight = None
-    if not gone and offset is not None:
+    in_flight = aborted = None
+    if offset is not None:
         text, _ = read_chunk(rec["log"], offset, 4 << 20)
-        in_flight = inference.get(inference.of_record(rec)).drain_remaining(text)
-    return {"drained": gone, "waited": round(time.monotonic() - t0, 2), "in_flight": in_flight}
+        in_flight = None if gone else engine.drain_remaining(text)
+        aborted = engine.drain_aborted(text, before)
+    return {"drained": gone and not aborted, "waited": round(time.monotonic() - t0, 2), "in_flight": in_flight,
+            "aborted": aborted, "flag": engine.drain_flag if aborted else None}
 
 
 def stop_tree(rec: dict, grace: float, drain_first: bool = False) -> dict:
@@ -324,6 +351,9 @@ def stop_tree(rec: dict, grace: float, drain_first: bool = False) -> dict:
     out = {"ok": True, "stopped": True, "pids": pids, "escalated": sent_kill, "elapsed": round(time.monotonic() - t0, 2)}
     if drained is not None and not drained.get("skipped"):
         out["drain"] = {"drained": drained["drained"], "waited": drained["waited"]}
+        if drained.get("aborted"):  # the engine aborted them itself (its drain flag off)
+            out["drain"].update(aborted=drained["aborted"], flag=drained.get("flag"))
         if not drained["drained"]:
-            out["cut"] = drained["in_flight"]  # still in flight at the deadline (None: the engine did not say)
+            # still in flight at the deadline, or aborted by the engine (None: the engine did not say)
+            out["cut"] = drained.get("aborted") or drained["in_flight"]
     return out

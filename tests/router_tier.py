@@ -1,5 +1,6 @@
-"""The real sglang-router 0.3.2 (its venv built by .ci/run: provision/sandbox/router_venv.py), run on
-this machine for the tests that put a router in front of sandbox hosts (issue 59)."""
+"""The real sglang-router 0.3.2 or vllm-router 0.1.17 (their venv built by .ci/run:
+provision/sandbox/router_venv.py), run on this machine for the tests that put a router in front of
+sandbox hosts (issue 59)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ def router_venv():
 
 
 class RealRouter:
-    """sglang-router on 127.0.0.1, round robin, retries and circuit breaker off (a client sees what the
+    """sglang-router (or `kind="vllm_router"`) on 127.0.0.1, round robin, retries and circuit breaker off (a client sees what the
     router sees), its own health checks as shipped (every 60 s); start() again after stop() keeps
     its port."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "sglang_router") -> None:
+        self.kind = kind
         self.venv, self.port, self.metrics_port = router_venv(), free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -42,7 +44,7 @@ class RealRouter:
 
     def start(self) -> "RealRouter":
         self.proc = subprocess.Popen(
-            [str(self.venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+            [str(self.venv / "bin" / "python"), "-m", f"{self.kind}.launch_router", "--host", "127.0.0.1",
              "--port", str(self.port), "--policy", "round_robin", "--disable-retries", "--disable-circuit-breaker",
              "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -54,7 +56,7 @@ class RealRouter:
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise AssertionError("sglang-router never answered")
+        raise AssertionError(f"{self.kind} never answered")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

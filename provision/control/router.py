@@ -2,11 +2,17 @@
 put it back once it serves again (issue 59).
 
 provision knows a router by what it answers, never by a name the operator gives: `GET /workers`
-answering ``{"workers": [...], "total": N, ...}`` is sglang-router's worker API (0.3, read from a
-running 0.3.2: ``POST /workers {"url"}`` queues an addition behind the router's own health check and
-answers ``{"status": "accepted", "worker_id"}``; ``DELETE /workers/{worker_id}`` takes one out by its
-id, never by its URL). Anything else is refused with a sentence: a router provision cannot tell
-about a stop is never silently ignored.
+answering ``{"workers": [...], "total": N, ...}`` is the worker API sglang-router and vllm-router
+share (read from running releases):
+
+- sglang-router 0.3.2: each worker has an ``id``; ``POST /workers {"url"}`` queues an addition
+  behind the router's own health check (``{"status": "accepted", "worker_id"}``);
+  ``DELETE /workers/{id}`` takes one out by its id.
+- vllm-router 0.1.17: a worker has no id; ``POST /workers {"url"}`` adds it there and then
+  (``{"success": true, ...}``); ``DELETE /workers/{url}`` (the URL, percent-encoded) takes it out.
+
+So a worker is taken out by its id where the router gives one, else by its URL. Anything else is
+refused with a sentence: a router provision cannot tell about a stop is never silently ignored.
 
 The readers (`parse_workers`, `same_url`) are pure; `Router` is the thin HTTP layer over them.
 """
@@ -33,8 +39,9 @@ def same_url(a: str, b: str) -> bool:
 
 
 def parse_workers(body: bytes) -> list[dict] | None:
-    """sglang-router's `GET /workers` answer as [{"id", "url", "healthy"}], or None when the body is
-    not that API's (another router, a server, an error page). Pure."""
+    """The `GET /workers` answer of sglang-router or vllm-router as [{"id", "url", "healthy"}] (the id
+    the router takes a worker out by: its own, else its URL), or None when the body is not that
+    API's (another router, a server, an error page). Pure."""
     try:
         doc = json.loads(body)
     except ValueError:
@@ -45,7 +52,7 @@ def parse_workers(body: bytes) -> list[dict] | None:
     for w in doc["workers"]:
         if not isinstance(w, dict) or not isinstance(w.get("url"), str):
             return None
-        out.append({"id": w.get("id"), "url": w["url"], "healthy": bool(w.get("is_healthy", True))})
+        out.append({"id": w.get("id") or w["url"], "url": w["url"], "healthy": bool(w.get("is_healthy", True))})
     return out
 
 
@@ -75,7 +82,7 @@ class Router:
         found = parse_workers(body) if code == 200 else None
         if found is None:
             raise RouterError(f"{self.url} is not a router provision knows: GET /workers answered {code} "
-                              f"{body[:120]!r}, where sglang-router answers its workers")
+                              f"{body[:120]!r}, where sglang-router and vllm-router answer their workers")
         return found
 
     def listed(self, worker_url: str) -> dict | None:

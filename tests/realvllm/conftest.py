@@ -65,12 +65,12 @@ def vhost(sandbox_factory, vllm_venv, request):
 
 @pytest.fixture(scope="module")
 def vrouter(vhost):
-    """The real sglang-router in front of the module's host (it routes vLLM's OpenAI API as it does
-    SGLang's), the host's port 30000 reachable from this machine (sandbox/forward.py)."""
+    """The real vllm-router in front of the module's host, the host's port 30000 reachable from this
+    machine (sandbox/forward.py)."""
     from provision.sandbox.forward import forward, unforward
     from tests.router_tier import RealRouter
 
-    router = RealRouter()
+    router = RealRouter("vllm_router")
     forward(vhost, 30000)
     try:
         yield router.start()

@@ -30,7 +30,7 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     models = put_models(vhost, vllm_models["good"], "good")
     pb = playbook(tmp_path, models, grace=60)
     cli = [*ssh_env.cli_args, "--host", vhost.name]
-    # behind the real sglang-router: once ready, the server is warmed (one streamed /v1/completions)
+    # behind the real vllm-router: once ready, the server is warmed (one streamed /v1/completions)
     # and put in; the router lists it healthy
     proc, row, took = launch(cli, "--playbook", pb, "--router", vrouter.url)
     assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])

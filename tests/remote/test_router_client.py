@@ -1,5 +1,5 @@
-"""provision's router client (control/router.py) against the real sglang-router 0.3.2 from the
-package registry (issue 59): it takes a server out and waits until the router no longer lists it,
+"""provision's router client (control/router.py) against the real sglang-router 0.3.2 and vllm-router
+0.1.17 from the package registry (issue 59), each in turn: it takes a server out and waits until the router no longer lists it,
 puts it back and waits until the router lists it healthy, and refuses a URL that is not a router it
 knows, or a router that does not answer, with a sentence. The worker is the sandbox's vLLM stand-in
 (an OpenAI-compatible server) on this machine's loopback."""
@@ -41,8 +41,8 @@ def wait_http(url: str, timeout: float = 60) -> None:
     raise AssertionError(f"{url} never answered")
 
 
-@pytest.fixture(scope="module")
-def router_and_worker(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sglang_router", "vllm_router"])
+def router_and_worker(tmp_path_factory, request):
     from provision.sandbox import router_venv
 
     try:
@@ -55,7 +55,7 @@ def router_and_worker(tmp_path_factory):
     procs = [subprocess.Popen([sys.executable, str(STANDIN), "--model", str(model), "--host", "127.0.0.1",
                                "--port", str(wport)], env={"PROVISION_STANDIN_LOAD_SECONDS": "0", "PATH": "/usr/bin:/bin"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-             subprocess.Popen([str(venv / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+             subprocess.Popen([str(venv / "bin" / "python"), "-m", f"{request.param}.launch_router", "--host", "127.0.0.1",
                                "--port", str(rport), "--policy", "round_robin", "--disable-retries",
                                "--disable-circuit-breaker", "--health-check-interval-secs", "1",
                                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(mport)],
@@ -102,7 +102,7 @@ def test_what_is_not_a_known_router_or_does_not_answer_is_refused_with_a_sentenc
         Router(f"http://127.0.0.1:{free_port()}", timeout=2).workers()
 
 
-def test_the_worker_list_reader_takes_sglang_routers_answer_and_nothing_else():
+def test_the_worker_list_reader_takes_the_routers_answers_and_nothing_else():
     real = (b'{"workers":[{"id":"8172ca34-6ce1-495a-a76f-53c58ed1e5d9","url":"http://127.0.0.1:39101",'
             b'"model_id":"unknown","priority":50,"cost":1.0,"worker_type":"regular","is_healthy":true,"load":0,'
             b'"connection_mode":"HTTP","disable_health_check":false}],"total":1,'
@@ -110,6 +110,11 @@ def test_the_worker_list_reader_takes_sglang_routers_answer_and_nothing_else():
     assert parse_workers(real) == [{"id": "8172ca34-6ce1-495a-a76f-53c58ed1e5d9", "url": "http://127.0.0.1:39101",
                                     "healthy": True}]
     assert parse_workers(b'{"workers":[],"total":0}') == []
+    vllm_router = (b'{"workers":[{"url":"http://127.0.0.1:38111","model_id":"unknown","worker_type":"regular",'
+                   b'"is_healthy":false,"load":0,"connection_mode":"Http","priority":50,"cost":1.0}],"total":1,'
+                   b'"stats":{"prefill_count":0,"decode_count":0,"regular_count":1}}')  # 0.1.17: no id
+    assert parse_workers(vllm_router) == [{"id": "http://127.0.0.1:38111", "url": "http://127.0.0.1:38111",
+                                           "healthy": False}]
     for other in (b"No models available", b'{"detail": "Not Found"}', b'{"workers": {}}', b"[]"):
         assert parse_workers(other) is None
     assert same_url("http://H:30000/", "http://h:30000") and not same_url("http://h:30000", "http://h:30001")

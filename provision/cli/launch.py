@@ -89,7 +89,8 @@ def _options(profile, server_port, args, api_key_file, admin_api_key_file, **kw)
                              "one server: give --server-port only")
         overrides["port"] = server_port
     return LaunchOptions(profile=profile, overrides=overrides,
-                         secrets=secrets_from_env(files={k: v for k, v in files.items() if v}), **kw)
+                         secrets=secrets_from_env(files={k: v for k, v in files.items() if v}),
+                         secret_files=tuple(k for k, v in files.items() if v), **kw)
 
 
 def _outage_option(fn):

@@ -48,7 +48,8 @@ def _patch_like(command: str):
                 if diff:
                     raise UsageError("--diff shows a change to SGLang's file; --overlay changes none")
                 op_fn = do_overlay(list(pspec) if pspec else None, check=check, remove=command == "unpatch",
-                                   install_path=install_path, python=python_, timeout=ctx.conn.command_timeout)
+                                   install_path=install_path, python=python_, timeout=ctx.conn.command_timeout,
+                                   verify_import=bool(extra.get("verify_import")))
             else:
                 op_fn = do_patch(command, pspec, check=check, diff=diff, force=force, install_path=install_path,
                                  python=python_, timeout=ctx.conn.command_timeout, gpu_capability=gpu_capability,
@@ -65,7 +66,9 @@ def _patch_like(command: str):
 @main.command()
 @_patch_like("patch")
 @click.option("--verify-import", is_flag=True,
-              help="Also import the patched class with the host's interpreter and check the methods are callable.")
+              help="Also import the patched class (with --overlay: the overlay module, its rebound methods bound) "
+                   "with the host's interpreter and check the methods are callable: the spec's code runs there, "
+                   "as root, only when asked (a launch imports it in the server's interpreter anyway).")
 def patch(ctx, verify_import=False):
     """Inject the missing EAGLE-3 delegation methods into the wrapper class.
 

@@ -270,6 +270,29 @@ def render_flags(args: dict) -> list[str]:
     return out
 
 
+def secret_value(raw: bytes, where: str) -> str:
+    """A secret read from a file or the environment, validated once: UTF-8 text, one line (a final
+    newline dropped), printable, not empty. ConfigError with a sentence naming `where` otherwise: an
+    empty key file would start a server with no key at all. Pure."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start} is {raw[exc.start:exc.start + 1]!r}): "
+                          "write the key as one line of text") from None
+    if text.endswith("\n"):
+        text = text[:-2] if text.endswith("\r\n") else text[:-1]
+    text = text.strip(" \t")
+    if not text:
+        raise ConfigError(f"{where}: is empty: a server would start without the key; write the key in it "
+                          "(or unset it to start without one)")
+    if "\n" in text or "\r" in text:
+        raise ConfigError(f"{where}: holds more than one line: a key is one line of text")
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: holds a control character ({bad!r}): a key is printable text")
+    return text
+
+
 def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> dict:
     """Secrets from the control machine: PROVISION_API_KEY, PROVISION_ADMIN_API_KEY, HF_TOKEN (or *_FILE)."""
     env = environ if environ is not None else os.environ
@@ -280,11 +303,13 @@ def secrets_from_env(environ: dict | None = None, files: dict | None = None) -> 
         fpath = (files or {}).get(flag) or env.get(var + "_FILE")
         if fpath:
             try:
-                with open(os.path.expanduser(fpath), encoding="utf-8") as fh:
-                    val = fh.read().strip()
+                with open(os.path.expanduser(fpath), "rb") as fh:
+                    raw = fh.read(1 << 16)
             except OSError as exc:
                 raise ConfigError(f"{fpath}: cannot read the {flag} secret ({exc.strerror})") from None
-        val = val or env.get(var)
+            val = secret_value(raw, f"{fpath} (the {flag} secret)")
+        elif env.get(var):
+            val = secret_value(env[var].encode("utf-8", "surrogateescape"), f"${var}")
         if val:
             out["args"][flag] = val
     for name in SECRET_ENV:

@@ -580,6 +580,7 @@ class OverlayRequest(Request, total=False):
     specs: List[Spec]
     remove: bool               # take the overlay away instead
     import_timeout: float
+    verify_import: bool        # import it in the install's interpreter too (the specs' code runs: only when asked)
 
 
 class OverlayAnswer(Answer, total=False):

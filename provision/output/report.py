@@ -54,7 +54,7 @@ def host_line(r: HostResult, check: bool = False, *, verdict: str | None = None,
         parts.append("+" + ", +".join(r.added))
     if r.detail:
         parts.append("- " + r.detail)
-    return "  ".join(parts)
+    return one_line("  ".join(parts))
 
 
 def summary_line(results: list[HostResult]) -> str:
@@ -149,8 +149,14 @@ def host_rows(results: list[HostResult], columns: list[str] | None = None) -> li
 def lines(columns: list[str], rows: list[list[str]], header: bool = True) -> list[str]:
     """One line per row, fields separated by two spaces, nothing truncated; an empty field is '-'. Pure."""
     out = ["  ".join(columns)] if header else []
-    out += ["  ".join(str(v) if str(v) != "" else "-" for v in row) for row in rows]
+    out += ["  ".join(one_line(str(v)) if str(v) != "" else "-" for v in row) for row in rows]
     return out
+
+
+def one_line(text: str) -> str:
+    """`text` kept on one line: a line break inside a row's field (a host's words) is written as \\n,
+    so no field can start a line that reads as another host's row. Pure."""
+    return text.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def rich_table(columns: list[str], rows: list[list[str]], *, title: str | None = None, wrap: tuple = ()):
@@ -170,7 +176,7 @@ def rich_table(columns: list[str], rows: list[list[str]], *, title: str | None =
         cells = []
         for c, v in zip(columns, row):
             style = STYLE.get(v, "") if c == "verdict" else ""
-            cells.append(Text(str(v), style=style))
+            cells.append(Text(one_line(str(v)), style=style))
         t.add_row(*cells)
     return t
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -35,37 +37,55 @@ class SourceUnavailable(RuntimeError):
     """The release's source archive is not cached and could not be fetched."""
 
 
+def sdist_entry(page: dict, version: str, index: str) -> tuple:
+    """(url, sha256) of vllm-VERSION.tar.gz in a simple index page (PEP 691 JSON), failing closed: an
+    entry without a sha256, or whose URL is neither https nor under the index itself, is refused
+    (nothing is fetched that cannot be verified). Pure."""
+    want = f"vllm-{version}.tar.gz"
+    for f in page.get("files", []) if isinstance(page, dict) else []:
+        if not isinstance(f, dict) or f.get("filename") != want:
+            continue
+        url = urllib.parse.urljoin(index.rstrip("/") + "/vllm/", str(f.get("url") or ""))
+        sha = (f.get("hashes") or {}).get("sha256") if isinstance(f.get("hashes"), dict) else None
+        if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise SourceUnavailable(f"the index {index} lists {want} without a sha256: not fetched (nothing is "
+                                    "cached that cannot be verified)")
+        if not (url.startswith("https://") or url.startswith(index.rstrip("/") + "/")):
+            raise SourceUnavailable(f"the index {index} points {want} at {url}: neither https nor the index's own")
+        return url, sha
+    raise SourceUnavailable(f"the index {index} lists no {want}")
+
+
 def _sdist_url(version: str) -> tuple:
-    """(url, sha256) of vllm-VERSION.tar.gz from the registry's simple index (PEP 691 JSON)."""
     req = urllib.request.Request(INDEX.rstrip("/") + "/vllm/",
                                  headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         page = json.load(resp)
-    want = f"vllm-{version}.tar.gz"
-    for f in page.get("files", []):
-        if f.get("filename") == want:
-            return f["url"], (f.get("hashes") or {}).get("sha256")
-    raise SourceUnavailable(f"the index {INDEX} lists no {want}")
+    return sdist_entry(page, version, INDEX)
 
 
 def sdist_path(version: str) -> Path:
-    """The cached source archive of vLLM `version`, fetched (and its sha256 checked) when absent."""
+    """The cached source archive of vLLM `version`, fetched when absent and kept only once its
+    sha256 is the index's (a partial or unverified download is never cached)."""
     dest = cache_dir() / f"vllm-{version}.tar.gz"
     if dest.exists():
         return dest
+    url, sha = _sdist_url(version)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
     try:
-        url, sha = _sdist_url(version)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
         digest = hashlib.sha256()
         with urllib.request.urlopen(url, timeout=300) as resp, open(tmp, "wb") as out:
             for chunk in iter(lambda: resp.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
+        if digest.hexdigest() != sha:
+            raise SourceUnavailable(f"vllm-{version}.tar.gz: sha256 {digest.hexdigest()} is not the index's {sha}")
     except (OSError, ValueError, KeyError) as exc:
+        tmp.unlink(missing_ok=True)
         raise SourceUnavailable(f"could not fetch vllm {version}'s source archive: {exc}") from exc
-    if sha and digest.hexdigest() != sha:
-        tmp.unlink()
-        raise SourceUnavailable(f"vllm-{version}.tar.gz: sha256 {digest.hexdigest()} is not the index's {sha}")
+    except SourceUnavailable:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, dest)
     return dest
 

@@ -75,6 +75,16 @@ def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0, engi
                            timeout=timeout, sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
             return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
+        broken = (ans.get("audit") or {}).get("error")
+        if broken:  # a tree it could not read is judged by nobody: failed (exit 3), naming the file
+            return HostResult(host.name, "failed", broken.get("message", "the audit could not read the install"),
+                              error_kind="audit")
+        unread = [u for u in (ans.get("audit") or {}).get("unparsable") or []
+                  if str(u.get("error", "")).split(":")[0] in ("OSError", "PermissionError", "IsADirectoryError")]
+        if unread:  # a model file it could not read is not one without gaps
+            more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+            return HostResult(host.name, "failed", f"{unread[0]['file']} cannot be read ({unread[0]['error']}){more}: "
+                              "the audit judges no install it cannot read", error_kind="audit")
         rows = rows_from_answer(ans)
         unc = uncovered_fixable(rows)
         inst = next((i for i in ans["facts"]["installs"] if i["path"] == ans["facts"]["chosen"]), {})

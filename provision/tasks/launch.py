@@ -24,7 +24,8 @@ from provision.control.router import RouterError
 from provision.tasks import routing
 from provision.tasks.interrupt import RunState, interrupted_result, patch_journal, router_out_words
 from provision.tasks.multinode import MultiNode
-from provision.tasks.options import LaunchOptions, overlay_package, resolve, server_request, uses_overlay
+from provision.tasks.options import (LaunchOptions, engine_secrets, overlay_package, resolve, server_request,
+                                    uses_overlay)
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import PreflightAnswer, ServerStatusAnswer, SmokeAnswer, StartAnswer
@@ -123,7 +124,7 @@ class Launch:
                 multinode.finish(host, "failed", "interrupted")
             raise
         if multinode is not None:
-            note = multinode.address_note(host)
+            note = multinode.address_note(host, resolve(host, self.opts)[0].engine)
             if note:
                 res.notes.append(note)
         if state.patched.get(host.name):
@@ -195,7 +196,7 @@ class Launch:
             return prof, spec, opts.persistent, None
         mine = {k: v for k, v in opts.overrides.items() if k != "port"}  # --server-port finds; it changes nothing
         if self.multinode is not None:
-            mine.update(self.multinode.args_for(host))
+            mine.update(self.multinode.args_for(host, prof.engine))
         said = ", ".join(f"{k}={v}" for k, v in mine.items() if k in opts.overrides)
         launch, name = rec.get("launch"), rec.get("profile") or "unnamed"
         note = None
@@ -335,7 +336,8 @@ class Launch:
         # A restart runs the new launch's preflight again on the host, under the port's lock, before
         # it touches the running server: it gets what the preflight above got.
         start: StartAnswer = plan.session.call(server_request(
-            "start", plan.host, prof, opts, secrets=opts.secrets, restart=opts.restart, persistent=plan.persistent,
+            "start", plan.host, prof, opts, secrets=engine_secrets(opts.secrets, prof.engine), restart=opts.restart,
+            persistent=plan.persistent,
             tree_grace=opts.tree_grace, overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
             patch_specs=[s.to_engine() for s in plan.checked], force=opts.force, overrides=dict(opts.overrides),
             launch=prof.to_launch(), lock_wait=START_LOCK_WAIT, pull_timeout=plan.pull, **extra),

@@ -77,28 +77,37 @@ class MultiNode:
                 else:
                     self.addresses[name] = (r0.name, "its inventory name (no address or HostName set)")
 
-    def args_for(self, host: Host) -> dict:
+    def args_for(self, host: Host, engine: str) -> dict:
+        """The flags that place `host`'s rank, in `engine`'s words (its `multinode_args`): rank 0's
+        own address flags when its inventory `args:` set them, else its resolved address."""
+        from provision.host import inference
+
         name = host.get("server")
         if not name or name not in self.members:
             return {}
+        eng = inference.get(engine)
         hs = self.members[name]
         r0 = self.rank0(name)
-        addr = (r0.get("args") or {}).get("dist-init-addr")
-        if not addr:
-            resolved = self.addresses.get(name)
-            addr = f"{resolved[0] if resolved else (r0.get('address') or r0.name)}:{DIST_INIT_PORT}"
-        return {"nnodes": len(hs), "node-rank": int(host.get("node_rank")), "dist-init-addr": addr}
+        resolved = self.addresses.get(name)
+        out = eng.multinode_args(len(hs), int(host.get("node_rank")),
+                                 resolved[0] if resolved else str(r0.get("address") or r0.name), DIST_INIT_PORT)
+        given = {k: v for k, v in (r0.get("args") or {}).items() if k in eng.multinode_addr_flags}
+        return {**out, **given}
 
-    def address_note(self, host: Host) -> str | None:
-        """The row's note saying where the default --dist-init-addr came from (None: set explicitly)."""
+    def address_note(self, host: Host, engine: str) -> str | None:
+        """The row's note saying where the default meeting address came from (None: set explicitly)."""
+        from provision.host import inference
+
         name = host.get("server")
-        if not name or name not in self.members or (self.rank0(name).get("args") or {}).get("dist-init-addr"):
+        flags = inference.get(engine).multinode_addr_flags
+        if not name or name not in self.members or any(f in (self.rank0(name).get("args") or {}) for f in flags):
             return None
         resolved = self.addresses.get(name)
         if resolved is None:
             return None
-        return (f"dist-init-addr {resolved[0]}:{DIST_INIT_PORT}: rank 0 ({self.rank0(name).name}) at {resolved[1]}; "
-                f"set `args: {{dist-init-addr: HOST:PORT}}` on rank 0 to choose another")
+        said = " and ".join("--" + f for f in flags)
+        return (f"{said} {resolved[0]}:{DIST_INIT_PORT}: rank 0 ({self.rank0(name).name}) at {resolved[1]}; "
+                f"set {', '.join(f + ': ...' for f in flags)} in rank 0's `args:` to choose another")
 
     def rank(self, host: Host) -> int | None:
         return int(host.get("node_rank")) if host.get("server") in self.members else None

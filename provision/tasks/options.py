@@ -42,13 +42,16 @@ class LaunchOptions:
     overlay_spec: object = None                      # with this spec (None: the host's `spec:`)
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
     router: str | None = None   # --router: the router in front of every selected host (over `router:`)
+    secret_files: tuple = ()    # the secrets given as --*-file (an engine without that flag refuses them)
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):
     overrides = dict(opts.overrides)
-    if multinode is not None:
-        overrides.update(multinode.args_for(host))
     prof, spec = host_profile(host, opts.profile, overrides, opts.python)
+    placed = multinode.args_for(host, prof.engine) if multinode is not None else {}
+    if placed:  # a rank of a multi-node server: its engine's own flags say where the ranks meet
+        prof, spec = host_profile(host, opts.profile, {**overrides, **placed}, opts.python)
+    _check_secrets(host, prof, opts)
     if opts.router or host.get("router"):  # a router named wrong is exit 2 before any host is touched
         from provision.tasks.routing import router_url
 
@@ -65,6 +68,29 @@ def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = Non
         raise ConfigError(f"{prof.name}: --patch edits SGLang's file, overlay mode (--overlay or the profile's "
                           "`fix: overlay`) leaves it untouched: choose one")
     return prof, spec
+
+
+def _check_secrets(host: Host, prof: Profile, opts: LaunchOptions) -> None:
+    """A secret file given for a flag the host's engine does not take is exit 2 before any host is
+    touched (vLLM has no --admin-api-key: its server would die on it after the old one was stopped)."""
+    from provision.host import inference
+
+    engine = inference.get(prof.engine)
+    for flag in opts.secret_files:
+        if flag not in engine.secret_flags:
+            raise ConfigError(f"--{flag}-file: {engine.title} has no --{flag} (host {host.name}, playbook "
+                              f"{prof.name}); it takes {', '.join('--' + f for f in engine.secret_flags)}: nothing "
+                              "was started or stopped")
+
+
+def engine_secrets(secrets: dict, engine: str) -> dict:
+    """The run's secrets a server of `engine` takes: a flag secret it has no flag for (the environment's
+    PROVISION_ADMIN_API_KEY on a vLLM host) is left out, never passed to its parser. Pure."""
+    from provision.host import inference
+
+    flags = inference.get(engine).secret_flags
+    return {"args": {k: v for k, v in (secrets.get("args") or {}).items() if k in flags},
+            "env": dict(secrets.get("env") or {})}
 
 
 def uses_overlay(prof: Profile, opts: LaunchOptions) -> bool:

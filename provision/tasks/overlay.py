@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from provision.config.inventory import Host
 from provision.config.playbook import PatchSpec, load_patch_spec
+from provision.host.lib import atomic
 from provision.output.results import HostResult
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
@@ -22,11 +23,14 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 
 
 def request_for(host: Host, specs: list[PatchSpec], *, check: bool = False, remove: bool = False,
-                install_path: str | None = None, python: str | None = None) -> OverlayRequest:
+                install_path: str | None = None, python: str | None = None,
+                verify_import: bool = False) -> OverlayRequest:
     """One request for every spec: the install's one overlay carries them all (and keeps the others
-    it already carries; `remove` takes only these out)."""
+    it already carries; `remove` takes only these out). `verify_import`: import it in the install's
+    interpreter too (the spec's code runs then: only when asked)."""
     return {"op": "overlay", "check": check, "remove": remove, "specs": [s.to_engine() for s in specs],
-            "install_path": host.install_path(install_path), "python": python or host.get("python")}
+            "install_path": host.install_path(install_path), "python": python or host.get("python"),
+            "verify_import": verify_import}
 
 
 def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False) -> HostResult:
@@ -57,6 +61,9 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
         notes += [f"environment: {line}" for line in ov.get("env_lines") or []]
         if ov.get("verify"):
             notes.append(f"check: {ov['verify']['why']}")
+        elif not check:
+            notes.append("check: compiled, not imported (--verify-import imports it in the install's interpreter: "
+                         "the specs' code runs there then)")
         if not check:
             notes.append("start the server with these variables (a PYTHONPATH of yours goes after it), or "
                          f"use EnvironmentFile={root}/overlay.env in its unit")
@@ -67,12 +74,13 @@ def result_from_answer(host: str, answer: OverlayAnswer, *, check: bool = False)
 
 
 def do_overlay(specs: list[PatchSpec] | None, *, check=False, remove=False, install_path=None, python=None,
-               timeout=300.0):
+               timeout=300.0, verify_import=False):
     """`patch --overlay` / `unpatch --overlay`: one row per host for every spec (`--playbook`,
     repeatable; else the host's spec)."""
     def fn(host: Host, session, fleet) -> HostResult:
         hspecs = list(specs or [load_patch_spec(host.get("spec"))])
-        req = request_for(host, hspecs, check=check, remove=remove, install_path=install_path, python=python)
+        req = request_for(host, hspecs, check=check, remove=remove, install_path=install_path, python=python,
+                          verify_import=verify_import)
         answer = session.call(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
         res = result_from_answer(host.name, answer, check=check)
         res.data["spec"] = ", ".join(s.name for s in hspecs)  # for the journal
@@ -96,6 +104,26 @@ def _engine_of_specs(specs: list[PatchSpec]):
     if not names:
         raise ConfigError("none of the specs fixes an inference engine's files: there is no overlay to write")
     return inference.get(names.pop())  # type: ignore[arg-type]
+
+
+def _real_dirs(root: str, directory: str) -> None:
+    """Make `directory` (under `root`), refusing a symbolic link on the way: root writes there, and a
+    link another account planted would take the files elsewhere."""
+    import stat
+
+    from provision.errors import ConfigError
+
+    rel = os.path.relpath(directory, root)
+    path = root
+    for part in [] if rel == "." else rel.split(os.sep):
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise ConfigError(f"{path} is not a directory (a symbolic link, or a file): overlay write does not "
+                              "follow it; remove it or write elsewhere")
 
 
 def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, version: str | None = None) -> dict:
@@ -126,20 +154,18 @@ def write(specs: list[PatchSpec], out: str, *, mount_path: str | None = None, ve
         raise ConfigError("no delegation spec to write an overlay for")
     files = render.render_package(modules, engine)
     root = os.path.abspath(out)
+    os.makedirs(root, mode=0o755, exist_ok=True)
     written = []
     for rel, text in files.items():
         path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        tmp = path + ".provision-tmp"  # not a .py name: SGLang imports every .py of the package
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        _real_dirs(root, os.path.dirname(path))
+        # the one atomic writer: a random O_EXCL|O_NOFOLLOW temp (never a .py name: SGLang imports
+        # every .py of the package), so no link planted in `out` is followed
+        atomic.write_text(path, text, mode=0o644)
         written.append(path)
     seen = mount_path or root
     lines = render.env_lines(seen, None, engine)
-    with open(os.path.join(root, render.ENV_FILE), "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
+    atomic.write_text(os.path.join(root, render.ENV_FILE), "\n".join(lines) + "\n", mode=0o644)
     compile_errors = []
     for path in written:
         with open(path, "rb") as fh:

@@ -264,14 +264,18 @@ def test_reconcile_keeps_the_overlay_current_and_removes_it_once_native(tmp_path
 
 
 def test_where_torch_imports_the_overlay_is_imported_as_the_server_would(tmp_path, ssh_env, host):
-    # A host whose interpreter finds torch: the overlay module is really imported (with the
-    # server's environment) instead of only checked statically. Here torch is an empty package
-    # and SGLang's own imports then fail on it: the import check reports that and refuses.
+    # A host whose interpreter finds torch: with --verify-import (asked: importing it runs the spec's
+    # code) the overlay module is really imported (with the server's environment) instead of only
+    # checked statically. Here torch is an empty package and SGLang's own imports then fail on it:
+    # the import check reports that and refuses. Without --verify-import nothing is imported (issue 60).
     torch = f"{host.site_packages}/torch"
     host.run(f"mkdir -p {torch} && touch {torch}/__init__.py")
     try:
         inv = inventory(tmp_path, ssh_env, host)
         proc, doc = run_json("patch", "-i", inv, "--overlay")
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "staged", proc.stdout
+        assert "does not import" not in proc.stdout
+        proc, doc = run_json("patch", "-i", inv, "--overlay", "--verify-import")
         r = doc["hosts"][0]
         assert proc.returncode == 3 and r["verdict"] == "failed", proc.stdout
         assert "provision_overlay.kimi_k25_eagle3 does not import: AttributeError: module 'torch' has no attribute" \

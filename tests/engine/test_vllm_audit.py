@@ -78,3 +78,35 @@ def test_the_spec_spec_new_writes_closes_every_fixable_gap_on_its_file(version):
         bound |= {st.name for st in body if isinstance(st, ast.FunctionDef)}
         assert set(gap["missing"]) <= bound, cls
         assert core.plan_unpatch(plan["new"], spec)["new"] == src
+
+
+def _tree_with_fifo(tmp_path, rel: str):
+    """The 0.32.0 package as symlinks to the cached files, `rel` a FIFO (no writer: a read blocks)."""
+    import os
+    import shutil
+
+    dest = tmp_path / "vllm"
+    shutil.copytree(_vllm("0.32.0"), dest, copy_function=os.symlink)
+    target = dest / rel
+    target.unlink()
+    os.mkfifo(target)
+    return dest
+
+
+@pytest.mark.parametrize("rel, says", [
+    ("model_executor/models/registry.py", "registry.py cannot be read ("),
+    ("model_executor/models/kimi_vl.py", "kimi_vl.py is not a regular file"),
+])
+def test_an_install_it_cannot_read_is_not_judged_and_nothing_blocks(tmp_path, rel, says):
+    """Issue 60: a registry or a model file that cannot be read (here a FIFO, which would block the
+    host agent until its timeout) is an error naming the file, never a clean bill."""
+    import signal
+
+    tree = _tree_with_fifo(tmp_path, rel)
+    signal.alarm(60)  # a blocked read fails the test instead of hanging it
+    try:
+        got = audit_registry(str(tree), PROTOCOL)
+    finally:
+        signal.alarm(0)
+    assert got["wrappers"] == [] and got["error"]["kind"] == "unreadable", got
+    assert says in got["error"]["message"] and "judges no install it cannot read" in got["error"]["message"], got

@@ -22,7 +22,9 @@ from tests.promtool import lint
 from tests.realvllm.tier import (DEADLINE, KEY, MODELS_IN_HOST, bench, curl, inventory, launch, playbook, put_models,
                                  record, server_argv, spec_counters, vllm_pids)
 
-pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
+# each test starts a real vLLM (45-90 s alone, past 150 s with the other real-vLLM module and the rest
+# of the suite on a 2-core machine) and then works on it: past the default 180 s under load
+pytestmark = [pytest.mark.realvllm, pytest.mark.ssh, pytest.mark.timeout(480)]
 
 
 def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_nothing(

@@ -14,7 +14,9 @@ from tests.cli.helpers import run
 from tests.realvllm.tier import (QWEN2_AUDIO_SPECS, VENV_IN_HOST, bench, gone, launch, playbook, private_vllm,
                                  put_models, record, spec_counters, vllm_pids)
 
-pytestmark = [pytest.mark.realvllm, pytest.mark.ssh]
+# each test starts a real vLLM (45-90 s alone, past 150 s with the other real-vLLM module and the rest
+# of the suite on a 2-core machine) and then works on it: past the default 180 s under load
+pytestmark = [pytest.mark.realvllm, pytest.mark.ssh, pytest.mark.timeout(480)]
 
 
 def test_bench_flags_a_drafter_whose_tokens_are_never_accepted(tmp_path, ssh_env, vhost, vllm_models):

@@ -243,7 +243,10 @@ def test_a_ctrl_c_between_out_and_back_in_is_said_and_wait_puts_the_server_back(
     out, err = p.communicate(timeout=120)
     one.hostpath("/root/gate").unlink()
     row = json.loads(out)["hosts"][0]
-    assert row["verdict"] == "interrupted" and f"out of the router {fleet.url}" in row["detail"], (row, err[-2000:])
+    # interrupted while following, or (a loaded machine) before the start's answer came back: either
+    # way the row says the host is out of the router and how it goes back
+    assert row["verdict"] in ("interrupted", "unknown") and f"out of the router {fleet.url}" in row["detail"], \
+        (row, err[-2000:])
     assert "`provision wait " in row["detail"] and f"--host {one.name}` (or the next `launch --restart`)" in row["detail"], row
     assert len(fleet.listed()) == 2
     proc, doc = run_json("status", "-i", inv, "--limit", one.name, env=e, timeout=120)

@@ -20,24 +20,24 @@ def group(r0_vars=None):
 
 def test_dist_init_addr_prefers_address_then_ssh_hostname_then_name():
     mn = MultiNode(group())
-    assert mn.args_for(group()[1])["dist-init-addr"] == "gpu-a:50000"  # nothing resolved yet
+    assert mn.args_for(group()[1], "sglang")["dist-init-addr"] == "gpu-a:50000"  # nothing resolved yet
     mn.resolve_addresses(lambda h: {"gpu-a": "10.0.0.7"}.get(h.name))
-    assert mn.args_for(group()[1]) == {"nnodes": 2, "node-rank": 1, "dist-init-addr": "10.0.0.7:50000"}
-    assert "10.0.0.7:50000" in mn.address_note(group()[0]) and "ssh -G" in mn.address_note(group()[0])
-    assert mn.args_for(group()[2]) == {} and mn.address_note(group()[2]) is None
+    assert mn.args_for(group()[1], "sglang") == {"nnodes": 2, "node-rank": 1, "dist-init-addr": "10.0.0.7:50000"}
+    assert "10.0.0.7:50000" in mn.address_note(group()[0], "sglang") and "ssh -G" in mn.address_note(group()[0], "sglang")
+    assert mn.args_for(group()[2], "sglang") == {} and mn.address_note(group()[2], "sglang") is None
 
     mn = MultiNode(group({"address": "192.168.1.5"}))
     mn.resolve_addresses(lambda h: "10.0.0.7")
-    assert mn.args_for(group()[1])["dist-init-addr"] == "192.168.1.5:50000"
-    assert "inventory address" in mn.address_note(group()[1])
+    assert mn.args_for(group()[1], "sglang")["dist-init-addr"] == "192.168.1.5:50000"
+    assert "inventory address" in mn.address_note(group()[1], "sglang")
 
     mn = MultiNode(group({"args": {"dist-init-addr": "ib0-a:6000"}}))
     mn.resolve_addresses(lambda h: "10.0.0.7")
-    assert mn.args_for(group()[1])["dist-init-addr"] == "ib0-a:6000" and mn.address_note(group()[1]) is None
+    assert mn.args_for(group()[1], "sglang")["dist-init-addr"] == "ib0-a:6000" and mn.address_note(group()[1], "sglang") is None
 
     mn = MultiNode(group())
     mn.resolve_addresses(lambda h: h.name)  # ssh -G echoes the name: no HostName set
-    assert mn.args_for(group()[1])["dist-init-addr"] == "gpu-a:50000" and "inventory name" in mn.address_note(group()[1])
+    assert mn.args_for(group()[1], "sglang")["dist-init-addr"] == "gpu-a:50000" and "inventory name" in mn.address_note(group()[1], "sglang")
 
 
 def test_rank0s_first_verdict_counts_and_an_unreached_rank0_is_a_verdict():
@@ -105,3 +105,33 @@ def test_a_secondary_stays_up_with_a_rank0_left_running(verdict):
     assert stops == [] and r.verdict == verdict and r.data["stopped"] is False
     assert r.detail.startswith(f"rank 0 of server k (gpu-a) ended {verdict}: gpu-a: no answer for 300 s")
     assert "this rank (rank 1) was left running with it: `provision wait" in r.detail
+
+
+def test_a_vllm_group_gets_vllms_own_flags_never_sglangs_dist_init_addr():
+    """Issue 60: vLLM's parser refuses --dist-init-addr; its ranks meet at --master-addr/--master-port."""
+    mn = MultiNode(group())
+    mn.resolve_addresses(lambda h: {"gpu-a": "10.0.0.7"}.get(h.name))
+    assert mn.args_for(group()[1], "vllm") == {"nnodes": 2, "node-rank": 1, "master-addr": "10.0.0.7",
+                                               "master-port": 50000}
+    assert "--master-addr and --master-port 10.0.0.7:50000" in mn.address_note(group()[0], "vllm")
+    mn = MultiNode(group({"args": {"master-addr": "ib0-a", "master-port": 6000}}))
+    mn.resolve_addresses(lambda h: "10.0.0.7")
+    assert mn.args_for(group()[1], "vllm") == {"nnodes": 2, "node-rank": 1, "master-addr": "ib0-a",
+                                               "master-port": 6000}
+    assert mn.address_note(group()[1], "vllm") is None
+
+
+def test_vllms_multinode_flags_are_in_its_own_parser():
+    """The flags vLLM's multinode_args gives are ones 0.32.0's own arg_utils.py declares."""
+    import re
+
+    from provision.host import inference
+    from provision.sandbox.vllm_sources import SourceUnavailable, package_dir
+
+    try:
+        text = (package_dir("0.32.0") / "engine" / "arg_utils.py").read_text()
+    except SourceUnavailable as exc:  # pragma: no cover
+        import pytest
+        pytest.skip(str(exc))
+    declared = set(re.findall(r'add_argument\(\s*"--([a-z-]+)"', text))
+    assert set(inference.get("vllm").multinode_args(2, 1, "a", 1)) <= declared, declared

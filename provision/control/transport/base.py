@@ -23,7 +23,6 @@ bytes on stdin whichever way they came.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import threading
@@ -31,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from provision.control.transport import answer
 from provision.control.transport.bundle import bootstrap_command, bundle_digest, payloads
 from provision.errors import ConnectError, HostError, RemoteError, UnknownOutcome
 from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
@@ -243,6 +243,7 @@ class Transport:
                             break
                         on_line(out[fed:j].decode("utf-8", "replace"))
                         fed = j + 1
+                fed, scan = _bound(out, err, fed, scan, alias, ready_seen)
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     if chan.exit_status != -1 or self._alive():
                         break
@@ -327,11 +328,19 @@ class Transport:
             cmd = sudo_wrap(cmd, sudo_prompt=prompt)
         result: list[dict] = []
 
+        bad: list[RemoteError] = []
+
         def on_line(line: str) -> None:
             if line.startswith(RESULT_PREFIX):
-                result.append(json.loads(line[len(RESULT_PREFIX):]))
+                try:
+                    result.append(answer.parse(line[len(RESULT_PREFIX):], self.label))
+                except RemoteError as exc:
+                    bad.append(exc)
             elif line.startswith(EVENT_PREFIX) and on_event is not None:
-                on_event(json.loads(line[len(EVENT_PREFIX):]))
+                try:
+                    on_event(answer.parse(line[len(EVENT_PREFIX):], self.label, "progress event"))
+                except RemoteError:
+                    pass  # a broken progress event is left out; the answer still decides
 
         started: list = []
         try:
@@ -353,6 +362,8 @@ class Transport:
             raise ConnectError(f"{self.label}: {_short(exc)}") from None
         if result:
             return result[-1]
+        if bad:
+            raise bad[-1]
         rc, out, err = res.rc, res.out, res.err
         if not res.ready and not (rc == -1 and started):
             raise self._not_started(rc, err, python, sudo, res.password_sent)
@@ -400,6 +411,32 @@ class Transport:
         if rc == 127 or "not found" in low or "no such file" in low:
             return RemoteError(f"{alias}: {python} not found on the {self.where} (SGLang needs Python 3.10+)")
         return RemoteError(f"{alias}: the remote python did not start (exit {rc}): {first}")
+
+
+# What the control side keeps of a host's output besides its answer: the last KEEP_TAIL bytes of
+# stdout lines already read and of stderr (the tail an error quotes); a flood is read and dropped.
+KEEP_TAIL = 64 << 10
+FLOOD = 1 << 20
+
+
+def _bound(out: bytearray, err: bytearray, fed: int, scan: int, alias: str, ready_seen: bool) -> tuple[int, int]:
+    """Keep a host's output bounded while it is read: what was handed on (or, before the ready line,
+    all but the tail the marker may be in) and stderr cut to their tails once past FLOOD bytes; a
+    line longer than an answer may be is refused. The new (fed, scan) offsets."""
+    from provision.control.transport.answer import MAX_ANSWER_BYTES
+
+    done = fed if ready_seen else len(out)
+    if done > FLOOD:
+        cut = done - KEEP_TAIL
+        del out[:cut]
+        fed = max(0, fed - cut)
+    if len(err) > FLOOD:
+        cut = len(err) - KEEP_TAIL
+        del err[:cut]
+        scan = max(0, scan - cut)
+    if len(out) - fed > MAX_ANSWER_BYTES + KEEP_TAIL:
+        raise RemoteError(f"{alias}: the host sent more than {MAX_ANSWER_BYTES >> 20} MiB on one line: not used")
+    return fed, scan
 
 
 def _short(exc: BaseException) -> str:

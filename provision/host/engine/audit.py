@@ -539,6 +539,10 @@ def audit_models(models_dir: str, package_root: str | None = None) -> dict:
         name for name in os.listdir(models_dir)
         if name.endswith(".py") and os.path.isfile(os.path.join(models_dir, name))
     )
+    for name in sorted(os.listdir(models_dir)):  # a FIFO or device named *.py: said, never opened (it would block)
+        path = os.path.join(models_dir, name)
+        if name.endswith(".py") and not os.path.isfile(path) and not os.path.isdir(path):
+            index.unparsable.append({"file": index.rel(path), "error": "OSError: not a regular file"})
     was_enabled = gc.isenabled()
     # Parsing allocates millions of AST nodes and no garbage cycles: collecting
     # while they live would traverse all of them again and again. The index is

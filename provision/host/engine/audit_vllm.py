@@ -61,8 +61,18 @@ def _registry(resolver: Resolver) -> dict:
 class _Audit:
     def __init__(self, package_dir: str, protocol: str) -> None:
         self.notes: list = []
+        self.unreadable: list = []  # (module, why): files there that could not be read
         self.protocol = protocol
-        self.resolver = Resolver(make_resolver(package_dir, PACKAGE), self.notes, PACKAGE)
+        base = make_resolver(package_dir, PACKAGE)
+
+        def read(name: str):
+            try:
+                return base(name)
+            except OSError as exc:
+                self.unreadable.append((name, str(exc)))
+                raise
+
+        self.resolver = Resolver(read, self.notes, PACKAGE)
         spec = {"name": "audit", "kind": "interface", "package": PACKAGE, "file": protocol.partition(":")[0],
                 "class": "X", "delegate": "x", "protocol": protocol}
         attrs, methods = protocol_members(spec, make_resolver(package_dir, PACKAGE))
@@ -164,6 +174,11 @@ class _Audit:
         return row if row["verdict"] else None
 
 
+def _cannot_judge(message: str) -> dict:
+    return {"wrappers": [], "registered": 0, "files_scanned": 0, "notes": [message],
+            "error": {"kind": "unreadable", "message": message}}
+
+
 def audit_registry(package_dir: str, protocol: str) -> dict:
     """The gaps of the vLLM install at `package_dir` (the `vllm` package directory) against the
     interface `protocol` (FILE:Class, the engine's eagle3_protocol): {"wrappers": [rows: class, arch
@@ -173,6 +188,10 @@ def audit_registry(package_dir: str, protocol: str) -> dict:
         a = _Audit(package_dir, protocol)
     except EngineError as e:
         return {"wrappers": [], "registered": 0, "files_scanned": 0, "notes": [e.message], "error": e.as_dict()}
+    if not a.registry:  # no registry read: nothing judged is no clean bill
+        where = os.path.join(package_dir, MODELS, "registry.py")
+        why = next((w for n, w in a.unreadable if n.endswith(".registry")), "no model registry in it")
+        return _cannot_judge(f"{where} cannot be read ({why}): the audit judges no install it cannot read")
     rows, seen = [], set()
     for arch, (module, cls) in sorted(a.registry.items()):
         if (module, cls) in seen:
@@ -192,6 +211,10 @@ def audit_registry(package_dir: str, protocol: str) -> dict:
                 row = a.judge(None, module, node.name)
                 if row is not None and row["verdict"] == "fixable":
                     rows.append(row)
+    if a.unreadable:  # a model file that cannot be read is not one without gaps
+        name, why = a.unreadable[0]
+        more = f" (and {len(a.unreadable) - 1} more)" if len(a.unreadable) > 1 else ""
+        return _cannot_judge(f"{why}{more}: the audit judges no install it cannot read")
     rows.sort(key=lambda r: (r["verdict"] != "fixable", r["class"]))
     files = len([m for m in a.resolver.cache.values() if m is not None])
     return {"wrappers": rows, "registered": len(a.registry), "classes": len(seen), "files_scanned": files, "notes": a.notes[:20],

@@ -318,6 +318,26 @@ def _mangled(name: str) -> bool:
     return name.startswith("__") and not name.endswith("__")
 
 
+def _literal_params(a, params: str, where: str, ast) -> None:
+    """`params` is names, types and literal defaults, nothing else: a default or an annotation is
+    evaluated when the class is defined (in the server, as root), so a call there would be code run
+    from what the spec calls data."""
+    every = list(a.posonlyargs) + list(a.args) + list(a.kwonlyargs) + [x for x in (a.vararg, a.kwarg) if x]
+    typeish = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.BinOp, ast.BitOr,
+               ast.Load, ast.Index if hasattr(ast, "Index") else ast.Load)
+    for arg in every:
+        if arg.annotation is not None and not all(isinstance(n, typeish) for n in ast.walk(arg.annotation)):
+            raise EngineError("spec", f"{where}.params: parameter {arg.arg!r} has an annotation that is not a type "
+                                      f"(names, dots and subscripts only: no call), found {params!r}")
+    for default in list(a.defaults) + [d for d in a.kw_defaults if d is not None]:
+        try:
+            ast.literal_eval(default)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise EngineError("spec", f"{where}.params: the default {ast.unparse(default)!r} is not a literal "
+                                      "(a number, a string, None, True/False, or a tuple/list/dict of them): "
+                                      "a default is evaluated when the class is defined, so it may not be code") from None
+
+
 def _parse_params(mname: str, params: str, where: str) -> dict:
     if any(ord(c) < 0x20 or c == "\x7f" for c in params):
         raise EngineError("spec", f"{where}.params: expected one line without control characters, found {params!r}")
@@ -331,6 +351,7 @@ def _parse_params(mname: str, params: str, where: str) -> dict:
     if not isinstance(fn, ast.FunctionDef) or len(ast.parse(f"def _({params}): pass").body) != 1:
         raise EngineError("spec", f"{where}.params: expected a parameter list, found {params!r}")
     a = fn.args
+    _literal_params(a, params, where, ast)
     positional = list(a.posonlyargs) + list(a.args)
     if not positional or positional[0].arg != "self":
         raise EngineError("spec", f"{where}.params: expected `self` as the first positional parameter, found {params!r}")

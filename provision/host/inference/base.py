@@ -64,6 +64,13 @@ class InferenceEngine:
     model_info_paths: tuple[str, ...] = ("/model_info",)  # the served model's path and class, newest name first
     flush_path = "/flush_cache"   # empties the cache before the bench (400: busy serving others)
     flush_secret = "api-key"      # the launch secret that path takes (SGLang: the admin key when there is one)
+    secret_flags: tuple = ("api-key",)  # the secret flags its server takes (in its 0600 --config file)
+    # the flags that say where a multi-node server's ranks meet (rank 0's address), as its parser names them
+    multinode_addr_flags: tuple = ()
+
+    def multinode_args(self, nnodes: int, rank: int, addr: str, port: int) -> dict:
+        """The flags that place one rank of a multi-node server (`addr`:`port`: where the ranks meet)."""
+        raise NotImplementedError(f"{self.title} servers are not spread over several hosts by provision")
     overlay_env = ""              # the variable naming a package of model classes it imports on purpose
     overlay_style = ""            # how it loads provision's overlay (engine/overlay.py's STYLES); "": it cannot
     overlay_min_version: tuple = ()  # the first release that loads it that way

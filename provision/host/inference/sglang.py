@@ -65,6 +65,12 @@ class SGLang(InferenceEngine):
     spec_file_example = "srt/models/x.py"   # a spec's `file`, in an error's example
     model_info_paths = ("/model_info", "/get_model_info")
     flush_path = "/flush_cache"
+    secret_flags = ("api-key", "admin-api-key")
+    multinode_addr_flags = ("dist-init-addr",)
+
+    def multinode_args(self, nnodes: int, rank: int, addr: str, port: int) -> dict:
+        """SGLang's --nnodes, --node-rank and --dist-init-addr HOST:PORT (server_args.py)."""
+        return {"nnodes": nnodes, "node-rank": rank, "dist-init-addr": f"{addr}:{port}"}
     flush_secret = "admin-api-key"  # ADMIN_OPTIONAL: with --admin-api-key set, only that key opens it
     overlay_env = "SGLANG_EXTERNAL_MODEL_PACKAGE"
     overlay_style = "external-package"  # each module's EntryClass, registered with overwrite=True

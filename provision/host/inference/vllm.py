@@ -231,6 +231,12 @@ except Exception:
     # 0.32's --shutdown-timeout (engine/arg_utils.py, int, default 0): 0 aborts every request in flight
     # on SIGTERM, N waits up to N s for them; older releases lack it (then SIGTERM aborts)
     drain_flag = "shutdown-timeout"
+    multinode_addr_flags = ("master-addr", "master-port")
+
+    def multinode_args(self, nnodes: int, rank: int, addr: str, port: int) -> dict:
+        """0.32's --nnodes, --node-rank, --master-addr and --master-port (engine/arg_utils.py: the
+        parallel group); SGLang's --dist-init-addr is no flag of vLLM's."""
+        return {"nnodes": nnodes, "node-rank": rank, "master-addr": addr, "master-port": port}
 
     def drain_aborted(self, log_text: str, in_flight: int | None) -> int | None:
         """0.32 started with --shutdown-timeout 0 logs `[shutdown] API server: stopping engine client

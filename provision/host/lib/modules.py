@@ -25,6 +25,29 @@ def module_name(spec_file: str, package: str = PACKAGE) -> str:
     return ".".join([package] + parts)
 
 
+def read_source(path: str) -> bytes | None:
+    """A source file's bytes; None when there is none. A path that is there but is not a regular
+    file (a FIFO would block the read forever, a device never end), too large or unreadable is an
+    OSError whose text says which: the caller says it cannot judge the file, never skips it."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        raise OSError(f"{path} is not a regular file")
+    if st.st_size > MAX_SOURCE_BYTES:
+        raise OSError(f"{path} is larger than {MAX_SOURCE_BYTES} bytes")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(MAX_SOURCE_BYTES + 1)
+
+
 def make_resolver(package_dir: str, package: str = PACKAGE) -> Resolver:
     """resolve_module for the package at `package_dir` (sglang's: the directory that holds
     srt/; vllm's: model_executor/): `sglang.a.b` -> package_dir/a/b.py or package_dir/a/b/__init__.py."""
@@ -36,13 +59,9 @@ def make_resolver(package_dir: str, package: str = PACKAGE) -> Resolver:
             return None
         base = os.path.join(root, *parts[1:])
         for cand in (base + ".py", os.path.join(base, "__init__.py")):
-            try:
-                if os.path.getsize(cand) > MAX_SOURCE_BYTES:
-                    return None
-                with open(cand, "rb") as fh:
-                    return fh.read()
-            except OSError:
-                continue
+            got = read_source(cand)
+            if got is not None:
+                return got
         return None
 
     return resolve

@@ -13,12 +13,16 @@ from typing import Iterable
 
 MASK = "***"
 
-_QUOTED_OR_BARE = r"""(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)&'"]+)"""
+_QUOTED_OR_BARE = r"""(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)&'"\[\]]+)"""
+# a value that is a list or tuple of them: vLLM 0.16 logs `non-default args: {'api_key': ['KEY']}`
+_SEQUENCE = r"""(?:\[\s*""" + _QUOTED_OR_BARE + r"""?(?:\s*,\s*""" + _QUOTED_OR_BARE + r""")*\s*,?\s*\]""" \
+    r"""|\(\s*""" + _QUOTED_OR_BARE + r"""?(?:\s*,\s*""" + _QUOTED_OR_BARE + r""")*\s*,?\s*\))"""
+_VALUE = "(?:" + _SEQUENCE + "|" + _QUOTED_OR_BARE + ")"
 
 # api_key='x' / admin_api_key="x" / hf_token=x (Python reprs, key=value lists, URLs)
 _KEY_EQ = re.compile(
     r"""(?P<key>(?<![A-Za-z0-9])(?:admin_api_key|api_key|hf_token|api-key|admin-api-key|hf-token))"""
-    r"""(?P<sep>\s*=\s*)(?P<val>""" + _QUOTED_OR_BARE + ")",
+    r"""(?P<sep>\s*=\s*)(?P<val>""" + _VALUE + ")",
     re.IGNORECASE,
 )
 # --api-key X / --api-key=X / --admin-api-key X / --hf-token X
@@ -30,9 +34,11 @@ _FLAG = re.compile(
 # YAML / JSON: api-key: X, "api_key": "X"
 _MAPPING = re.compile(
     r"""(?P<key>["']?(?<![A-Za-z0-9_-])(?:admin[-_]api[-_]key|api[-_]key|hf[-_]token)["']?)"""
-    r"""(?P<sep>\s*:\s*)(?P<val>""" + _QUOTED_OR_BARE + ")",
+    r"""(?P<sep>\s*:\s*)(?P<val>""" + _VALUE + ")",
     re.IGNORECASE,
 )
+# a URL's password: scheme://user:SECRET@host
+_URL_USERINFO = re.compile(r"""(?P<key>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'"]*)(?P<sep>:)(?P<val>[^@\s/'"]+)(?=@)""")
 # Authorization: Bearer X (headers, curl -H, JSON header dicts) and any bare "Bearer X"
 _BEARER = re.compile(r"""(?P<key>\bBearer)(?P<sep>\s+)(?P<val>[^\s"',;]+)""", re.IGNORECASE)
 # HF_TOKEN=X and friends (environment assignments, `env` dumps, export lines)
@@ -49,6 +55,9 @@ _NOT_SECRET = {"none", "null", "''", '""', MASK, f"'{MASK}'", f'"{MASK}"', ""}
 def _mask_value(val: str) -> str:
     if val.lower() in _NOT_SECRET:
         return val
+    if len(val) >= 2 and (val[0], val[-1]) in (("[", "]"), ("(", ")")):  # a list of them: every item masked
+        inner = val[1:-1].strip()
+        return val[0] + (_mask_value(inner.split(",")[0].strip()) if inner else "") + val[-1]
     if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
         return f"{val[0]}{MASK}{val[0]}"
     return MASK
@@ -61,14 +70,14 @@ def _sub(pattern: re.Pattern, text: str) -> str:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace every known secret value (len >= 4) with ``***`` and always mask the usual
     secret-carrying patterns (``api_key='...'``, ``admin_api_key=...``, ``hf_token=...``,
-    ``--api-key X``, ``Authorization: Bearer X``, ``HF_TOKEN=X``, YAML/JSON ``api-key: X``),
-    even when the value is not known."""
+    ``--api-key X``, ``Authorization: Bearer X``, ``HF_TOKEN=X``, YAML/JSON ``api-key: X``, a list
+    or tuple of values ``'api_key': ['X']``, a URL's ``user:X@``), even when the value is not known."""
     if not text:
         return text
     known = sorted({s for s in secrets if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True)
     for secret in known:
         text = text.replace(secret, MASK)
-    for pattern in (_FLAG, _KEY_EQ, _MAPPING, _BEARER, _ENV):
+    for pattern in (_FLAG, _KEY_EQ, _MAPPING, _BEARER, _ENV, _URL_USERINFO):
         text = _sub(pattern, text)
     text = _HF_TOKEN_VALUE.sub(MASK, text)
     return text

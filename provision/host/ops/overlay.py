@@ -502,7 +502,8 @@ def op_overlay(req: OverlayRequest, bundle: bytes) -> OverlayAnswer:
         st.setdefault("notes", []).append(
             f"{closed} is closed to other users: a server running as another user than root cannot import the "
             "overlay from here; for one, write it where it can read it (`provision overlay write --out DIR`)")
-    if st.get("verdict") in ("staged", "unchanged") and not req.get("check"):
+    if st.get("verdict") in ("staged", "unchanged") and not req.get("check") and req.get("verify_import"):
+        # importing it runs the specs' code (a rebound method's apply()): only when asked
         python, extra = installs.owner_python(inst)
         env = dict(os.environ, **extra)
         engine = engine_of(inst)

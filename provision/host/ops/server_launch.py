@@ -40,6 +40,20 @@ def server_env(req: ServerRequest, inst: dict) -> dict:
     return env
 
 
+def new_log(logdir: str, engine, port: int, stamp: str) -> str:
+    """Create this launch's log file, exclusively and never through a link (O_EXCL|O_NOFOLLOW: a
+    profile's `log_dir:` may be a directory another account writes, with a link planted at the next
+    name): LOG, else LOG-2, LOG-3, ... The path."""
+    for n in range(1, 1000):
+        log = os.path.join(logdir, engine.log_name(port, stamp, n) if n > 1 else engine.log_name(port, stamp))
+        try:
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640))
+            return log
+        except FileExistsError:
+            continue
+    raise OSError(f"{logdir}: no free log name for {engine.log_name(port, stamp)}")
+
+
 def host_launch(req: dict, port: int, secrets: dict) -> dict:
     """What a host server's start needs (argv, environment, log, the watcher's files): {"ok", ...}."""
     prof = req["profile"]
@@ -55,11 +69,7 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
     os.makedirs(logdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     engine = inference.for_request(req)
-    n = 1
-    log = os.path.join(logdir, engine.log_name(port, stamp))
-    while os.path.exists(log):
-        n += 1
-        log = os.path.join(logdir, engine.log_name(port, stamp, n))
+    log = new_log(logdir, engine, port, stamp)
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
     # the flags were rendered on the control side (profile.render_flags)

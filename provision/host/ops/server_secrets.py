@@ -130,8 +130,15 @@ def write_host_files(req: dict, port: int, secrets: dict) -> tuple[str | None, s
 def remove_host_files(req: dict, port: int) -> None:
     """A stopped server's secret files go with it: nothing of its keys stays on the host for a
     later launch, restart or bench to find (a restart of a stopped server is a new launch)."""
+    import glob
+
     for name in ("secrets.yaml", "hf_token"):
-        _unlink(record.side_file(req, port, name))
+        path = record.side_file(req, port, name)
+        _unlink(path)
+        # and a write's temporary file a killed writer left (atomic.py's `.NAME.<random>.tmp`)
+        for tmp in glob.glob(os.path.join(glob.escape(os.path.dirname(path)),
+                                          "." + glob.escape(os.path.basename(path)) + ".*.tmp")):
+            _unlink(tmp)
 
 
 def _unlink(path: str) -> None:

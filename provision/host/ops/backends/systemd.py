@@ -50,7 +50,7 @@ MARK = ("import os, sys; p = sys.argv[1]; cap, keep = int(sys.argv[2]), int(sys.
         "    [os.replace(p + '.%d' % i, p + '.%d' % (i + 1)) for i in range(keep - 1, 0, -1) "
         "if os.path.exists(p + '.%d' % i)]\n"
         "    os.replace(p, p + '.1')\n"
-        "fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600); os.write(fd, b'" + START_MARK
+        "fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600); os.write(fd, b'" + START_MARK
         + "\\n'); os.close(fd)\n")
 
 

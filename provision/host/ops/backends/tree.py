@@ -27,6 +27,11 @@ try:  # PR_SET_CHILD_SUBREAPER: the server's orphaned ranks become ours, not ini
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 except Exception:
     pass
+def put(path, text):  # a new file by a random name, never through a link, then renamed into place
+    tmp = "%s.%s.tmp" % (path, os.urandom(8).hex())
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 def reap():  # orphans re-parented to us that died: wait for them (no zombies left behind)
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -68,24 +73,18 @@ def end_rest_of_tree(grace, reapfile):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    tmp = reapfile + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}, fh)
-    os.replace(tmp, reapfile)
+    put(reapfile, json.dumps({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}))
 spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
 env = dict(spec["env"])
-log = open(spec["log"], "ab", buffering=0)
+log = os.fdopen(os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640), "ab", buffering=0)
 try:
     p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          env=env, cwd=spec["cwd"], preexec_fn=os.setpgrp)
 except (OSError, ValueError, subprocess.SubprocessError) as exc:  # the server's own error goes in its log
     log.write(("%s %s: %s\n" % (START_FAILED, type(exc).__name__, exc)).encode())
-    with open(spec["exitfile"] + ".tmp", "w") as fh:
-        fh.write("127")
-    os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+    put(spec["exitfile"], "127")
     sys.exit(127)
-with open(spec["pidfile"], "w") as fh:
-    fh.write(str(p.pid))
+put(spec["pidfile"], str(p.pid))
 done = []
 def fwd(sig, frame):
     if done:  # reaped: its number is no longer its own
@@ -99,9 +98,7 @@ signal.signal(signal.SIGTERM, lambda sig, frame: (stopping.append(sig), fwd(sig,
 signal.signal(signal.SIGINT, lambda sig, frame: (stopping.append(sig), fwd(sig, frame)))
 rc = p.wait()
 done.append(rc)
-with open(spec["exitfile"] + ".tmp", "w") as fh:
-    fh.write(str(rc))
-os.replace(spec["exitfile"] + ".tmp", spec["exitfile"])
+put(spec["exitfile"], str(rc))
 if spec.get("reapfile"):
     end_rest_of_tree(float(spec.get("tree_grace", 10)), spec["reapfile"])
 # The exit status carries the server's failure (a signal n as 128+n, like a shell), so that

@@ -1,0 +1,66 @@
+"""Reading a host's answer: what the control side takes from a host it does not trust (issue 60).
+
+A host may be compromised, or a wrapper around its python may print anything: its answer line is
+bounded in size, must be one JSON object whose nesting stays shallow, and every string in it has its
+terminal control characters escaped before any part of provision sees it, so nothing a host says
+can move the operator's cursor, recolour a row or forge one. Line breaks and tabs are kept (a
+server's log is text with lines); the one-line places (a table's cells, a row's detail) flatten
+them (output/terminal.py). Pure; the transports call `parse` on each result line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from provision.errors import RemoteError
+
+# The largest answer a host may send (a log chunk is 1 MiB; a status with every install, a few KiB).
+MAX_ANSWER_BYTES = 32 << 20
+# The deepest nesting an answer may have (provision's own answers stay under 10).
+MAX_DEPTH = 32
+
+# C0 controls but tab, newline and carriage return; DEL; C1 controls (ESC [ ... as one code point).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every terminal control character but tab and line breaks written as \\xNN. Pure."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def clean(doc, depth: int = 0):
+    """Every string of a decoded answer (keys and values) through `escape_controls`; ValueError when
+    it nests deeper than MAX_DEPTH. Pure."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nests deeper than {MAX_DEPTH} levels")
+    if isinstance(doc, str):
+        return escape_controls(doc)
+    if isinstance(doc, dict):
+        return {escape_controls(k) if isinstance(k, str) else k: clean(v, depth + 1) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [clean(v, depth + 1) for v in doc]
+    return doc
+
+
+def parse(text: str, label: str, what: str = "answer") -> dict:
+    """One result (or event) line's JSON, checked and cleaned; RemoteError with a sentence naming the
+    host when it is too long, not JSON, not an object, or nested too deep."""
+    if len(text) > MAX_ANSWER_BYTES:
+        raise RemoteError(f"{label}: the host's {what} is {len(text)} bytes, more than provision reads "
+                          f"({MAX_ANSWER_BYTES >> 20} MiB): not used")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise RemoteError(f"{label}: the host's {what} nests deeper than provision reads: not used") from None
+    except ValueError as exc:
+        raise RemoteError(f"{label}: the host's {what} is not JSON ({exc.__class__.__name__}: {str(exc)[:80]}); "
+                          f"it starts {escape_controls(text[:60])!r}") from None
+    if not isinstance(doc, dict):
+        raise RemoteError(f"{label}: the host's {what} is a JSON {type(doc).__name__}, not the object provision "
+                          "expects: not used")
+    try:
+        return clean(doc)
+    except (ValueError, RecursionError) as exc:
+        raise RemoteError(f"{label}: the host's {what} {exc if isinstance(exc, ValueError) else 'nests too deep'}: "
+                          "not used") from None

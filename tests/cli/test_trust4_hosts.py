@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.cli.helpers import run_json
+from tests.cli.helpers import run, run_json
 from tests.cli.test_server_lifecycle import env, inventory  # noqa: F401 - fixtures
 
 
@@ -37,16 +37,22 @@ def test_links_planted_in_a_shared_log_dir_are_never_followed(tmp_path, ssh_env,
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
         for n in ("", "-2"):
             host.run(f"ln -sf /root/pwned-{stamp}{n} /tmp/shared/sglang-30000-{stamp}{n}.log")
+    import yaml
+
+    from provision.config.playbook import PACKAGE_PLAYBOOKS
+
+    pb = yaml.safe_load((PACKAGE_PLAYBOOKS / "kimi-k25-eagle3.yaml").read_text())
+    pb["launch"]["log_dir"] = "/tmp/shared"
+    (tmp_path / "shared-logs.yaml").write_text(yaml.safe_dump(pb))
     inv = inventory(tmp_path, ssh_env, host)
-    doc = json.loads(open(inv).read())
-    doc["defaults"]["log_dir"] = "/tmp/shared"
-    open(inv, "w").write(json.dumps(doc))
-    proc, out = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
-    row = out["hosts"][0]
+    proc = run("launch", "-i", inv, "--playbook", str(tmp_path / "shared-logs.yaml"), "--patch", "--poll", "0.5",
+               "--json", env=env, timeout=300)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    row = json.loads(proc.stdout)["hosts"][0]
     assert proc.returncode == 0 and row["verdict"] == "ready", proc.stdout + proc.stderr
     rec = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
     assert rec["log"].startswith("/tmp/shared/") and rec["log"].endswith("-3.log"), rec["log"]
     listing = host.run("ls -la /root; find /tmp/shared -maxdepth 1 -type f -ls").stdout
     assert "pwned" not in host.run("ls /root").stdout, listing  # no file was created through a link
     assert "The server is fired up" in host.hostpath(rec["log"]).read_text()
-    run_json("stop", "-i", inv, env=env, timeout=120)
+    run_json("stop", "-i", inv, "--playbook", str(tmp_path / "shared-logs.yaml"), env=env, timeout=120)

@@ -73,7 +73,7 @@ def test_redaction_understands_lists_tuples_and_urls(text, secret):
                                     "self, *, k=(lambda: 1)()", "self, x: __import__('os').getcwd() = 1",
                                     "self, x=[1, f()]"])
 def test_a_params_default_or_annotation_that_is_code_is_refused(params):
-    with pytest.raises(EngineError, match=r"(not a literal|has an annotation that is not a type)"):
+    with pytest.raises(EngineError, match=r"(not a literal or a name|has an annotation that is not a type)"):
         _parse_params("m", params, "spec.methods[0]")
 
 
@@ -82,6 +82,8 @@ def test_literal_defaults_stay_allowed():
     assert got["call"] == "layer_ids, n, t, d, *a, s=s, **k"
     got = _parse_params("m", "self, x: int = 3, y: Optional[torch.Tensor] = None, z: list[int] | None = None", "w")
     assert got["call"] == "x, y, z"
+    got = _parse_params("m", "self, limit=KIMIV_VT_INFER_MAX_PATCH_NUM, dt=torch.float16", "w")  # the module's names
+    assert got["call"] == "limit, dt"
 
 
 # --------------------------------------------------------------------------- a host's answers

@@ -319,7 +319,7 @@ def _mangled(name: str) -> bool:
 
 
 def _literal_params(a, params: str, where: str, ast) -> None:
-    """`params` is names, types and literal defaults, nothing else: a default or an annotation is
+    """`params` is names, types and defaults that are literals or names, nothing else: a default or an annotation is
     evaluated when the class is defined (in the server, as root), so a call there would be code run
     from what the spec calls data."""
     every = list(a.posonlyargs) + list(a.args) + list(a.kwonlyargs) + [x for x in (a.vararg, a.kwarg) if x]
@@ -329,13 +329,14 @@ def _literal_params(a, params: str, where: str, ast) -> None:
         if arg.annotation is not None and not all(isinstance(n, typeish) for n in ast.walk(arg.annotation)):
             raise EngineError("spec", f"{where}.params: parameter {arg.arg!r} has an annotation that is not a type "
                                       f"(names, dots and subscripts only: no call), found {params!r}")
+    valueish = (ast.Constant, ast.Name, ast.Attribute, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.UnaryOp,
+                ast.USub, ast.UAdd, ast.Not, ast.Load)
     for default in list(a.defaults) + [d for d in a.kw_defaults if d is not None]:
-        try:
-            ast.literal_eval(default)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise EngineError("spec", f"{where}.params: the default {ast.unparse(default)!r} is not a literal "
-                                      "(a number, a string, None, True/False, or a tuple/list/dict of them): "
-                                      "a default is evaluated when the class is defined, so it may not be code") from None
+        if not all(isinstance(n, valueish) for n in ast.walk(default)):
+            raise EngineError("spec", f"{where}.params: the default {ast.unparse(default)!r} is not a literal or a "
+                                      "name (a number, a string, None, True/False, a constant of the module, or a "
+                                      "tuple/list/dict of them): a default is evaluated when the class is defined, "
+                                      "so it may not be code")
 
 
 def _parse_params(mname: str, params: str, where: str) -> dict:

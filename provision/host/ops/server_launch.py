@@ -47,7 +47,7 @@ def new_log(logdir: str, engine, port: int, stamp: str) -> str:
     for n in range(1, 1000):
         log = os.path.join(logdir, engine.log_name(port, stamp, n) if n > 1 else engine.log_name(port, stamp))
         try:
-            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640))
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
             return log
         except FileExistsError:
             continue
@@ -97,7 +97,7 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
             "reapfile": os.path.join(sroot, f"server-{port}.reaped.json"),
             "tree_grace": float(req.get("tree_grace", 10))}
     # SGLang logs server_args (api_key included) at start-up: the log is for its owner only.
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "ab") as fh:
         fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
     return {"ok": True, "spec": spec, "port": port, "grace": float(prof.get("grace", 30)), "inst": inst,

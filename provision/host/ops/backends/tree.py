@@ -76,7 +76,7 @@ def end_rest_of_tree(grace, reapfile):
     put(reapfile, json.dumps({"at": time.time(), "pids": seen, "killed": killed, "grace": grace}))
 spec = json.loads(open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read())
 env = dict(spec["env"])
-log = os.fdopen(os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640), "ab", buffering=0)
+log = os.fdopen(os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab", buffering=0)
 try:
     p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          env=env, cwd=spec["cwd"], preexec_fn=os.setpgrp)

@@ -119,6 +119,13 @@ class Clients:
         for t in self.threads:
             t.join(timeout=60)
 
+    def wait_for(self, answered: int, timeout: float = 60) -> None:
+        """Until `answered` requests were answered (or fail the test)."""
+        deadline = time.monotonic() + timeout
+        while self.ok < answered:
+            assert time.monotonic() < deadline, f"only {self.ok} requests answered, {len(self.failed)} failed"
+            time.sleep(0.05)
+
     def _client(self) -> None:
         body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 40, "temperature": 0}}).encode()
         while not self.stop.is_set():
@@ -171,11 +178,11 @@ def test_a_rolling_restart_behind_the_router_loses_no_request(tmp_path, ssh_env,
     before = {h.name: pid_of(h) for h in fleet.hosts}
 
     with Clients(fleet) as clients:
-        time.sleep(1)  # the clients are sending through the router before the roll begins
+        clients.wait_for(8)  # the clients are sending through the router before the roll begins
         t0 = time.monotonic()
         proc, doc = run_json("launch", "-i", inv, "--restart", "--serial", "1", "--poll", "0.5", env=e, timeout=600)
         took = time.monotonic() - t0
-        time.sleep(1)
+        clients.wait_for(clients.ok + 8)  # and after it, through every new server
     assert proc.returncode == 0, proc.stdout + proc.stderr
     print(f"\nrolling restart of 3 hosts behind sglang-router: {took:.1f} s; {clients.ok} requests answered, "
           f"{len(clients.failed)} failed; fewest servers listed healthy: {clients.fewest}")

@@ -411,7 +411,7 @@ class Launch:
             if steps is not None:  # taken out for this restart: it stays out
                 steps.add("left-out", f"the server did not come back ({res.verdict})")
                 res.detail += f"; left out of {place.said}: the server did not come back"
-                self._router_data(res, place, steps, False)
+                routing.record(res, place, steps, False)
             return res
         if steps is None:
             if healthy == "running" and routing.listed_words(place)[1]:
@@ -419,21 +419,11 @@ class Launch:
             steps = plan.steps = routing.Steps()
         else:
             steps.add("ready", "answers ready")
-        ok, words = routing.bring_back(place, plan.session, plan.prof.port, self.opts.secrets, plan.sudo, steps)
+        ok, words = routing.back_in(res, place, plan.session, plan.prof.port, self.opts.secrets, plan.sudo, steps)
         self.display.message(name, words)
         if ok:
             self.state.router_out.pop(name, None)
-            res.notes.append(f"{words}: " + steps.words())
-        else:
-            res.verdict, res.detail = "failed", f"{res.detail}; {words}"
-        self._router_data(res, place, steps, ok)
         return res
-
-    @staticmethod
-    def _router_data(res: HostResult, place, steps, back_in: bool) -> None:
-        res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": back_in,
-                              "steps": steps.items}
-        res.data.setdefault("journal_extra", []).extend(steps.journal())
 
     # -- follow ------------------------------------------------------------------------------------
     def follow(self, plan: HostPlan, rec: dict) -> HostResult:

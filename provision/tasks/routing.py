@@ -131,6 +131,25 @@ def bring_back(place: Place, session, port: int, secrets: dict, sudo: bool, step
     return True, f"back in {place.said}"
 
 
+def record(res, place: Place, steps: Steps, back_in: bool) -> None:
+    """The row's router data and its journal lines (the timeline), said once for every verb."""
+    res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": back_in,
+                          "steps": steps.items}
+    res.data.setdefault("journal_extra", []).extend(steps.journal())
+
+
+def back_in(res, place: Place, session, port: int, secrets: dict, sudo: bool, steps: Steps) -> tuple[bool, str]:
+    """`bring_back` for a row that answers ready: its note (the timeline) or, left out, its verdict
+    failed with the reason; recorded. (back in?, words)."""
+    ok, words = bring_back(place, session, port, secrets, sudo, steps)
+    if ok:
+        res.notes.append(f"{words}: " + steps.words())
+    else:
+        res.verdict, res.detail = "failed", f"{res.detail}; {words}"
+    record(res, place, steps, ok)
+    return ok, words
+
+
 def listed_words(place: Place) -> tuple[str, bool | None]:
     """What `status` says of the host's place in its router: (words, listed?) (None: no answer)."""
     try:

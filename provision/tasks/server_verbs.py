@@ -44,15 +44,8 @@ def back_in_router(res: HostResult, host: Host, port: int, opts: LaunchOptions, 
     if listed:
         res.notes.append(words)
         return res
-    steps = routing.Steps()
-    ok, said = routing.bring_back(place, session, port, opts.secrets, sudo, steps)
+    _, said = routing.back_in(res, place, session, port, opts.secrets, sudo, routing.Steps())
     display.message(host.name, said)
-    if ok:
-        res.notes.append(f"{said}: " + steps.words())
-    else:
-        res.verdict, res.detail = "failed", f"{res.detail}; {said}"
-    res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": ok, "steps": steps.items}
-    res.data.setdefault("journal_extra", []).extend(steps.journal())
     return res
 
 
@@ -97,9 +90,7 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
         if place is not None:
             if ans.get("stopped"):
                 routing.stop_steps(steps, ans, began)
-            res.data["router"] = {"router": place.router.url, "worker": place.worker, "back_in": False,
-                                  "steps": steps.items}
-            res.data.setdefault("journal_extra", []).extend(steps.journal())
+            routing.record(res, place, steps, False)
         return res
 
     return fn

@@ -78,6 +78,7 @@ def test_rank0s_follow_cut_past_max_outage_leaves_the_whole_group_running(tmp_pa
     --max-outage with its server left running, and rank 1 is left running with it (stopping it would
     leave rank 0 in NCCL holding its GPUs), each row saying so."""
     import subprocess
+    import threading
     import time
 
     from tests.cli.helpers import PROVISION
@@ -102,16 +103,23 @@ def test_rank0s_follow_cut_past_max_outage_leaves_the_whole_group_running(tmp_pa
             except (OSError, ValueError, KeyError):
                 return False
 
+        lines: list[str] = []  # the launch's progress lines (stderr under --json): rank 0 followed
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
         end = time.monotonic() + 120
-        while time.monotonic() < end and not all(started(h) for h in gpair):
+        while time.monotonic() < end and not (all(started(h) for h in gpair)
+                                               and any(ln.startswith(f"{r0.name}: started pid") for ln in lines)):
             time.sleep(0.2)
         assert all(started(h) for h in gpair), "both ranks started"
+        assert any(ln.startswith(f"{r0.name}: started pid") for ln in lines), ("rank 0 is followed (past the start's answer)",
+                                                                     lines)
         pids = {h.name: json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"]
                 for h in gpair}
         with silent_drop(r0):
-            out, err = proc.communicate(timeout=200)
+            out = proc.stdout.read()
+            proc.wait(timeout=200)
         by = {h["host"]: h for h in json.loads(out)["hosts"]}
-        assert by[r0.name]["verdict"] == "unknown" and "left running" in by[r0.name]["detail"], by
+        assert by[r0.name]["verdict"] == "unknown" and "left running" in by[r0.name]["detail"], (by, lines)
         assert by[r1.name]["verdict"] == "unknown", by[r1.name]
         assert "this rank (rank 1) was left running with it" in by[r1.name]["detail"], by[r1.name]
         for h in gpair:  # nothing was stopped: the group goes on loading on both nodes
@@ -119,5 +127,5 @@ def test_rank0s_follow_cut_past_max_outage_leaves_the_whole_group_running(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
         run_json("stop", "-i", inv, timeout=200)

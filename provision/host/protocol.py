@@ -528,6 +528,7 @@ OPS: Dict[str, Any] = {
     "stop": (ServerRequest, StopAnswer), "probe": (ServerRequest, ProbeAnswer),
     "server_status": (ServerRequest, ServerStatusAnswer), "logs": (ServerRequest, LogsAnswer),
     "smoke": (ServerRequest, SmokeAnswer), "bench": (BenchRequest, BenchAnswer),
+    "warm": (WarmRequest, WarmAnswer),
 }
 
 

@@ -24,7 +24,7 @@ LIGHT_EXCLUDE = frozenset({"engine.audit", "engine.audit_index", "engine.audit_c
 
 def call_light(session, request: dict, *, timeout: float, sudo: bool) -> dict:
     """Transport.call with the lighter bundle (LIGHT_EXCLUDE): for `patch` and `reconcile`."""
-    return session.call(request, timeout=timeout, sudo=sudo, entry="provision.host.agent", exclude=LIGHT_EXCLUDE)
+    return session.call(request, timeout=timeout, sudo=sudo, exclude=LIGHT_EXCLUDE)
 
 
 @functools.lru_cache(maxsize=None)

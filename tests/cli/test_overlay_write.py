@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from provision.config.playbook import PACKAGE_PLAYBOOKS
@@ -133,3 +134,46 @@ def test_kubernetes_pod_spec_parses_and_shares_the_overlay_volume(tmp_path):
     args[args.index("--out") + 1] = str(tmp_path)
     proc = run(*args, check_rc=0)
     assert proc.stdout.splitlines() == [f"{k}={env[k]}" for k in ("SGLANG_EXTERNAL_MODEL_PACKAGE", "PYTHONPATH")]
+
+
+def test_links_another_account_planted_in_the_out_dir_are_never_followed(tmp_path):
+    """`overlay write --out` into a directory every account can write (/tmp-like, sticky): an
+    unprivileged account (nobody) plants a link at `overlay.env` and at the package's directory,
+    pointing at root's files. Root replaces the first link with its file (the link's target
+    untouched) and refuses the second with a sentence, writing nothing through it."""
+    import shutil
+    import tempfile
+
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux) to act as another account")
+    victim = tmp_path / "root-owned"
+    victim.write_text("root's own file\n")
+    victim.chmod(0o600)
+    victim_dir = tmp_path / "root-dir"
+    victim_dir.mkdir()
+    shared = Path(tempfile.mkdtemp(prefix="provision-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)
+
+        def plant(target, link):
+            subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s",
+                            str(target), str(link)], check=True, timeout=30)
+
+        (shared / "a").mkdir(mode=0o777)
+        (shared / "a").chmod(0o1777)
+        plant(victim, shared / "a" / "overlay.env")
+        run("overlay", "write", "--out", shared / "a", check_rc=0)
+        assert victim.read_text() == "root's own file\n" and victim.stat().st_mode & 0o777 == 0o600
+        env_file = shared / "a" / "overlay.env"
+        assert not env_file.is_symlink() and "SGLANG_EXTERNAL_MODEL_PACKAGE" in env_file.read_text()
+
+        (shared / "b").mkdir()
+        (shared / "b").chmod(0o1777)
+        plant(victim_dir, shared / "b" / "provision_overlay")
+        proc = run("overlay", "write", "--out", shared / "b")
+        assert proc.returncode == 2, proc.stderr
+        assert "provision_overlay is not a directory (a symbolic link, or a file): overlay write does not follow it" \
+            in proc.stderr and "Traceback" not in proc.stderr
+        assert list(victim_dir.iterdir()) == []
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

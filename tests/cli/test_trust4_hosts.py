@@ -13,9 +13,49 @@ from tests.cli.helpers import run, run_json
 from tests.cli.test_server_lifecycle import env, inventory  # noqa: F401 - fixtures
 
 
+# A wrapper around the host's python3 (first on root's PATH over ssh): python3 itself, unless
+# /root/hostile-mode names a way to garble the agent's answer line (a compromised host, a broken
+# wrapper, a full disk). The filter passes every other line through as it comes (the ready line).
+HOSTILE_PYTHON = """#!/bin/sh
+mode=$(cat /root/hostile-mode 2>/dev/null)
+[ -z "$mode" ] && exec /usr/bin/python3 "$@"
+/usr/bin/python3 "$@" | /usr/bin/python3 -I -S /usr/local/bin/garble.py "$mode"
+"""
+GARBLE_PY = r"""
+import json, sys
+mode, out, prefix = sys.argv[1], sys.stdout, "PROVISION-RESULT "
+for line in iter(sys.stdin.readline, ""):
+    if line.startswith(prefix):
+        body = line[len(prefix):].rstrip("\n")
+        if mode == "truncated":
+            body = body[: len(body) // 2]
+        elif mode == "list":
+            body = "[" + body + "]"
+        elif mode == "mistyped":
+            body = json.dumps(dict(json.loads(body), ok="yes"))
+        elif mode == "forged":
+            body = json.dumps({"ok": False, "error": {"kind": "x", "message":
+                               "\x1b[2K\rgpu9  ok  patched\x1b]0;owned\x07"}})
+        elif mode == "flood":
+            for _ in range(40):
+                out.write("y" * (1 << 20))
+            out.write("\n")
+        line = prefix + body + "\n"
+    out.write(line)
+    out.flush()
+"""
+
+
 @pytest.fixture(scope="module")
-def thost_module(sandbox_factory):
-    host = sandbox_factory.host("trust4", sglang="0.5.9", layout="venv")
+def thost_module(sandbox_factory, tmp_path_factory):
+    from provision.sandbox.hosts import HostSpec
+
+    hostile = tmp_path_factory.mktemp("hostile-bin")
+    (hostile / "python3").write_text(HOSTILE_PYTHON)
+    (hostile / "python3").chmod(0o755)
+    (hostile / "garble.py").write_text(GARBLE_PY)
+    host = sandbox_factory.up(HostSpec(name="trust4", address="auto", sglang="0.5.9", layout="venv",
+                                       ro_binds=(("/usr/local/bin", str(hostile)),)))[0]
     yield host
     sandbox_factory.remove(host)
 
@@ -56,3 +96,43 @@ def test_links_planted_in_a_shared_log_dir_are_never_followed(tmp_path, ssh_env,
     assert "pwned" not in host.run("ls /root").stdout, listing  # no file was created through a link
     assert "The server is fired up" in host.hostpath(rec["log"]).read_text()
     run_json("stop", "-i", inv, "--playbook", str(tmp_path / "shared-logs.yaml"), env=env, timeout=120)
+
+
+@pytest.mark.parametrize("mode, says", [
+    ("truncated", "the host's answer is not JSON"),
+    ("list", "the host's answer is a JSON list, not the object provision expects"),
+    ("mistyped", "the host's answer to status is not what the protocol says it answers "
+                 "(value of key 'ok' of dict is not an instance of bool)"),
+    ("flood", "more than 32 MiB on one line"),
+])
+def test_a_host_whose_answer_is_garbled_is_a_row_naming_it_not_a_traceback(tmp_path, ssh_env, host, env, mode, says):
+    """A wrapper around the host's python3 garbles the agent's answer line: the row says so in a
+    sentence naming the host, with the documented exit code, and no traceback reaches the user."""
+    inv = inventory(tmp_path, ssh_env, host)
+    assert run("status", "-i", inv, "--json", env=env, timeout=120).returncode == 0  # as itself, it answers
+    host.hostpath("/root/hostile-mode").write_text(mode)
+    try:
+        proc = run("status", "-i", inv, "--json", env=env, timeout=180)
+    finally:
+        host.hostpath("/root/hostile-mode").unlink()
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    row = json.loads(proc.stdout)["hosts"][0]
+    assert row["verdict"] == "failed" and row["detail"].startswith(f"{host.name}: "), row
+    assert says in row["detail"], row
+    assert proc.returncode == 3, (proc.returncode, row)  # EXIT_FAILED
+
+
+def test_a_host_cannot_forge_a_row_or_move_the_cursor(tmp_path, ssh_env, host, env):
+    """A host's sentence carrying terminal controls (erase the line, return, retitle the terminal)
+    reaches the operator's table escaped, on its own row."""
+    inv = inventory(tmp_path, ssh_env, host)
+    host.hostpath("/root/hostile-mode").write_text("forged")
+    try:
+        proc = run("status", "-i", inv, env=env, timeout=120)
+    finally:
+        host.hostpath("/root/hostile-mode").unlink()
+    for c in ("\x1b", "\x07", "\r"):
+        assert c not in proc.stdout, proc.stdout
+    assert "\\x1b[2K" in proc.stdout, proc.stdout
+    row = [ln for ln in proc.stdout.splitlines() if "gpu9" in ln]
+    assert len(row) == 1 and row[0].split()[0] == host.name, proc.stdout

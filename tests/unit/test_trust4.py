@@ -117,6 +117,35 @@ def test_terminal_control_characters_from_a_host_are_escaped_and_cannot_forge_a_
     assert answer.escape_controls("line 1\r\nline 2\t|\x1b[0m") == "line 1\r\nline 2\t|\\x1b[0m"
 
 
+@pytest.mark.parametrize("op, doc, says", [
+    ("start", {"ok": True, "record": "pid 1"}, "value of key 'record' of dict is not a dict"),
+    ("probe", {"ok": True, "offset": "12"}, "value of key 'offset' of dict is not an instance of int"),
+    ("stop", {"ok": "yes"}, "value of key 'ok' of dict is not an instance of bool"),
+    ("discover", {"ok": True, "facts": {"installs": [{"path": "/x"}, {"path": 7}]}}, "item 1 of value of key 'installs'"),
+    ("facts", {"ok": True, "surprise": 1}, "unexpected extra key"),
+    ("stop", {"ok": False, "error": {"message": ["a", "b"]}}, "ErrorInfo: value of key 'message' is not an instance of str"),
+])
+def test_an_answer_that_is_not_its_ops_type_is_a_sentence_naming_the_host_and_the_op(op, doc, says):
+    """Every answer is held to host/protocol.py's type for its op before any task reads it: a
+    wrapper's or a compromised host's well-formed JSON of the wrong shape is refused by name."""
+    with pytest.raises(RemoteError, match=f"^gpu1: the host's answer to {op} is not what the protocol says "
+                                          f"it answers .*{says}"):
+        answer.parse(json.dumps(doc), "gpu1", op=op)
+
+
+def test_well_typed_answers_pass_and_an_untyped_entry_is_taken_as_shape_only():
+    assert answer.parse('{"ok": true, "offset": 3, "running": true}', "gpu1", op="probe")["offset"] == 3
+    assert answer.parse('{"ok": false, "error": {"kind": "locked", "message": "m"}}', "gpu1", op="start")["ok"] is False
+    assert answer.parse('{"anything": 1}', "gpu1", op=None) == {"anything": 1}
+    assert answer.parse('{"anything": 1}', "gpu1", op="not-an-op") == {"anything": 1}
+
+
+def test_every_op_the_agent_runs_has_its_answer_typed():
+    from provision.host.agent import OP_MODULES
+    from provision.host.protocol import OPS
+    assert set(OP_MODULES) == set(OPS)
+
+
 def test_a_flood_before_the_answer_is_read_and_dropped_not_kept():
     out, err = bytearray(b"x\n" * (2 << 20)), bytearray(b"e" * (3 << 20))
     fed, scan = _bound(out, err, len(out), len(err), "gpu1", True)

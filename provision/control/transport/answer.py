@@ -5,7 +5,9 @@ bounded in size, must be one JSON object whose nesting stays shallow, and every 
 terminal control characters escaped before any part of provision sees it, so nothing a host says
 can move the operator's cursor, recolour a row or forge one. Line breaks and tabs are kept (a
 server's log is text with lines); the one-line places (a table's cells, a row's detail) flatten
-them (output/terminal.py). Pure; the transports call `parse` on each result line.
+them (output/terminal.py). Then the answer is held to its op's type in the protocol
+(host/protocol.py OPS; typeguard checks every key, every item), so what the tasks read as a
+`StartAnswer` is one. Pure; the transports call `parse` on each result line.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import json
 import re
 
+from typeguard import CollectionCheckStrategy, TypeCheckError, check_type
+
 from provision.errors import RemoteError
+from provision.host.protocol import OPS
 
 # The largest answer a host may send (a log chunk is 1 MiB; a status with every install, a few KiB).
 MAX_ANSWER_BYTES = 32 << 20
@@ -43,9 +48,24 @@ def clean(doc, depth: int = 0):
     return doc
 
 
-def parse(text: str, label: str, what: str = "answer") -> dict:
+def conform(doc: dict, op: str | None, label: str) -> dict:
+    """`doc` when it is what the protocol says `op` answers (an op the protocol does not type, as
+    is); else RemoteError naming the host, the op and the first key that is wrong. Pure."""
+    kinds = OPS.get(op) if op else None
+    if kinds is None:
+        return doc
+    try:
+        check_type(doc, kinds[1], collection_check_strategy=CollectionCheckStrategy.ALL_ITEMS)
+    except TypeCheckError as exc:
+        raise RemoteError(f"{label}: the host's answer to {op} is not what the protocol says it answers "
+                          f"({' '.join(escape_controls(str(exc)).split())[:300]}): not used") from None
+    return doc
+
+
+def parse(text: str, label: str, what: str = "answer", op: str | None = None) -> dict:
     """One result (or event) line's JSON, checked and cleaned; RemoteError with a sentence naming the
-    host when it is too long, not JSON, not an object, or nested too deep."""
+    host when it is too long, not JSON, not an object, or nested too deep, or (given the request's
+    `op`) not the protocol's answer to it."""
     if len(text) > MAX_ANSWER_BYTES:
         raise RemoteError(f"{label}: the host's {what} is {len(text)} bytes, more than provision reads "
                           f"({MAX_ANSWER_BYTES >> 20} MiB): not used")
@@ -60,7 +80,8 @@ def parse(text: str, label: str, what: str = "answer") -> dict:
         raise RemoteError(f"{label}: the host's {what} is a JSON {type(doc).__name__}, not the object provision "
                           "expects: not used")
     try:
-        return clean(doc)
+        doc = clean(doc)
     except (ValueError, RecursionError) as exc:
         raise RemoteError(f"{label}: the host's {what} {exc if isinstance(exc, ValueError) else 'nests too deep'}: "
                           "not used") from None
+    return conform(doc, op, label)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from provision.control.transport import answer
-from provision.control.transport.bundle import bootstrap_command, bundle_digest, payloads
+from provision.control.transport.bundle import AGENT, bootstrap_command, bundle_digest, payloads
 from provision.errors import ConnectError, HostError, RemoteError, UnknownOutcome
 from provision.host.bootstrap import EVENT_PREFIX, RESULT_PREFIX
 
@@ -309,7 +309,7 @@ class Transport:
         return self.call(request, **kw)
 
     def call(self, request: dict, *, timeout: float = 300.0, python: str = "python3", sudo: bool = False,
-             on_event: Callable[[dict], None] | None = None, entry: str = "provision.host.agent",
+             on_event: Callable[[dict], None] | None = None, entry: str = AGENT,
              exclude: frozenset = frozenset()) -> dict:
         """Run a host entry module (the agent by default) with one request; return its JSON answer.
 
@@ -333,7 +333,8 @@ class Transport:
         def on_line(line: str) -> None:
             if line.startswith(RESULT_PREFIX):
                 try:
-                    result.append(answer.parse(line[len(RESULT_PREFIX):], self.label))
+                    result.append(answer.parse(line[len(RESULT_PREFIX):], self.label,
+                                               op=request.get("op") if entry == AGENT else None))
                 except RemoteError as exc:
                     bad.append(exc)
             elif line.startswith(EVENT_PREFIX) and on_event is not None:

@@ -167,7 +167,11 @@ def payloads(request: dict, exclude: frozenset = frozenset()):
     return json.dumps({"q": len(body)}).encode() + b"\n" + body, rest
 
 
-def bootstrap_command(python: str = "python3", *, ready: str | None = None, entry: str = "provision.host.agent",
+# The host entry module that answers the protocol's ops (host/protocol.py OPS).
+AGENT = "provision.host.agent"
+
+
+def bootstrap_command(python: str = "python3", *, ready: str | None = None, entry: str = AGENT,
                       digest: str | None = None, state_dir: str | None = None, isolated: bool = False) -> str:
     """The host-side command line: ``python -S -c BOOTSTRAP``, quoted for a shell.
 

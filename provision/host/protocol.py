@@ -361,7 +361,7 @@ class Check(TypedDict, total=False):
 class PreflightAnswer(Answer, total=False):
     checks: List[Check]
     running: bool              # our server already runs on the port
-    record: Dict[str, Any]     # the state record of the port (ops/server.py write_record)
+    record: Optional[Dict[str, Any]]  # the state record of the port (ops/server.py write_record)
     install: Install
     survivors: List[int]       # pids of a dead server's tree that are still alive
     fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
@@ -373,7 +373,7 @@ class StartAnswer(Answer, total=False):
     started: bool
     already: bool              # a server of ours already runs on the port: nothing done
     same_profile: bool         # ... and it was started from the same profile digest
-    record: Dict[str, Any]
+    record: Optional[Dict[str, Any]]
     pruned_logs: List[str]
     replaced: Optional[List[int]]   # pids stopped first (--restart)
     old_stop: Optional[Dict[str, Any]]  # ... that stop: began (s into the op), elapsed, drain, cut
@@ -405,7 +405,7 @@ class ProbeAnswer(Answer, total=False):
     port_open: bool
     health: Optional[int]      # HTTP status of /health, or None
     confirm: Any
-    record: Dict[str, Any]
+    record: Optional[Dict[str, Any]]
     now: float
     survivors: List[int]
     container: Dict[str, Any]  # container hosts: ops/container.py summary()
@@ -415,7 +415,7 @@ class ProbeAnswer(Answer, total=False):
 
 class ServerStatusAnswer(Answer, total=False):
     running: bool
-    record: Dict[str, Any]
+    record: Optional[Dict[str, Any]]
     exit: Optional[int]
     survivors: List[int]
     survivors_described: List[str]
@@ -432,7 +432,7 @@ class LogsAnswer(Answer, total=False):
     log: str
     text: str
     offset: int
-    record: Dict[str, Any]
+    record: Optional[Dict[str, Any]]
     engine: str                # the server's engine, by its title (SGLang, vLLM), and its version
     version: Optional[str]
 
@@ -483,7 +483,7 @@ class BenchAnswer(Answer, total=False):
     flush_path: str                    # the engine's cache-flush route that answered flush_status
     warmup: int
     requests: List[Dict[str, Any]]     # per request: ok, ttft_s, decode_s, first_chunk_tokens, meta fields
-    record: Dict[str, Any]             # the launch record's engine, version, tp, model, spec_args
+    record: Optional[Dict[str, Any]]   # the launch record's engine, version, tp, model, spec_args
     metrics_before: Optional[str]      # the engine's metrics (Prometheus text, its names only) before the
     metrics_after: Optional[str]       # measured requests and after them (engines with a metrics_path)
     metrics_roles: Dict[str, str]      # which counter is which: drafts, draft_tokens, accepted, requests

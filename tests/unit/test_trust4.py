@@ -122,7 +122,9 @@ def test_terminal_control_characters_from_a_host_are_escaped_and_cannot_forge_a_
     ("probe", {"ok": True, "offset": "12"}, "value of key 'offset' of dict is not an instance of int"),
     ("stop", {"ok": "yes"}, "value of key 'ok' of dict is not an instance of bool"),
     ("discover", {"ok": True, "facts": {"installs": [{"path": "/x"}, {"path": 7}]}}, "item 1 of value of key 'installs'"),
-    ("facts", {"ok": True, "surprise": 1}, "unexpected extra key"),
+    ("facts", {"ok": True, "surprise": 1, "facts": {"installs": [{"path": 1, "new": 2}]}},
+     "value of key 'path' of item 0 of value of key 'installs' of value of key 'facts' of dict is not an "
+     "instance of str"),
     ("stop", {"ok": False, "error": {"message": ["a", "b"]}}, "ErrorInfo: value of key 'message' is not an instance of str"),
 ])
 def test_an_answer_that_is_not_its_ops_type_is_a_sentence_naming_the_host_and_the_op(op, doc, says):
@@ -138,6 +140,8 @@ def test_well_typed_answers_pass_and_an_untyped_entry_is_taken_as_shape_only():
     assert answer.parse('{"ok": false, "error": {"kind": "locked", "message": "m"}}', "gpu1", op="start")["ok"] is False
     assert answer.parse('{"anything": 1}', "gpu1", op=None) == {"anything": 1}
     assert answer.parse('{"anything": 1}', "gpu1", op="not-an-op") == {"anything": 1}
+    # a key the protocol does not name is passed over (kept, not judged): no task reads it
+    assert answer.parse('{"ok": true, "newer": [1], "facts": {"x": {}}}', "gpu1", op="facts")["newer"] == [1]
 
 
 def test_every_op_the_agent_runs_has_its_answer_typed():

@@ -15,9 +15,13 @@ from __future__ import annotations
 import json
 import re
 
-from typeguard import CollectionCheckStrategy, TypeCheckError, check_type
+from typing import is_typeddict
+
+from typeguard import CollectionCheckStrategy, TypeCheckError, check_type, checker_lookup_functions
+from typeguard._checkers import check_typed_dict
 
 from provision.errors import RemoteError
+from provision.host import protocol
 from provision.host.protocol import OPS
 
 # The largest answer a host may send (a log chunk is 1 MiB; a status with every install, a few KiB).
@@ -46,6 +50,27 @@ def clean(doc, depth: int = 0):
     if isinstance(doc, list):
         return [clean(v, depth + 1) for v in doc]
     return doc
+
+
+def _declared_keys(value, origin_type, args, memo) -> None:
+    """typeguard's TypedDict check over the keys the protocol declares: a key it does not name is
+    passed over, not refused (no task reads it: mypy holds the tasks to the declared keys, and a
+    newer host may say more)."""
+    if not isinstance(value, dict):
+        raise TypeCheckError("is not a dict")
+    declared = origin_type.__annotations__
+    check_typed_dict({k: v for k, v in value.items() if k in declared}, origin_type, args, memo)
+
+
+def _protocol_typed_dicts(origin_type, args, extras):
+    """typeguard's lookup hook: the protocol's TypedDicts are checked by `_declared_keys`."""
+    if is_typeddict(origin_type) and origin_type.__module__ == protocol.__name__:
+        return _declared_keys
+    return None
+
+
+if _protocol_typed_dicts not in checker_lookup_functions:
+    checker_lookup_functions.insert(0, _protocol_typed_dicts)
 
 
 def conform(doc: dict, op: str | None, label: str) -> dict:

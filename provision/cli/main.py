@@ -323,6 +323,7 @@ LAZY_COMMANDS = {
     "history": "provision.cli.fleet:history", "schedule": "provision.cli.fleet:schedule",
     "overlay": "provision.cli.overlay:overlay",
     "bench": "provision.cli.bench:bench",
+    "upgrade": "provision.cli.upgrade:upgrade",
 }
 
 

@@ -25,6 +25,7 @@ OP_MODULES = {
     "backups": "restore", "restore": "restore",
     "overlay": "overlay",
     "bench": "bench", "warm": "bench",
+    "upgrade": "upgrade",
 }
 
 

@@ -637,3 +637,50 @@ class SglangContainer(TypedDict, total=False):
 class ContainersFacts(TypedDict, total=False):
     containers: List[SglangContainer]
     notes: List[str]           # runtimes skipped (not root's) or that did not answer
+
+
+# --------------------------------------------------------------------------- upgrade (issue 61)
+
+class UpgradeRequest(Request, total=False):
+    """upgrade (ops/upgrade.py): a new release in a venv beside the serving one."""
+    action: str                # "survey" | "install" | "prune"
+    port: Optional[int]
+    engine: str                # "sglang" | "vllm"
+    version: str               # the release to install (survey: to look for)
+    find_links: Optional[str]  # install: a wheelhouse directory on the host (--no-index)
+    wheels: Dict[str, str]     # install: wheels the control machine sent (file name -> base64)
+    index_url: Optional[str]   # install: the index pip asks
+    no_deps: bool              # install: the engine's wheel alone
+    timeout: float             # install: how long venv + pip may take
+    paths: List[str]           # prune: the venvs to remove
+
+
+class UpgradeServing(TypedDict, total=False):
+    python: Optional[str]
+    install: Optional[str]
+    version: Optional[str]
+    venv: str
+    pid: Optional[int]
+
+
+class UpgradeVenv(TypedDict, total=False):
+    path: str
+    exists: bool
+    complete: bool
+    python: Optional[str]
+    version: Optional[str]
+
+
+class UpgradeAnswer(Answer, total=False):
+    serving: UpgradeServing    # survey
+    new: UpgradeVenv           # survey
+    beside: List[UpgradeVenv]  # survey: the venvs an upgrade made beside the serving one
+    already: bool              # install: the venv was there, complete
+    venv: str                  # install
+    python: Optional[str]      # install
+    seconds: float             # install
+    removed: List[str]         # prune
+    kept: List[str]            # prune
+
+
+OPS["upgrade"] = (UpgradeRequest, UpgradeAnswer)

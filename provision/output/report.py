@@ -21,7 +21,8 @@ STYLE = {"not-applicable": "dim", "patched": "green", "repaired": "green", "unpa
 
 
 WOULD = {"patched": "would-patch", "repaired": "would-repair", "unpatched": "would-unpatch",
-         "restored": "would-restore", "started": "would-start", "restarted": "would-restart", "stopped": "would-stop"}
+         "restored": "would-restore", "started": "would-start", "restarted": "would-restart", "stopped": "would-stop",
+         "upgraded": "would-upgrade"}
 
 
 def exit_code(results: list[HostResult], check: bool = False) -> int:

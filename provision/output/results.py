@@ -7,7 +7,8 @@ from typing import Any
 
 # Verdicts, across commands. FAILED_VERDICTS make the run exit non-zero.
 CHANGED_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "restarted", "stopped",
-                    "staged", "removed"}  # (staged / removed: an overlay, `patch|unpatch --overlay`)
+                    "staged", "removed", "upgraded"}  # (staged / removed: an overlay, `patch|unpatch --overlay`;
+                    # staged, upgraded: `upgrade`)
 OK_VERDICTS = {"unchanged", "native", "not-applicable", "absent", "ok", "overlay", "running", "ready", "not-running",
                "noop", "skipped-ok"}
 FAILED_VERDICTS = {"failed", "unknown", "unreachable", "refused", "crashed", "timeout", "error", "interrupted"}

@@ -1,0 +1,173 @@
+"""`provision upgrade --to VERSION`, per host: the new release side by side, judged before anything
+stops (issue 61).
+
+What is built: the survey (which install serves, where the new one goes), the install beside
+(`--stage`: the serving install and the server untouched) and the plan judged against the new
+install (`--check`): the recorded launch's preflight run in the new release's interpreter (its
+own parser on the profile's flags, the model's and the drafter's architectures in its registry,
+each spec native, in place or to apply). The restart into it, the speed gate and the rollback are
+the next step (docs/fleets.md says where this stands). Decisions are in tasks/upgrade_plan.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass, field, replace
+
+from provision.errors import ConfigError
+from provision.output.results import HostResult
+from provision.tasks.options import LaunchOptions, resolve
+
+# The most a wheelhouse sent in the request may hold; a larger one is copied to the hosts by the
+# operator and named with --find-links.
+MAX_WHEELHOUSE = 512 << 20
+SURVEY_TIMEOUT = 60.0
+
+
+@dataclass
+class UpgradeOptions:
+    to: str
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
+    check: bool = False
+    stage: bool = False
+    wheels: dict = field(default_factory=dict)   # --wheelhouse, read once: file name -> base64
+    wheelhouse: str | None = None
+    find_links: str | None = None
+    index_url: str | None = None
+    no_deps: bool = False
+    install_timeout: float = 1800.0
+
+    def source(self) -> str:
+        if self.wheels:
+            return f"from the wheelhouse {self.wheelhouse} ({len(self.wheels)} wheels sent)"
+        if self.find_links:
+            return f"from the host's wheelhouse {self.find_links}"
+        if self.index_url:
+            return f"from {self.index_url}"
+        return "from the host's own pip configuration"
+
+
+def read_wheelhouse(path: str) -> dict:
+    """The wheels of a control-side directory, to send (name -> base64); ConfigError (exit 2) when
+    it holds none or more than MAX_WHEELHOUSE."""
+    try:
+        names = sorted(n for n in os.listdir(path) if n.endswith(".whl"))
+    except OSError as exc:
+        raise ConfigError(f"--wheelhouse {path}: {exc.strerror}") from None
+    if not names:
+        raise ConfigError(f"--wheelhouse {path} holds no wheel (*.whl)")
+    total = sum(os.path.getsize(os.path.join(path, n)) for n in names)
+    if total > MAX_WHEELHOUSE:
+        raise ConfigError(f"--wheelhouse {path} holds {total >> 20} MiB, more than provision sends with the request "
+                          f"({MAX_WHEELHOUSE >> 20} MiB): copy it to the hosts and name it with --find-links PATH")
+    out = {}
+    for n in names:
+        with open(os.path.join(path, n), "rb") as fh:
+            out[n] = base64.b64encode(fh.read()).decode()
+    return out
+
+
+def check_version(version: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ConfigError(f"--to {version!r} is not a release number (e.g. 0.5.10)") from None
+    return version
+
+
+def upgrade_fn(opts: UpgradeOptions, display):
+    def fn(host, session, fleet) -> HostResult:
+        return Upgrade(opts, display, host, session, fleet).run()
+    return fn
+
+
+class Upgrade:
+    """One host's upgrade: survey, install beside, judge; each step returns the row where it ends."""
+
+    def __init__(self, opts: UpgradeOptions, display, host, session, fleet) -> None:
+        self.opts, self.display, self.host, self.session = opts, display, host, session
+        self.fleet = fleet
+        self.sudo = fleet.uses_sudo(host, session)
+        self.prof = resolve(host, opts.launch)[0]
+
+    def row(self, verdict: str, detail: str, **data) -> HostResult:
+        return HostResult(self.host.name, verdict, detail, data={"to": self.opts.to, **data})
+
+    def call(self, action: str, wait: float = SURVEY_TIMEOUT, **kw) -> dict:
+        """One `upgrade` op on the host; `wait`: how long its answer may take."""
+        return self.session.call({"op": "upgrade", "action": action, "port": self.prof.port,
+                                  "engine": self.prof.engine, "version": self.opts.to, **kw},
+                                 timeout=wait, sudo=self.sudo)
+
+    def run(self) -> HostResult:
+        opts, prof = self.opts, self.prof
+        sv = self.call("survey")
+        if not sv.get("ok"):
+            return self.row("refused", (sv.get("error") or {}).get("message", "survey failed") + "; nothing was changed")
+        serving, new = sv["serving"], sv["new"]
+        data = {"serving": serving, "new_venv": new["path"]}
+        if serving.get("version") == opts.to:
+            return self.row("unchanged", f"already serving {prof.engine} {opts.to} from {serving.get('venv')}", **data)
+        said = f"{prof.engine} {serving.get('version')} -> {opts.to}"
+        if not new.get("complete"):
+            if opts.check:
+                return self.row("upgraded", f"{said}: would install {opts.to} into {new['path']} beside "
+                                f"{serving['venv']} {opts.source()}; the flags, specs and model are judged against "
+                                f"it once it is there (`--stage` installs it, the server untouched)", **data)
+            inst = self.call("install", wait=opts.install_timeout + 60, wheels=opts.wheels,
+                             find_links=opts.find_links, index_url=opts.index_url, no_deps=opts.no_deps,
+                             timeout=opts.install_timeout)
+            if not inst.get("ok"):
+                return self.row("failed", (inst.get("error") or {}).get("message", "install failed")
+                                + f"; the server goes on on {serving.get('version')}", **data)
+            self.display.message(self.host.name, f"installed {prof.engine} {opts.to} into {inst['venv']} in "
+                                                 f"{inst.get('seconds')} s {opts.source()}")
+            python = inst.get("python")
+            data["install_seconds"] = inst.get("seconds")
+        else:
+            python = new.get("python")
+        verdict = self.judge(python)
+        data["plan"] = verdict
+        if verdict["refusals"]:
+            return self.row("refused", f"{said}: " + "; ".join(verdict["refusals"])
+                            + f"; the server goes on on {serving.get('version')}, nothing was stopped", **data)
+        plan = "; ".join(verdict["notes"]) or "every check passed"
+        if opts.stage:
+            return self.row("staged", f"{said}: {opts.to} installed in {new['path']} and judged ({plan}); the server "
+                                      f"goes on on {serving.get('version')}", **data)
+        if opts.check:
+            return self.row("upgraded", f"{said}: would restart port {prof.port} into {new['path']} ({plan})",
+                            **data)
+        return self.row("refused", f"{said}: staged and judged ({plan}); the restart into it, the speed gate and "
+                                   "the rollback are not built yet: nothing was stopped", **data)
+
+    def judge(self, python: str | None) -> dict:
+        """The recorded launch's preflight in the new release's interpreter: refusals (what would stop
+        the restart) and notes (specs to apply, native now, warnings)."""
+        from provision.tasks.interrupt import RunState
+        from provision.tasks.launch import Launch
+
+        lopts = replace(self.opts.launch, restart=True, python=python, patch=False, install_path=None)
+        launch = Launch(lopts, self.display, None, RunState())
+        plan = launch.select(self.host, self.session, self.fleet)
+        pre = launch._preflight_call(plan)
+        if not pre.get("ok"):
+            return {"refusals": [(pre.get("error") or {}).get("message", "preflight failed")], "notes": []}
+        refusals, notes = [], []
+        for c in pre.get("checks") or []:
+            if c.get("check") == "survivors":
+                continue
+            if c.get("check") == "patch":
+                if c["level"] == "fail":
+                    notes.append(f"spec {c.get('spec')} would be applied to the new install")
+                elif "native" in c.get("message", ""):
+                    notes.append(f"spec {c.get('spec')}: native in {self.opts.to}")
+                continue
+            if c["level"] == "fail":
+                refusals.append(c["message"])
+            elif c["level"] == "warn":
+                notes.append(c["message"])
+        return {"refusals": refusals, "notes": notes, "checks": pre.get("checks") or []}

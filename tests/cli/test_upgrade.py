@@ -1,0 +1,94 @@
+"""`provision upgrade` over real sshd (issue 61), its first steps: --check and --stage.
+
+A sandbox host serves a patched SGLang 0.5.9 from its venv (/opt/venv); the wheelhouse holds the
+real 0.5.10 wheel (every file as released, the stand-in behind launch_server: sandbox/upgrade_wheels.py).
+`--check` before the install says what would happen and changes nothing; `--stage` installs 0.5.10
+into /opt/sglang-0.5.10 beside the serving venv and judges the recorded launch in it (0.5.10 has
+the fix natively) while the server goes on; `--check` then says the whole plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run, run_json
+from tests.cli.test_server_lifecycle import env, inventory, record  # noqa: F401 - fixtures
+
+
+@pytest.fixture(scope="module")
+def uhost(sandbox_factory):
+    host = sandbox_factory.host("upg1", sglang="0.5.9", layout="venv")
+    yield host
+    sandbox_factory.remove(host)
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory):
+    from provision.sandbox.upgrade_wheels import standin_wheel
+    from provision.sandbox.wheels import WheelUnavailable
+
+    where = tmp_path_factory.mktemp("wheelhouse")
+    try:
+        standin_wheel("0.5.10", where)
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    return where
+
+
+def test_check_then_stage_then_check_judges_the_new_release_and_leaves_the_server_alone(tmp_path, ssh_env, uhost,
+                                                                                       wheelhouse, env):
+    inv = inventory(tmp_path, ssh_env, uhost)
+    proc, doc = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0, doc
+    pid = record(uhost)["pid"]
+    try:
+        proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", "--check", env=env, timeout=120)
+        row = doc["hosts"][0]
+        assert proc.returncode == 4 and row["verdict"] == "upgraded", doc  # --check: would-upgrade in the table
+        assert "sglang 0.5.9 -> 0.5.10: would install 0.5.10 into /opt/sglang-0.5.10 beside /opt/venv" in row["detail"]
+        assert not uhost.hostpath("/opt/sglang-0.5.10").exists()
+
+        proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", "--stage", "--wheelhouse", str(wheelhouse),
+                             "--no-deps", env=env, timeout=400)
+        row = doc["hosts"][0]
+        assert proc.returncode == 0 and row["verdict"] == "staged", doc
+        assert "spec kimi-k25-eagle3: native in 0.5.10" in row["detail"], row
+        assert "the server goes on on 0.5.9" in row["detail"], row
+        new_py = "/opt/sglang-0.5.10/bin/python"
+        got = uhost.run(f"{new_py} -c 'import sglang.version as v, sglang; print(v.__version__, sglang.__file__)'").stdout
+        assert got.split() == ["0.5.10", "/opt/sglang-0.5.10/lib/python3.11/site-packages/sglang/__init__.py"] or \
+            got.split()[0] == "0.5.10", got
+        assert record(uhost)["pid"] == pid and record(uhost)["version"] == "0.5.9"  # the server was never touched
+
+        table = run("upgrade", "-i", inv, "--to", "0.5.10", "--check", "--format", "lines", env=env, timeout=120)
+        assert table.returncode == 4, table.stdout + table.stderr
+        assert "would-upgrade" in table.stdout and "would restart port 30000 into /opt/sglang-0.5.10" in table.stdout
+        assert "native in 0.5.10" in table.stdout
+
+        proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.9", "--check", env=env, timeout=120)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
+        assert "already serving sglang 0.5.9 from /opt/venv" in doc["hosts"][0]["detail"]
+    finally:
+        run_json("stop", "-i", inv, env=env, timeout=120)
+
+
+def test_usage_errors_touch_no_host(tmp_path, ssh_env, uhost, env):
+    inv = inventory(tmp_path, ssh_env, uhost)
+    for argv, says in [(["--to", "latest"], "--to 'latest' is not a release number"),
+                       (["--to", "0.5.10", "--check", "--stage"], "--check and --stage cannot go together"),
+                       (["--to", "0.5.10", "--find-links", "/x", "--index-url", "https://x"], "name one source"),
+                       (["--to", "0.5.10", "--wheelhouse", str(tmp_path)], "holds no wheel")]:
+        proc = run("upgrade", "-i", inv, *argv, env=env, timeout=60)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
+
+
+def test_no_server_is_a_refusal_naming_what_to_do(tmp_path, ssh_env, uhost, env):
+    inv = inventory(tmp_path, ssh_env, uhost)
+    proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", "--server-port", "30111", "--check", env=env,
+                         timeout=120)
+    row = doc["hosts"][0]
+    assert proc.returncode == 3 and row["verdict"] == "refused", doc
+    assert "no server provision started on port 30111" in row["detail"] and "nothing was changed" in row["detail"]
+    assert json.dumps(doc).count("Traceback") == 0

@@ -1,0 +1,96 @@
+"""`provision upgrade`'s pure decisions (tasks/upgrade_plan.py): the new venv's place, pruning,
+the speed gate and the canary order."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.version import InvalidVersion
+
+from provision.tasks import upgrade_plan as up
+from provision.tasks.upgrade_plan import Figure
+
+
+@pytest.mark.parametrize("python, venv", [
+    ("/root/sglang-0.5.9/bin/python", "/root/sglang-0.5.9"),
+    ("/opt/venv/bin/python3", "/opt/venv"),
+    ("/opt/venv/bin/python3.11", "/opt/venv"),
+    ("/usr/bin/python3", "/usr"),          # a system python: the host op refuses it (no pyvenv.cfg)
+    ("/bin/python3", None),                # nothing above it to put a new venv beside
+    ("python3", None),
+    ("/opt/venv/lib/python3", None),
+    (None, None),
+])
+def test_the_serving_venv_is_the_dir_above_bin(python, venv):
+    assert up.venv_of(python) == venv
+
+
+def test_the_new_venv_goes_beside_the_serving_one_named_for_engine_and_version():
+    assert up.venv_beside("/root/sglang-0.5.9", "sglang", "0.5.10") == "/root/sglang-0.5.10"
+    assert up.venv_beside("/opt/venv", "vllm", "0.32.0") == "/opt/vllm-0.32.0"
+    for bad in ("../etc", "0.5.10; rm -rf /", "", "latest"):
+        with pytest.raises(InvalidVersion):
+            up.venv_beside("/opt/venv", "sglang", bad)
+
+
+def test_named_install_reads_only_an_upgrades_own_names():
+    assert up.named_install("/root/sglang-0.5.10", "sglang") == "0.5.10"
+    assert up.named_install("/root/sglang-0.5.10rc1", "sglang") == "0.5.10rc1"
+    assert up.named_install("/root/vllm-0.32.0", "sglang") is None
+    assert up.named_install("/opt/venv", "sglang") is None
+    assert up.named_install("/root/sglang-latest", "sglang") is None
+
+
+def test_prune_keeps_the_newest_and_never_the_serving_one_or_the_way_back():
+    have = ["/r/sglang-0.5.9", "/r/sglang-0.5.10", "/r/sglang-0.5.23", "/r/sglang-0.5.8", "/opt/venv", "/r/vllm-0.32.0"]
+    assert up.to_prune(have, "sglang", serving="/r/sglang-0.5.23", way_back="/r/sglang-0.5.8", keep=1) == \
+        ["/r/sglang-0.5.9"]
+    assert up.to_prune(have, "sglang", serving="/r/sglang-0.5.23", way_back="/r/sglang-0.5.10", keep=2) == []
+    assert up.to_prune(have, "sglang", serving="/r/sglang-0.5.23", way_back="/r/sglang-0.5.10", keep=0) == \
+        ["/r/sglang-0.5.9", "/r/sglang-0.5.8"]
+    assert "/opt/venv" not in up.to_prune(have, "sglang", serving=None, way_back=None, keep=0)
+
+
+@given(st.lists(st.sampled_from(["0.5.8", "0.5.9", "0.5.10", "0.5.23", "0.6.0"]), unique=True),
+       st.integers(0, 4), st.data())
+def test_prune_never_takes_the_protected_and_keeps_exactly_keep_others(versions, keep, data):
+    paths = [f"/r/sglang-{v}" for v in versions]
+    serving = data.draw(st.sampled_from(paths + [None]))
+    back = data.draw(st.sampled_from(paths + [None]))
+    gone = up.to_prune(paths, "sglang", serving=serving, way_back=back, keep=keep)
+    assert serving not in gone and back not in gone
+    others = [p for p in paths if p not in (serving, back)]
+    assert len(gone) == max(0, len(others) - keep)
+
+
+@pytest.mark.parametrize("before, after, force, passed, says", [
+    (Figure(54.0, 2.1), Figure(96.0, 3.2), False, True, "54.0 tok/s, accept length 2.1 -> 96.0 tok/s, accept length"
+                                                         " 3.2: 1.78x of before (measured), gate 0.95x"),
+    (Figure(96.0), Figure(92.0), False, True, "0.96x"),
+    (Figure(96.0), Figure(90.0), False, False, "0.94x of before"),
+    (Figure(96.0), None, False, False, "no speed measured on the new release"),
+    (Figure(96.0), Figure(0.0), True, False, "no speed measured"),
+    (None, Figure(90.0), False, False, "no figure from before to gate against (--force goes on without the gate)"),
+    (None, Figure(90.0), True, True, "not gated (--force)"),
+    (Figure(float("nan")), Figure(90.0), False, False, "no figure from before"),
+])
+def test_the_gate(before, after, force, passed, says):
+    v = up.gate(before, after, up.MIN_SPEEDUP, force)
+    assert v.passed is passed and says in v.words, v
+
+
+def test_no_before_figure_is_refused_before_anything_stops_unless_forced():
+    assert "--force upgrades without it" in up.needs_force(None, False)
+    assert up.needs_force(None, True) is None and up.needs_force(Figure(50.0), False) is None
+
+
+def test_canary_first_then_batches():
+    units = [["a"], ["b"], ["c"], ["d1", "d2"], ["e"]]
+    assert up.canary_batches(units, 1, 2) == [["a"], ["b", "c"], ["d1", "d2", "e"]]
+    assert up.canary_batches(units, 2, 10) == [["a", "b"], ["c", "d1", "d2", "e"]]
+    assert up.canary_batches(units, 0, 1) == [["a"], ["b"], ["c"], ["d1", "d2"], ["e"]]
+    assert up.canary_batches(units, 9, 1) == [["a", "b", "c", "d1", "d2", "e"]]
+    assert up.canary_batches([], 1, 1) == []
+    with pytest.raises(ValueError):
+        up.canary_batches(units, 1, 0)

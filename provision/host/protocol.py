@@ -418,7 +418,7 @@ class ServerStatusAnswer(Answer, total=False):
     record: Optional[Dict[str, Any]]
     exit: Optional[int]
     survivors: List[int]
-    survivors_described: List[str]
+    survivors_described: str   # "123 (python3), 124 (python3)" (ops/server_preflight.describe_pids)
     reaped: Any
     persistent: Dict[str, Any]     # unit, active, sub, enabled, restarts, result
     port_open: bool

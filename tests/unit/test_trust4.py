@@ -118,7 +118,7 @@ def test_terminal_control_characters_from_a_host_are_escaped_and_cannot_forge_a_
 
 
 @pytest.mark.parametrize("op, doc, says", [
-    ("start", {"ok": True, "record": "pid 1"}, "value of key 'record' of dict is not a dict"),
+    ("start", {"ok": True, "record": "pid 1"}, "value of key 'record' of dict did not match any element in the union"),
     ("probe", {"ok": True, "offset": "12"}, "value of key 'offset' of dict is not an instance of int"),
     ("stop", {"ok": "yes"}, "value of key 'ok' of dict is not an instance of bool"),
     ("discover", {"ok": True, "facts": {"installs": [{"path": "/x"}, {"path": 7}]}}, "item 1 of value of key 'installs'"),

@@ -16,6 +16,7 @@ EXIT_NOTHING = 5        # no host selected: nothing was done
 EXIT_GAPS = 6           # audit: wrappers with uncovered, fixable EAGLE-3 gaps
 EXIT_LOCKED = 7         # another provision run holds the control-machine lock
 EXIT_BENCH_FLAGGED = 8  # bench: a host is flagged (no-spec, net-negative, underperforming, outlier)
+EXIT_ROLLED_BACK = 9    # upgrade: a host was rolled back (not ready, or below the speed gate); the run stopped
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 EXIT_CODES = {
@@ -28,6 +29,8 @@ EXIT_CODES = {
     EXIT_GAPS: "audit: uncovered EAGLE-3 gaps that a spec could fix",
     EXIT_LOCKED: "another provision run is in progress (control-machine lock held)",
     EXIT_BENCH_FLAGGED: "bench: a host is flagged (no-spec, net-negative, underperforming or outlier)",
+    EXIT_ROLLED_BACK: "upgrade: a host was rolled back to its old release (not ready, or below the speed gate); "
+                      "the run stopped there",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -35,8 +35,29 @@ from provision.errors import UsageError
                                               "importable in the new venv.")
 @click.option("--install-timeout", type=float, default=1800.0, show_default=True, metavar="S",
               help="How long making the venv and pip may take per host.")
+@click.option("--min-speedup", type=click.FloatRange(0, None, min_open=True), default=0.95, show_default=True,
+              metavar="X", help="The gate: the new release's decode tok/s over the old one's, measured on the host "
+                                "before and after; below it the host is rolled back.")
+@click.option("--force", is_flag=True, help="Upgrade a host with no figure from before (its server did not answer the "
+                                            "bench): the gate then judges nothing, and says so.")
+@click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
+              help="The new server ready within S seconds of its start, else rolled back.")
+@click.option("--poll", type=float, default=2.0, show_default=True, metavar="S",
+              help="Seconds between polls while a new (or rolled-back) server starts.")
+@click.option("--canary", type=click.IntRange(0, None), default=1, show_default=True, metavar="N",
+              help="The first N hosts (a multi-node group counts as one) go alone, before any batch.")
+@click.option("--serial", metavar="N|P%", default="1", show_default=True,
+              help="Then N hosts (or P%) at a time. The first host rolled back or failed ends the run: the hosts "
+                   "after it are untouched and listed.")
+@click.option("--keep", type=click.IntRange(0, None), default=2, show_default=True, metavar="N",
+              help="Upgrade-made installs a host keeps besides the serving one and the one a rollback needs; "
+                   "older ones are removed.")
+@click.option("--bench-requests", type=click.IntRange(1, None), default=5, show_default=True, metavar="N",
+              help="Requests per measurement (before and after; one warm-up each).")
+@click.option("--bench-tokens", type=click.IntRange(8, None), default=256, show_default=True, metavar="N",
+              help="Tokens each measured request decodes.")
 def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links, index_url, no_deps,
-            install_timeout):
+            install_timeout, min_speedup, force, deadline, poll, canary, serial, keep, bench_requests, bench_tokens):
     """Move the servers to another SGLang or vLLM release, side by side.
 
     \b
@@ -48,10 +69,13 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
     engine's own words.
 
     \b
-    Built so far: --stage and --check. The restart into the new release
-    (drained, out of the router and back), the speed gate and the rollback
-    are the next step: without --check or --stage a host is staged, judged
-    and refused with a sentence saying so."""
+    Then, host by host (--canary first, then --serial batches): the server
+    benched, restarted into the new release as `launch --restart --patch`
+    does (drained, out of the router and back, specs applied where the new
+    release lacks them), followed to ready, benched again. Below
+    --min-speedup of before, or not ready by --deadline, the host is rolled
+    back (a restart into the old install, untouched all along) and the run
+    stops: exit 9, the hosts after it untouched."""
     from provision.tasks.options import LaunchOptions
     from provision.tasks.upgrade import UpgradeOptions, check_version, read_wheelhouse, upgrade_fn
 
@@ -59,15 +83,30 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
         raise UsageError("--check and --stage cannot go together: --check changes nothing, --stage installs")
     if sum(bool(x) for x in (wheelhouse, find_links, index_url)) > 1:
         raise UsageError("--wheelhouse, --find-links and --index-url cannot go together: name one source")
-    opts = UpgradeOptions(to=check_version(to), check=check, stage=stage,
-                          launch=LaunchOptions(profile=profile,
+    opts = UpgradeOptions(to=check_version(to), check=check, stage=stage, min_speedup=min_speedup, force=force,
+                          deadline=deadline, keep=keep, bench_requests=bench_requests, bench_tokens=bench_tokens,
+                          launch=LaunchOptions(profile=profile, poll=poll, deadline=deadline,
                                                overrides={"port": server_port} if server_port else {}),
                           wheels=read_wheelhouse(wheelhouse) if wheelhouse and not check else {},
                           wheelhouse=wheelhouse, find_links=find_links, index_url=index_url, no_deps=no_deps,
                           install_timeout=install_timeout)
+    from provision.cli.main import selected_hosts
+    from provision.config.profile import secrets_from_env
+    from provision.control import plan
+    from provision.control.rolling import run_rolling
     from provision.output.progress import Display
+    from provision.tasks.upgrade import exit_code
+    from provision.tasks.upgrade_plan import canary_batches
 
-    with Display(plain=ctx.as_json or not sys.stdout.isatty(), stream=sys.stderr if ctx.as_json else sys.stdout) as d:
-        code = run_fleet(ctx, "upgrade", upgrade_fn(opts, d), check=check,
-                         columns=["host", "verdict", "detail", "elapsed"])
-    sys.exit(code)
+    opts.launch.secrets = secrets_from_env()
+    plain = ctx.as_json or not sys.stdout.isatty()
+    if check or stage:  # nothing stops: every host at once
+        with Display(plain=plain, stream=sys.stderr if ctx.as_json else sys.stdout) as d:
+            code = run_fleet(ctx, "upgrade", upgrade_fn(opts, d), check=check,
+                             columns=["host", "verdict", "detail", "elapsed"])
+        sys.exit(code)
+    hosts = selected_hosts(ctx)
+    units = plan.units(hosts)
+    groups = canary_batches(units, canary, plan.parse_serial(serial, max(1, len(units) - canary)))
+    sys.exit(run_rolling(ctx, hosts, "upgrade", lambda d: upgrade_fn(opts, d), serial, 0, plain, groups=groups,
+                         exit_code=exit_code))

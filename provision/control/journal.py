@@ -25,9 +25,10 @@ from provision import __version__
 
 # Verdicts that mean the host changed.
 CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
-                   "staged", "removed"}  # (an overlay: `patch|unpatch --overlay`, reconcile)
+                   "staged", "removed",  # (an overlay: `patch|unpatch --overlay`, reconcile)
+                   "upgraded", "rolled-back"}  # upgrade (staged: its install beside)
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
-ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart", "launch", "stop"}
+ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart", "launch", "stop", "upgrade"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}
 # A server's lifecycle: a refusal is an attempt too (someone meant to start or stop a server there),
 # and so is a Ctrl-C that left its outcome to be read.

@@ -11,9 +11,11 @@ from provision.output import report
 from provision.output.results import HostResult
 
 
-def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool) -> int:
-    """Run make_fn(display) on `hosts` (picked by the CLI) in --serial batches; ctx carries the
-    connection options (ctx.conn) and the output mode (ctx.as_json, ctx.fmt)."""
+def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool, *, groups: list | None = None,
+                exit_code=None) -> int:
+    """Run make_fn(display) on `hosts` (picked by the CLI) in --serial batches (or the `groups`
+    given: upgrade's canary first); ctx carries the connection options (ctx.conn) and the output
+    mode (ctx.as_json, ctx.fmt). `exit_code(results)`: the command's own, if it has one."""
     from provision.control.runner import Fleet, run_hosts
     from provision.output.progress import Display
 
@@ -22,7 +24,7 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
         return report.EXIT_NOTHING
     from provision.control.journal import Writer
 
-    groups = plan.batches(hosts, serial)
+    groups = groups if groups is not None else plan.batches(hosts, serial)
     fleet = Fleet(ctx.conn)
     writer = Writer(command)  # each host's row journaled as it arrives: an interrupt keeps them
     results: list[HostResult] = []
@@ -34,7 +36,8 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                 if plan.should_stop(failed, max_fail):
                     for h in batch:
                         results.append(HostResult(h.name, "skipped", f"not run: the roll stopped after {failed} "
-                                                  f"failed host(s) (--max-fail {max_fail})"))
+                                                  f"failed host(s)" + (f" (--max-fail {max_fail})" if max_fail
+                                                                       else "")))
                     continue
                 if not ctx.as_json:
                     display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")
@@ -48,7 +51,7 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
         fleet.close()
         for w in writer.warnings:
             click.echo(f"warning: {w}", err=True)
-    code = report.exit_code(results)
+    code = exit_code(results) if exit_code else report.exit_code(results)
     if any(r.verdict == "skipped" for r in results) and code == 0:
         code = report.EXIT_FAILED
     if ctx.as_json:

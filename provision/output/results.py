@@ -11,7 +11,8 @@ CHANGED_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "
                     # staged, upgraded: `upgrade`)
 OK_VERDICTS = {"unchanged", "native", "not-applicable", "absent", "ok", "overlay", "running", "ready", "not-running",
                "noop", "skipped-ok"}
-FAILED_VERDICTS = {"failed", "unknown", "unreachable", "refused", "crashed", "timeout", "error", "interrupted"}
+FAILED_VERDICTS = {"failed", "unknown", "unreachable", "refused", "crashed", "timeout", "error", "interrupted",
+                   "rolled-back"}
 
 
 @dataclass

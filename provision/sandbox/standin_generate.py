@@ -14,7 +14,7 @@ standin.py imports it, and answers as before without it). What it reproduces:
   (``PROVISION_STANDIN_LOG_FORMS`` overrides it).
 * Timing: the first token after ``PROVISION_STANDIN_TTFT_SECONDS`` (default 0.05), then tokens
   at ``PROVISION_STANDIN_DECODE_TOK_S`` per second (default 96.2 with EAGLE3, else 54.0: the
-  field's Kimi-K2.5 figures), emitted per verify step of ``PROVISION_STANDIN_ACCEPT_LENGTH``
+  field's Kimi-K2.5 figures; ``0.5.9=96.2,0.5.10=40``: per installed release), emitted per verify step of ``PROVISION_STANDIN_ACCEPT_LENGTH``
   tokens (default 3.1 with a drafter, else 1). Each step is scheduled on an absolute clock, so
   the stand-in's own overhead does not slow the rate a client measures.
 * ``POST /flush_cache``: 200 ``Cache flushed...`` when idle, 400 while a generation is running
@@ -35,9 +35,15 @@ import time
 import uuid
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_float(name: str, default: float, release: str | None = None) -> float:
+    """A number from the environment; "0.5.9=96.2,0.5.10=40" gives one per installed release (an
+    upgrade's test: the same recorded launch, another speed on the new release)."""
+    text = os.environ.get(name, "") or ""
+    if "=" in text:
+        per = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+        text = per.get(release or "", "")
     try:
-        return float(os.environ.get(name, "") or default)
+        return float(text or default)
     except ValueError:
         return default
 
@@ -57,7 +63,7 @@ class Generator:
         self.release = _vt(os.environ.get("PROVISION_STANDIN_LOG_FORMS") or version or "0.5.9")
         self.spec_on = bool(spec_alg)
         default_rate = 96.2 if spec_alg == "EAGLE3" else 54.0
-        self.tok_s = max(_env_float("PROVISION_STANDIN_DECODE_TOK_S", default_rate), 0.1)
+        self.tok_s = max(_env_float("PROVISION_STANDIN_DECODE_TOK_S", default_rate, version), 0.1)
         self.accept_len = max(_env_float("PROVISION_STANDIN_ACCEPT_LENGTH", 3.10 if has_draft else 1.0), 1.0)
         if not self.spec_on:
             self.accept_len = 1.0

@@ -37,6 +37,12 @@ class UpgradeOptions:
     index_url: str | None = None
     no_deps: bool = False
     install_timeout: float = 1800.0
+    min_speedup: float = 0.95       # the gate: after over before, per host (tasks/upgrade_plan.gate)
+    force: bool = False             # no figure from before: upgrade without the gate
+    deadline: float = 3600.0        # the new server ready by then, else rolled back
+    keep: int = 2                   # upgrade-made installs kept besides the serving one and the way back
+    bench_requests: int = 5
+    bench_tokens: int = 256
 
     def source(self) -> str:
         if self.wheels:
@@ -76,6 +82,16 @@ def check_version(version: str) -> str:
     except InvalidVersion:
         raise ConfigError(f"--to {version!r} is not a release number (e.g. 0.5.10)") from None
     return version
+
+
+def exit_code(results: list) -> int:
+    """A rolled-back host is the run's own exit code (9); else the shared scheme."""
+    from provision.errors import EXIT_ROLLED_BACK
+    from provision.output import report
+
+    if any(r.verdict == "rolled-back" for r in results):
+        return EXIT_ROLLED_BACK
+    return report.exit_code(results)
 
 
 def upgrade_fn(opts: UpgradeOptions, display):
@@ -127,6 +143,10 @@ class Upgrade:
                                                  f"{inst.get('seconds')} s {opts.source()}")
             python = inst.get("python")
             data["install_seconds"] = inst.get("seconds")
+            if not opts.stage:  # (--stage: the row's own line says it)
+                data["journal_extra"] = [{"command": "upgrade", "verdict": "staged", "detail":
+                                          f"installed {prof.engine} {opts.to} into {inst['venv']} in "
+                                          f"{inst.get('seconds')} s {opts.source()}"}]
         else:
             python = new.get("python")
         verdict = self.judge(python)
@@ -139,10 +159,88 @@ class Upgrade:
             return self.row("staged", f"{said}: {opts.to} installed in {new['path']} and judged ({plan}); the server "
                                       f"goes on on {serving.get('version')}", **data)
         if opts.check:
-            return self.row("upgraded", f"{said}: would restart port {prof.port} into {new['path']} ({plan})",
+            return self.row("upgraded", f"{said}: would restart port {prof.port} into {new['path']} ({plan}), "
+                                        f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
                             **data)
-        return self.row("refused", f"{said}: staged and judged ({plan}); the restart into it, the speed gate and "
-                                   "the rollback are not built yet: nothing was stopped", **data)
+        return self.swap(said, serving, new["path"], python, data)
+
+    # -- the restart into the new release, the gate, the way back --------------------------------
+    def swap(self, said: str, serving: dict, new_venv: str, python: str | None, data: dict) -> HostResult:
+        """Before's figure, the restart into the new install, after's figure, the gate; a new server
+        not ready by --deadline or below the gate is rolled back (a restart into the old install)."""
+        from provision.tasks import upgrade_plan as up
+
+        opts = self.opts
+        before, why = self.measure("before")
+        refusal = up.needs_force(before, opts.force)
+        if refusal:
+            return self.row("refused", f"{said}: {refusal} ({why}); nothing was stopped", **data)
+        data["before"] = before.__dict__ if before else None
+        journal = data.setdefault("journal_extra", [])
+        started = self.restart_into(python, opts.deadline)
+        journal += started.data.get("journal_extra", [])
+        if started.verdict == "refused":  # the restart's own preflight or the router: nothing was stopped
+            return self.row("refused", f"{said}: {started.detail}", **data)
+        if started.verdict != "ready":
+            return self.roll_back(said, serving, f"the new server did not get ready ({started.verdict}: "
+                                                f"{started.detail})", data)
+        after, why = self.measure("after")
+        data["after"] = after.__dict__ if after else None
+        verdict = up.gate(before, after, opts.min_speedup, opts.force)
+        data["ratio"] = verdict.ratio
+        if not verdict.passed:
+            return self.roll_back(said, serving, f"below the gate: {verdict.words}" + (f" ({why})" if why else ""),
+                                  data)
+        pruned = self.prune(serving.get("venv"), new_venv)
+        return self.row("upgraded", f"{said}: serving {opts.to} from {new_venv}; {verdict.words}"
+                        + (f"; removed {', '.join(pruned)}" if pruned else ""), **data)
+
+    def measure(self, when: str):
+        """(Figure, "") of the server on the port now, or (None, why not)."""
+        from provision.tasks.bench import BenchOptions, bench_fn
+        from provision.tasks.upgrade_plan import Figure
+
+        bopts = BenchOptions(port=self.prof.port, requests=self.opts.bench_requests,
+                             max_new_tokens=self.opts.bench_tokens, warmup=1,
+                             secrets={"args": dict((self.opts.launch.secrets or {}).get("args") or {})})
+        self.display.message(self.host.name, f"bench {when}: {bopts.requests} requests of {bopts.max_new_tokens} tokens")
+        got = bench_fn(bopts)(self.host, self.session, self.fleet)
+        tok_s = got.data.get("decode_tok_s") if got.verdict == "measured" else None
+        if not tok_s:
+            return None, f"the bench {when}: {got.detail or got.verdict}"
+        return Figure(float(tok_s), got.data.get("accept_length"), f"measured {when}"), ""
+
+    def restart_into(self, python: str | None, deadline: float) -> HostResult:
+        """The recorded launch restarted into `python`'s install (drained, out of the router and
+        back, specs applied where needed), followed to ready: launch --restart --patch's own stages."""
+        from provision.tasks.interrupt import RunState
+        from provision.tasks.launch import Launch
+
+        lopts = replace(self.opts.launch, restart=True, python=python, patch=True, install_path=None,
+                        deadline=deadline)
+        return Launch(lopts, self.display, None, RunState()).host(self.host, self.session, self.fleet)
+
+    def roll_back(self, said: str, serving: dict, why: str, data: dict) -> HostResult:
+        self.display.message(self.host.name, f"{why}: rolling back to {serving.get('version')}")
+        back = self.restart_into(serving.get("python"), self.opts.deadline)
+        data.setdefault("journal_extra", []).extend(back.data.get("journal_extra", []))
+        if back.verdict == "ready":
+            return self.row("rolled-back", f"{said}: {why}; rolled back: serving {serving.get('version')} again from "
+                                           f"{serving.get('venv')}, ready, its spec in place", **data)
+        return self.row("failed", f"{said}: {why}; the rollback to {serving.get('version')} did not get ready "
+                                  f"either ({back.verdict}: {back.detail})", **data)
+
+    def prune(self, serving_venv: str | None, new_venv: str) -> list:
+        """The upgrade-made venvs past --keep (never the new one nor the way back)."""
+        from provision.tasks import upgrade_plan as up
+
+        sv = self.call("survey")
+        paths = [b["path"] for b in sv.get("beside") or [] if b.get("complete")]
+        gone = up.to_prune(paths, self.prof.engine, serving=new_venv, way_back=serving_venv, keep=self.opts.keep)
+        if not gone:
+            return []
+        ans = self.call("prune", paths=gone)
+        return list(ans.get("removed") or [])
 
     def judge(self, python: str | None) -> dict:
         """The recorded launch's preflight in the new release's interpreter: refusals (what would stop

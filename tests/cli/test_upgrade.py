@@ -92,3 +92,62 @@ def test_no_server_is_a_refusal_naming_what_to_do(tmp_path, ssh_env, uhost, env)
     assert proc.returncode == 3 and row["verdict"] == "refused", doc
     assert "no server provision started on port 30111" in row["detail"] and "nothing was changed" in row["detail"]
     assert json.dumps(doc).count("Traceback") == 0
+
+
+def _inv_speeds(tmp_path, ssh_env, host, speeds: str) -> str:
+    """The inventory with the stand-in's decode speed per installed release (the recorded launch
+    carries it to the new release's server)."""
+    inv = json.loads(open(inventory(tmp_path, ssh_env, host)).read())
+    inv["defaults"]["env"]["PROVISION_STANDIN_DECODE_TOK_S"] = speeds
+    path = tmp_path / "inv-speeds.yaml"
+    path.write_text(json.dumps(inv))
+    return str(path)
+
+
+UPGRADE = ("--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "64", "--no-deps")
+
+
+def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_run_is_a_noop(
+        tmp_path, ssh_env, uhost, wheelhouse, env):
+    """0.5.10 at 40 tok/s against 0.5.9's 96: below the gate, rolled back (exit 9), 0.5.9 serving again,
+    patched and healthy, 0.5.10's venv kept for next time. Relaunched with 0.5.10 at 100 tok/s: kept,
+    serving from /opt/sglang-0.5.10 with the fix native there (no edit), the old venv still there.
+    Again: unchanged."""
+    from provision.host.engine.core import BEGIN_MARK
+
+    inv = _inv_speeds(tmp_path, ssh_env, uhost, "0.5.9=96,0.5.10=40")
+    proc, doc = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0, doc
+    try:
+        proc = run("upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env=env, timeout=600)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        row = doc["hosts"][0]
+        assert proc.returncode == 9 and row["verdict"] == "rolled-back", doc
+        assert "below the gate" in row["detail"] and "rolled back: serving 0.5.9 again from /opt/venv" in row["detail"]
+        rec = record(uhost)
+        assert rec["version"] == "0.5.9" and rec["python"].startswith("/opt/venv/bin/python"), rec
+        assert row["data"]["ratio"] < 0.95 and row["data"]["before"]["tok_s"] > 80, row["data"]
+        assert uhost.hostpath("/opt/sglang-0.5.10/bin/python").exists()
+        hist = run("history", "--json", env=env, timeout=60)
+        assert "rolled-back" in hist.stdout, hist.stdout[-2000:]
+
+        # the same server restarted with 0.5.10 as fast (an explicit playbook: the inventory's env, not the record's)
+        inv = _inv_speeds(tmp_path, ssh_env, uhost, "0.5.9=96,0.5.10=100")
+        proc, doc = run_json("launch", "-i", inv, "--restart", "--playbook", "kimi-k25-eagle3", "--poll", "0.5",
+                             env=env, timeout=300)
+        assert proc.returncode == 0, doc
+        proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", *UPGRADE, env=env, timeout=600)
+        row = doc["hosts"][0]
+        assert proc.returncode == 0 and row["verdict"] == "upgraded", doc
+        assert "serving 0.5.10 from /opt/sglang-0.5.10" in row["detail"], row
+        rec = record(uhost)
+        assert rec["version"] == "0.5.10" and rec["python"] == "/opt/sglang-0.5.10/bin/python", rec
+        kimi = uhost.hostpath("/opt/sglang-0.5.10/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py")
+        assert BEGIN_MARK not in kimi.read_text()  # native in 0.5.10: nothing edited
+        assert uhost.hostpath("/opt/venv/bin/python").exists()
+        proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", *UPGRADE, env=env, timeout=120)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
+    finally:
+        run_json("stop", "-i", inv, env=env, timeout=120)

@@ -1,12 +1,12 @@
 """`provision upgrade --to VERSION`, per host: the new release side by side, judged before anything
-stops (issue 61).
+stops, then a restart into it gated on speed, rolled back into the old install below the gate
+(issue 61; docs/fleets.md).
 
-What is built: the survey (which install serves, where the new one goes), the install beside
-(`--stage`: the serving install and the server untouched) and the plan judged against the new
-install (`--check`): the recorded launch's preflight run in the new release's interpreter (its
-own parser on the profile's flags, the model's and the drafter's architectures in its registry,
-each spec native, in place or to apply). The restart into it, the speed gate and the rollback are
-the next step (docs/fleets.md says where this stands). Decisions are in tasks/upgrade_plan.py.
+The survey (which install serves, where the new one goes), the install beside (`--stage`: the
+serving install and the server untouched), the plan judged against the new install (`--check`:
+the recorded launch's preflight in the new release's interpreter), then `swap`: the bench before,
+the restart (`launch --restart --patch`'s own stages), the bench after, the gate, the rollback.
+Decisions are in tasks/upgrade_plan.py.
 """
 
 from __future__ import annotations

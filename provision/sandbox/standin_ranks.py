@@ -173,7 +173,12 @@ class Launch:
         shards_env = _env_int("PROVISION_STANDIN_SHARDS", 0)
         self.shards = shards_env if shards_env > 0 else _count_shards(self.model_path, 64)
         self.draft_shards = _count_shards(self.draft_path, 1) if self.draft_path else 1
-        self.fault = (os.environ.get("PROVISION_STANDIN_FAULT") or "").strip()
+        # a fault for every release, or "0.5.10=hang,0.5.9=": one per installed release (an upgrade's test)
+        fault = (os.environ.get("PROVISION_STANDIN_FAULT") or "").strip()
+        if "=" in fault:
+            per = dict(part.split("=", 1) for part in fault.split(",") if "=" in part)
+            fault = per.get(_sglang_version(sglang_dir) or "", "").strip()
+        self.fault = fault
         self.multithread = False
         extra = g("model_loader_extra_config")
         if extra:

@@ -214,6 +214,8 @@ class Launch:
                 prof, spec = resolve(host, replace(opts, overrides={**recorded, **opts.overrides}), self.multinode)
             note = (f"restart: the record of port {prof.port} predates recorded launches; playbook {prof.name} "
                     "was resolved here with its recorded --arg")
+        if opts.python and prof.python != opts.python:  # this run's interpreter over the recorded one (upgrade)
+            prof = replace(prof, python=opts.python)
         if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
             prof = replace(prof, fix="overlay")
         persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))

@@ -151,3 +151,25 @@ def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_r
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
     finally:
         run_json("stop", "-i", inv, env=env, timeout=120)
+
+
+def test_a_new_server_that_never_gets_ready_is_rolled_back_at_the_deadline(tmp_path, ssh_env, uhost, wheelhouse, env):
+    """0.5.10's load hangs (the stand-in's fault, for that release only): at --deadline the host is
+    rolled back into 0.5.9, which serves again; exit 9."""
+    inv = json.loads(open(_inv_speeds(tmp_path, ssh_env, uhost, "96")).read())
+    inv["defaults"]["env"]["PROVISION_STANDIN_FAULT"] = "0.5.10=hang"
+    inv["hosts"][uhost.name]["python"] = "/opt/venv/bin/python3"  # two installs now: this one serves first
+    path = tmp_path / "inv-hang.yaml"
+    path.write_text(json.dumps(inv))
+    proc, doc = run_json("launch", "-i", str(path), "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and record(uhost)["version"] == "0.5.9", doc
+    try:
+        proc = run("upgrade", "-i", str(path), "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE,
+                   "--deadline", "20", "--json", env=env, timeout=600)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        row = json.loads(proc.stdout)["hosts"][0]
+        assert proc.returncode == 9 and row["verdict"] == "rolled-back", row
+        assert "the new server did not get ready" in row["detail"], row
+        assert record(uhost)["version"] == "0.5.9"
+    finally:
+        run_json("stop", "-i", str(path), env=env, timeout=200)

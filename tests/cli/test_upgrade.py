@@ -99,6 +99,7 @@ def _inv_speeds(tmp_path, ssh_env, host, speeds: str) -> str:
     carries it to the new release's server)."""
     inv = json.loads(open(inventory(tmp_path, ssh_env, host)).read())
     inv["defaults"]["env"]["PROVISION_STANDIN_DECODE_TOK_S"] = speeds
+    inv["hosts"][host.name]["python"] = "/opt/venv/bin/python3"  # an earlier test may have left a second install
     path = tmp_path / "inv-speeds.yaml"
     path.write_text(json.dumps(inv))
     return str(path)
@@ -158,7 +159,6 @@ def test_a_new_server_that_never_gets_ready_is_rolled_back_at_the_deadline(tmp_p
     rolled back into 0.5.9, which serves again; exit 9."""
     inv = json.loads(open(_inv_speeds(tmp_path, ssh_env, uhost, "96")).read())
     inv["defaults"]["env"]["PROVISION_STANDIN_FAULT"] = "0.5.10=hang"
-    inv["hosts"][uhost.name]["python"] = "/opt/venv/bin/python3"  # two installs now: this one serves first
     path = tmp_path / "inv-hang.yaml"
     path.write_text(json.dumps(inv))
     proc, doc = run_json("launch", "-i", str(path), "--patch", "--poll", "0.5", env=env, timeout=300)

@@ -138,7 +138,7 @@ def test_a_sudo_user_reaches_the_container_with_sudo_around_the_runtime(podman_h
 
 
 # What `provision patch --local --container` imports beyond the standard library (pure Python).
-INSIDE_PACKAGES = ("provision", "click", "yaml", "tenacity", "packaging")
+INSIDE_PACKAGES = ("provision", "click", "yaml", "tenacity", "packaging", "typeguard", "typing_extensions")
 
 
 def _provision_inside(host) -> str:
@@ -153,7 +153,11 @@ def _provision_inside(host) -> str:
     dest.mkdir(parents=True)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in INSIDE_PACKAGES:
-        shutil.copytree(Path(importlib.import_module(name).__file__).parent, dest / name, ignore=skip)
+        where = Path(importlib.import_module(name).__file__)
+        if where.name == "__init__.py":
+            shutil.copytree(where.parent, dest / name, ignore=skip)
+        else:  # a one-file module (typing_extensions)
+            shutil.copyfile(where, dest / where.name)
     repo = Path(__file__).resolve().parents[2]
     if not (dest / "provision" / "playbooks").is_dir():  # a checkout: installed, they are package data
         shutil.copytree(repo / "playbooks", dest / "provision" / "playbooks", ignore=skip)

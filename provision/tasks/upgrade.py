@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from dataclasses import dataclass, field, replace
 
 from provision.errors import ConfigError
@@ -171,20 +172,26 @@ class Upgrade:
         from provision.tasks import upgrade_plan as up
 
         opts = self.opts
+        clock = time.monotonic()
         before, why = self.measure("before")
+        data["seconds"] = {"bench_before": round(time.monotonic() - clock, 2)}
         refusal = up.needs_force(before, opts.force)
         if refusal:
             return self.row("refused", f"{said}: {refusal} ({why}); nothing was stopped", **data)
         data["before"] = before.__dict__ if before else None
         journal = data.setdefault("journal_extra", [])
+        clock = time.monotonic()
         started = self.restart_into(python, opts.deadline)
+        data["seconds"]["restart_to_ready"] = round(time.monotonic() - clock, 2)
         journal += started.data.get("journal_extra", [])
         if started.verdict == "refused":  # the restart's own preflight or the router: nothing was stopped
             return self.row("refused", f"{said}: {started.detail}", **data)
         if started.verdict != "ready":
             return self.roll_back(said, serving, f"the new server did not get ready ({started.verdict}: "
                                                 f"{started.detail})", data)
+        clock = time.monotonic()
         after, why = self.measure("after")
+        data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
         data["after"] = after.__dict__ if after else None
         verdict = up.gate(before, after, opts.min_speedup, opts.force)
         data["ratio"] = verdict.ratio

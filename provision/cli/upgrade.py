@@ -109,4 +109,5 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
     units = plan.units(hosts)
     groups = canary_batches(units, canary, plan.parse_serial(serial, max(1, len(units) - canary)))
     sys.exit(run_rolling(ctx, hosts, "upgrade", lambda d: upgrade_fn(opts, d), serial, 0, plain, groups=groups,
-                         exit_code=exit_code))
+                         exit_code=exit_code, stopped_why="not upgraded: the run stopped at the first host rolled "
+                                                          "back or failed; this one is untouched"))

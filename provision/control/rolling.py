@@ -12,10 +12,11 @@ from provision.output.results import HostResult
 
 
 def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool, *, groups: list | None = None,
-                exit_code=None) -> int:
+                exit_code=None, stopped_why: str | None = None) -> int:
     """Run make_fn(display) on `hosts` (picked by the CLI) in --serial batches (or the `groups`
     given: upgrade's canary first); ctx carries the connection options (ctx.conn) and the output
-    mode (ctx.as_json, ctx.fmt). `exit_code(results)`: the command's own, if it has one."""
+    mode (ctx.as_json, ctx.fmt). `exit_code(results)`: the command's own, if it has one;
+    `stopped_why`: what a host not reached says (default: the --max-fail words)."""
     from provision.control.runner import Fleet, run_hosts
     from provision.output.progress import Display
 
@@ -35,9 +36,8 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
             for i, batch in enumerate(groups, 1):
                 if plan.should_stop(failed, max_fail):
                     for h in batch:
-                        results.append(HostResult(h.name, "skipped", f"not run: the roll stopped after {failed} "
-                                                  f"failed host(s)" + (f" (--max-fail {max_fail})" if max_fail
-                                                                       else "")))
+                        results.append(HostResult(h.name, "skipped", stopped_why or (
+                            f"not run: the roll stopped after {failed} failed host(s) (--max-fail {max_fail})")))
                     continue
                 if not ctx.as_json:
                     display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")

@@ -27,7 +27,7 @@ from provision.errors import UsageError
                    "whole plan).")
 @click.option("--wheelhouse", metavar="DIR", type=click.Path(file_okay=False),
               help="Send this control-side directory's wheels to each host and install from them alone "
-                   "(--no-index: the air-gapped case; up to 512 MiB).")
+                   "(--no-index: the air-gapped case; up to 128 MiB).")
 @click.option("--find-links", metavar="PATH", help="Install from a wheelhouse already on the hosts (--no-index).")
 @click.option("--index-url", metavar="URL", help="Install from this package index (default: the host's pip "
                                                   "configuration).")

@@ -22,7 +22,7 @@ from provision.tasks.options import LaunchOptions, resolve
 
 # The most a wheelhouse sent in the request may hold; a larger one is copied to the hosts by the
 # operator and named with --find-links.
-MAX_WHEELHOUSE = 512 << 20
+MAX_WHEELHOUSE = 128 << 20  # sent once per host, base64 in the request: a few concurrent hosts stay in memory
 SURVEY_TIMEOUT = 60.0
 
 
@@ -120,7 +120,12 @@ class Upgrade:
                                  timeout=wait, sudo=self.sudo)
 
     def run(self) -> HostResult:
+        from provision.tasks.upgrade_plan import group_refusal
+
         opts, prof = self.opts, self.prof
+        grouped = None if (opts.check or opts.stage) else group_refusal(self.host.get("server"))
+        if grouped:
+            return self.row("refused", grouped)
         sv = self.call("survey")
         if not sv.get("ok"):
             return self.row("refused", (sv.get("error") or {}).get("message", "survey failed") + "; nothing was changed")

@@ -131,3 +131,12 @@ def canary_batches(units: list[list], canary: int, per: int) -> list[list]:
     out = [[h for u in head for h in u]] if head else []
     out += [[h for u in tail[i:i + per] for h in u] for i in range(0, len(tail), per)]
     return out
+
+
+def group_refusal(server: str | None) -> str | None:
+    """A rank of a multi-node server is never restarted alone into another release (its group would
+    be split across releases): refused until groups are upgraded together."""
+    if server:
+        return (f"a rank of the multi-node server {server}: its ranks must move to a new release together, which "
+                "upgrade does not do yet (--check and --stage do run); nothing was changed")
+    return None

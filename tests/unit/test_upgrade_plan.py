@@ -94,3 +94,8 @@ def test_canary_first_then_batches():
     assert up.canary_batches([], 1, 1) == []
     with pytest.raises(ValueError):
         up.canary_batches(units, 1, 0)
+
+
+def test_a_rank_of_a_group_is_never_upgraded_alone():
+    assert "its ranks must move to a new release together" in up.group_refusal("kimi-2node")
+    assert up.group_refusal(None) is None and up.group_refusal("") is None

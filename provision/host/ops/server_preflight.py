@@ -48,14 +48,16 @@ def _patch_check(spec: dict, inst: dict) -> tuple:
     install?, the fix the server will use: "native", "edited file" or "none")."""
     from provision.host.engine import core as engine
     from provision.host.facts import packages
-    from provision.host.lib.modules import PACKAGE, make_resolver
+    from provision.host.ops.fileops import default_resolver
 
     name = spec.get("name")
     path, pkg = packages.spec_file(inst, spec)
     if path is None:
         return {"level": "fail", "check": "patch", "spec": name,
                 "message": (pkg.get("error") or {}).get("message", f"spec {name}: its package is missing")}, "none"
-    resolver = make_resolver(inst["path"]) if (spec.get("package") or PACKAGE) == PACKAGE else None
+    # the spec's own package (sglang's, vllm's) from the file's path, as `patch` resolves it: an
+    # interface spec reads its protocol there
+    resolver = default_resolver(path, spec)
     try:
         with open(path, "rb") as fh:
             info = engine.inspect(fh.read(), spec, resolve_module=resolver)

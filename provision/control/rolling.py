@@ -45,8 +45,10 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                 results += got
                 failed += sum(1 for r in got if r.failed)
                 if not ctx.as_json:
-                    for r in got:
+                    for r in got:  # each host's line and its notes, as a one-shot run prints them
                         click.echo(report.host_line(r))
+                        for note in r.notes:
+                            click.echo(f"    note: {note}")
     finally:
         fleet.close()
         for w in writer.warnings:

@@ -79,7 +79,7 @@ class Facts(TypedDict, total=False):
     installs: List[Install]
     chosen: Optional[str]
     chosen_reason: Optional[str]
-    chosen_rule: Optional[str]  # pinned | python | server | python3 | only (facts/installs.py)
+    chosen_rule: Optional[str]  # pinned | python | server | recorded | python3 | only (facts/installs.py)
     servers: List[Server]
     interpreters: List[Any]
     warnings: List[str]

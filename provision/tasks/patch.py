@@ -15,6 +15,7 @@ from provision.config.playbook import DEFAULT_PACKAGE, PatchSpec, load_patch_spe
 from provision.host import inference
 from provision.output.results import HostResult
 from provision.tasks.bundles import call_light
+from provision.tasks.upgrade_plan import installs_note
 
 if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by mypy
     from provision.host.protocol import (Facts, Inspection, OverlayStage, PatchAnswer, PatchRequest, SpecStatus,
@@ -279,6 +280,8 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
     pkg = p.get("package") or {}
     if pkg and pkg.get("name") != DEFAULT_PACKAGE:
         notes.append(package_note(pkg))
+    notes += installs_note(list(facts.get("installs") or []), rec.get("python") if ours.get("running") else None,
+                           rec.get("port"), inst.get("path"))
     stale_pids = answer.get("restart_needed") or []
     if stale_pids:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "

@@ -95,6 +95,13 @@ def exit_code(results: list) -> int:
     return report.exit_code(results)
 
 
+class _Unsaid:
+    """A display that says nothing: the judge's select runs again in the restart, which speaks."""
+
+    def message(self, *_args, **_kw) -> None:
+        return None
+
+
 def upgrade_fn(opts: UpgradeOptions, display):
     def fn(host, session, fleet) -> HostResult:
         return Upgrade(opts, display, host, session, fleet).run()
@@ -207,8 +214,14 @@ class Upgrade:
             return self.roll_back(said, serving, f"below the gate: {verdict.words}" + (f" ({why})" if why else ""),
                                   data)
         pruned = self.prune(serving.get("venv"), new_venv)
-        return self.row("upgraded", f"{said}: serving {opts.to} from {new_venv}; {verdict.words}"
-                        + (f"; removed {', '.join(pruned)}" if pruned else ""), **data)
+        row = self.row("upgraded", f"{said}: serving {opts.to} from {new_venv}; {verdict.words}"
+                       + (f"; removed {', '.join(pruned)}" if pruned else ""), **data)
+        pin = self.host.get("python")
+        if pin and up.venv_of(str(pin)) == serving.get("venv"):  # the inventory still names the old install
+            row.notes.append(f"the inventory sets python: {pin} for this host, the old install: a launch from "
+                             f"the inventory starts {serving.get('version')} again (a restart replays the record: "
+                             f"{opts.to}); set python: {python or new_venv + '/bin/python'}")
+        return row
 
     def measure(self, when: str):
         """(Figure, "") of the server on the port now, or (None, why not)."""
@@ -265,7 +278,7 @@ class Upgrade:
         from provision.tasks.launch import Launch
 
         lopts = replace(self.opts.launch, restart=True, python=python, patch=False, install_path=None)
-        launch = Launch(lopts, self.display, None, RunState())
+        launch = Launch(lopts, _Unsaid(), None, RunState())  # the restart says the replay's notes, once
         plan = launch.select(self.host, self.session, self.fleet)
         pre = launch.ask_preflight(plan)
         if not pre.get("ok"):

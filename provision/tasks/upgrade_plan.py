@@ -140,3 +140,32 @@ def group_refusal(server: str | None) -> str | None:
         return (f"a rank of the multi-node server {server}: its ranks must move to a new release together, which "
                 "upgrade does not do yet (--check and --stage do run); nothing was changed")
     return None
+
+
+def serving_install(installs: list[dict], serving_python: str | None) -> dict | None:
+    """Of a host's installs (discovery's records: path, version, interpreters), the one the server's
+    interpreter runs: named among its interpreters, or inside that interpreter's venv."""
+    if not serving_python:
+        return None
+    venv = venv_of(serving_python)
+    for inst in installs:
+        if serving_python in (inst.get("interpreters") or []) or \
+                (venv and str(inst.get("path") or "").startswith(venv + "/")):
+            return inst
+    return None
+
+
+def installs_note(installs: list[dict], serving_python: str | None, port, judged: str | None) -> list[str]:
+    """What `status` says of a host with more than one install of the engine: each install and its
+    version, which one the server on `port` runs, and, when that is not the install judged (`judged`,
+    discovery's choice), that the row above is about the other one."""
+    if len(installs) < 2:
+        return []
+    serving = serving_install(installs, serving_python)
+    parts = [f"{i.get('path')} ({i.get('version') or 'version unknown'}"
+             + (f", serving port {port}" if i is serving else "") + ")" for i in installs]
+    out = [f"{len(installs)} installs here: " + "; ".join(parts)]
+    if serving is not None and judged and serving.get("path") != judged:
+        out.append(f"the server on port {port} runs {serving.get('path')} ({serving.get('version')}), not the install "
+                   f"judged above: `--python {serving_python}` (or the inventory's `python:`) to judge it")
+    return out

@@ -143,6 +143,9 @@ def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_r
         row = doc["hosts"][0]
         assert proc.returncode == 0 and row["verdict"] == "upgraded", doc
         assert "serving 0.5.10 from /opt/sglang-0.5.10" in row["detail"], row
+        # the inventory pins the old interpreter: a plain launch from it would go back, and the row says so
+        assert any("the inventory sets python: /opt/venv/bin/python3 for this host, the old install" in n
+                   and "set python: /opt/sglang-0.5.10/bin/python" in n for n in row["notes"]), row["notes"]
         rec = record(uhost)
         assert rec["version"] == "0.5.10" and rec["python"] == "/opt/sglang-0.5.10/bin/python", rec
         kimi = uhost.hostpath("/opt/sglang-0.5.10/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py")
@@ -150,6 +153,23 @@ def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_r
         assert uhost.hostpath("/opt/venv/bin/python").exists()
         proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", *UPGRADE, env=env, timeout=120)
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "unchanged", doc
+
+        # status: both installs, which one serves, and that the pinned one is not it
+        st = run("status", "-i", inv, "--format", "lines", env=env, timeout=120)
+        assert "2 installs here: /opt/venv/lib/python3.11/site-packages/sglang (0.5.9); /opt/sglang-0.5.10/lib/" \
+               "python3.11/site-packages/sglang (0.5.10, serving port 30000)" in st.stdout, st.stdout
+        assert "the server on port 30000 runs /opt/sglang-0.5.10/lib/python3.11/site-packages/sglang (0.5.10), " \
+               "not the install judged above" in st.stdout, st.stdout
+        # stopped, and the inventory without the pin: the install the last server ran is the one meant
+        run_json("stop", "-i", inv, env=env, timeout=120)
+        doc = json.loads(open(inv).read())
+        del doc["hosts"][uhost.name]["python"]
+        (tmp_path / "nopin.yaml").write_text(json.dumps(doc))
+        st = run("status", "-i", str(tmp_path / "nopin.yaml"), "--format", "lines", env=env, timeout=120)
+        assert "chosen because the server provision started last here (port 30000, /opt/sglang-0.5.10/bin/python) " \
+               "ran it" in st.stdout, st.stdout
+        proc, doc = run_json("launch", "-i", str(tmp_path / "nopin.yaml"), "--poll", "0.5", env=env, timeout=300)
+        assert proc.returncode == 0 and record(uhost)["version"] == "0.5.10", doc
     finally:
         run_json("stop", "-i", inv, env=env, timeout=120)
 

@@ -28,10 +28,13 @@ SERVERS = {
 }
 PYTHONS = {"none": None, "A's": "/opt/venv/bin/python3", "other": "/usr/local/bin/python3.12"}
 PYTHON3 = {"none": None, "B's": "/usr/bin/python3", "other": "/usr/local/bin/python3"}
+# the last record's interpreter: A's venv by another name of its python (bin/python, as upgrade records it)
+RECORDED = {"none": None, "A's": {"python": "/opt/venv/bin/python", "port": 30000},
+            "gone": {"python": "/opt/sglang-0.5.8/bin/python", "port": 30000}}
 INSTALLS = {"none": [], "A": [A], "A+B": [A, B]}
 
 
-def oracle(pinned, python, servers, python3, installs):
+def oracle(pinned, python, servers, python3, installs, recorded=None):
     if pinned:
         return pinned, "pinned"
     hit = [r["path"] for r in installs if python and python in r["interpreters"]]
@@ -40,6 +43,8 @@ def oracle(pinned, python, servers, python3, installs):
     live = sorted((s for s in servers if s.get("chooses")), key=lambda s: s["pid"])
     if live:
         return live[0]["install"], "server"
+    if recorded and recorded["python"].startswith("/opt/venv/") and A in installs:
+        return A["path"], "recorded"
     hit = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
     if hit:
         return hit[0], "python3"
@@ -48,13 +53,14 @@ def oracle(pinned, python, servers, python3, installs):
     return None, None
 
 
-@pytest.mark.parametrize("pinned,python,servers,python3,installs", list(itertools.product(
-    [None, "/srv/pinned/sglang"], PYTHONS, SERVERS, PYTHON3, INSTALLS)))
-def test_the_first_rule_that_names_an_install_chooses_it(pinned, python, servers, python3, installs):
+@pytest.mark.parametrize("pinned,python,servers,python3,installs,recorded", list(itertools.product(
+    [None, "/srv/pinned/sglang"], PYTHONS, SERVERS, PYTHON3, INSTALLS, RECORDED)))
+def test_the_first_rule_that_names_an_install_chooses_it(pinned, python, servers, python3, installs, recorded):
     got = choose(INSTALLS[installs], SERVERS[servers], pinned=pinned, configured_python=PYTHONS[python],
-                 python3=PYTHON3[python3])
+                 python3=PYTHON3[python3], recorded=RECORDED[recorded])
     chosen, rule, reason, error = got
-    assert (chosen, rule) == oracle(pinned, PYTHONS[python], SERVERS[servers], PYTHON3[python3], INSTALLS[installs])
+    assert (chosen, rule) == oracle(pinned, PYTHONS[python], SERVERS[servers], PYTHON3[python3], INSTALLS[installs],
+                                    RECORDED[recorded])
     if chosen:
         assert rule in SELECTION_ORDER and reason and error is None
     else:
@@ -75,6 +81,8 @@ def test_the_reasons_say_which_rule_chose():
         "/opt/venv/bin/python3 (--python or `python:`) imports it"
     assert choose([A, B], [], python3="/usr/bin/python3")[2] == "python3 on PATH (/usr/bin/python3) imports it"
     assert choose([A], [])[2] == "it is the only trusted install on this host"
+    assert choose([A, B], [], recorded=RECORDED["A's"])[2] == \
+        "the server provision started last here (port 30000, /opt/venv/bin/python) ran it"
 
 
 def test_nothing_found_names_the_installs_skipped_as_untrusted():

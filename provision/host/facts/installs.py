@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from provision.host import inference
 from provision.host.facts import packages
 from provision.host.lib import trust
+from provision.host.lib.paths import last_recorded_server
 from provision.host.lib.pkgmeta import git_root, package_version
 from provision.host.lib.procfs import cmdline as _proc_cmdline
 from provision.host.lib.procfs import environ as _proc_environ
@@ -296,7 +297,7 @@ def _server_install(server: dict, engine: "InferenceEngine") -> str | None:
 
 
 def discover(extra_interpreters: list[str] | None = None, pinned: str | None = None,
-             configured_python: str | None = None, *, engine: str) -> dict:
+             configured_python: str | None = None, *, engine: str, recorded: dict | None = None) -> dict:
     """All installs of the engine, its running servers, and which install to act on."""
     eng = inference.get(engine)
     warnings: list[str] = []
@@ -339,7 +340,7 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     installs = list(found.installs.values())
     chosen, rule, reason, error = choose(installs, servers, pinned=pinned_real,
                                          configured_python=configured_python, python3=shutil.which("python3"),
-                                         skipped=skipped, engine=eng)
+                                         skipped=skipped, recorded=recorded, engine=eng)
     return {"installs": installs, "servers": servers, "chosen": chosen,
             "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
             "skipped": skipped}
@@ -450,20 +451,26 @@ def _judge_servers(servers: list, found: _Found, skipped: list) -> list:
     return servers
 
 
-SELECTION_ORDER = ("pinned", "python", "server", "python3", "only")
+SELECTION_ORDER = ("pinned", "python", "server", "recorded", "python3", "only")
 
 
 def choose(installs: list, servers: list, *, pinned: str | None = None, configured_python: str | None = None,
-           python3: str | None = None, skipped: list | None = None,
+           python3: str | None = None, skipped: list | None = None, recorded: dict | None = None,
            engine: "InferenceEngine") -> tuple:
     """Which install to act on: (path, rule, reason, None) for the first rule of SELECTION_ORDER that
     names one, or (None, None, None, error). `installs` are the trusted ones (and any named
     explicitly); a server counts when it ``chooses`` (run by a trusted uid, a trusted install):
-    the lowest pid's. `engine` names the engine in the sentences. Pure."""
+    the lowest pid's. `recorded`: the record of the server provision started last here (its
+    `python`, `port`): after an upgrade the old and new installs both stay, and the one the last
+    server ran is the one a plain launch means. `engine` names the engine in the sentences. Pure."""
     eng = engine
     by_python = [r["path"] for r in installs if configured_python and configured_python in r["interpreters"]]
     live = sorted((s for s in servers if s.get("chooses") and s.get("install")), key=lambda s: s["pid"])
     by_py3 = [r["path"] for r in installs if python3 and python3 in r["interpreters"]]
+    rec_py = (recorded or {}).get("python")
+    rec_venv = os.path.dirname(os.path.dirname(rec_py)) if isinstance(rec_py, str) and "/bin/" in rec_py else None
+    by_record = [r["path"] for r in installs if rec_py and (rec_py in r["interpreters"] or (
+        rec_venv and rec_venv != "/" and r["path"].startswith(rec_venv + "/")))]
     if pinned:
         return pinned, "pinned", "it was pinned with --sglang-path", None
     if by_python:
@@ -472,6 +479,9 @@ def choose(installs: list, servers: list, *, pinned: str | None = None, configur
         s = live[0]
         who = _owner_name(s["uid"]) if s.get("uid") is not None else "a trusted user"
         return s["install"], "server", f"the running server pid {s['pid']} (run by {who}) imports it", None
+    if by_record:
+        return by_record[0], "recorded", (f"the server provision started last here (port {recorded.get('port')}, "
+                                          f"{rec_py}) ran it"), None
     if by_py3:
         return by_py3[0], "python3", f"python3 on PATH ({python3}) imports it", None
     if len(installs) == 1:
@@ -509,7 +519,8 @@ def for_request(req: Mapping[str, Any]) -> Any:
     specs name (their `package` and `applies` keys) or its `packages` list asks for."""
     facts = discover(extra_interpreters=req.get("interpreters") or [],
                      pinned=req.get("install_path"), configured_python=req.get("python"),
-                     engine=inference.of_request(req) or installed_engine(req))
+                     engine=inference.of_request(req) or installed_engine(req),
+                     recorded=last_recorded_server(req.get("state_dir")))
     specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])
     names = packages.wanted(specs, req.get("packages"))
     facts["packages"] = packages.for_install(chosen_install(facts), names) if not facts.get("error") else {}

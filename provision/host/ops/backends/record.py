@@ -14,11 +14,11 @@ import json
 import os
 
 from provision.host.lib import atomic
-from provision.host.lib.paths import default_state_dir
+from provision.host.lib.paths import server_state_root
 
 
 def state_root(req: dict) -> str:
-    return os.path.join(req.get("state_dir") or default_state_dir(), "server")
+    return server_state_root(req.get("state_dir"))
 
 
 def log_root(req: dict) -> str:

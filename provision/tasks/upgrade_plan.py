@@ -114,6 +114,21 @@ def gate(before: Figure | None, after: Figure | None, min_speedup: float = MIN_S
     return Verdict(ratio >= min_speedup, words, ratio)
 
 
+def journaled_figure(records: list[dict], version: str | None) -> Figure | None:
+    """The host's last journaled bench of the release it serves (`version`), as the gate's figure
+    from before when the server does not answer a bench now: journal records oldest first (one
+    host's); a bench of another release, or without a decode figure, is not one."""
+    for rec in reversed(records):
+        fig = rec.get("bench") if rec.get("command") == "bench" and rec.get("verdict") == "measured" else None
+        if not isinstance(fig, dict) or (version and fig.get("version") != version):
+            continue
+        tok_s, acc = fig.get("decode_tok_s"), fig.get("accept_length")
+        if isinstance(tok_s, (int, float)) and math.isfinite(tok_s) and tok_s > 0:
+            return Figure(float(tok_s), float(acc) if isinstance(acc, (int, float)) else None,
+                          f"the journal's bench of {str(rec.get('time') or '')[:16].replace('T', ' ')}")
+    return None
+
+
 def needs_force(before: Figure | None, force: bool) -> str | None:
     """Before anything stops: a host with no figure to gate against is refused without --force."""
     if before is None and not force:

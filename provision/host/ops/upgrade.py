@@ -41,6 +41,8 @@ PACKAGES = {"sglang": "sglang", "vllm": "vllm"}  # engine -> the distribution pi
 # with packaging; the host says it again).
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[0-9a-z.]+)?$")
 PIP_TAIL = 4000
+# A distribution's name with extras, as pip takes it (PEP 508), never an option or a path.
+_PACKAGE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?$")
 
 
 def _err(kind: str, message: str) -> dict:
@@ -177,6 +179,8 @@ def install(req: dict) -> dict:
     mark = _marker(new)
     if mark is not None and mark.get("version") == version:
         return {"ok": True, "already": True, "venv": new, "python": mark.get("python"), "seconds": 0.0}
+    if req.get("package") and not _PACKAGE.match(str(req["package"])):
+        return _err("bad-request", f"{req['package']!r} is not a distribution name")
     why = _safe_parent(os.path.dirname(venv))
     if why:
         return _err("unsafe-dir", f"not installing beside {venv}: {why}")
@@ -210,6 +214,7 @@ def _install(req: dict, rec: dict, new: str, engine: str, version: str, sent: st
         return _err("venv", f"making the venv {new} with {rec['python']} failed "
                             f"({'timed out' if rc is None else f'exit {rc}'}): {tail.strip()[-500:]}")
     python = os.path.join(new, "bin", "python")
+    package = str(req.get("package") or PACKAGES[engine])
     pip = [python, "-m", "pip", "install", "--quiet"]
     if sent or req.get("find_links"):
         pip += ["--no-index", "--find-links", sent or str(req["find_links"])]
@@ -217,14 +222,15 @@ def _install(req: dict, rec: dict, new: str, engine: str, version: str, sent: st
         pip += ["--index-url", str(req["index_url"])]
     if req.get("no_deps"):
         pip.append("--no-deps")
-    pip.append(f"{PACKAGES[engine]}=={version}")
+    pip.append(f"{package}=={version}")
     rc, tail = _run(pip, max(1.0, deadline - (time.monotonic() - t0)), env)
     if rc != 0:
         shutil.rmtree(new, ignore_errors=True)
-        return _err("pip", f"pip could not install {PACKAGES[engine]}=={version} into {new} "
+        return _err("pip", f"pip could not install {package}=={version} into {new} "
                            f"({'timed out' if rc is None else f'exit {rc}'}; the venv was removed): "
                            f"{tail.strip()[-800:]}")
-    atomic.write_json(os.path.join(new, MARKER), {"engine": engine, "version": version, "python": python,
+    atomic.write_json(os.path.join(new, MARKER), {"engine": engine, "package": package, "version": version,
+                                                 "python": python,
                                                  "installed_at": time.time(), "beside": rec.get("python")})
     return {"ok": True, "already": False, "venv": new, "python": python,
             "seconds": round(time.monotonic() - t0, 2)}

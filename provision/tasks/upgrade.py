@@ -137,6 +137,13 @@ class Upgrade:
         self.specs = [s.name for s in required_specs(spec, self.prof)]  # what a rollback says is in place
 
     def row(self, verdict: str, detail: str, **data) -> HostResult:
+        """The host's row; an outcome's journal line carries the figures `history` shows (from, to,
+        before, after, the ratio, each step's seconds)."""
+        if verdict in ("upgraded", "rolled-back") and not (self.opts.check or self.opts.stage):
+            data["journal_fields"] = {"upgrade": {
+                "from": (data.get("serving") or {}).get("version"), "to": self.opts.to,
+                "before": data.get("before"), "after": data.get("after"), "ratio": data.get("ratio"),
+                "seconds": data.get("seconds")}}
         return HostResult(self.host.name, verdict, detail, data={"to": self.opts.to, **data})
 
     def call(self, action: str, wait: float = SURVEY_TIMEOUT, **kw) -> dict:

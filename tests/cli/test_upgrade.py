@@ -132,7 +132,10 @@ def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_r
         assert row["data"]["ratio"] < 0.95 and row["data"]["before"]["tok_s"] > 80, row["data"]
         assert uhost.hostpath("/opt/sglang-0.5.10/bin/python").exists()
         hist = run("history", "--json", env=env, timeout=60)
-        assert "rolled-back" in hist.stdout, hist.stdout[-2000:]
+        outcome = [json.loads(line) for line in hist.stdout.splitlines() if '"rolled-back"' in line][-1]
+        fig = outcome["upgrade"]  # the journal line carries the figures
+        assert (fig["from"], fig["to"]) == ("0.5.9", "0.5.10") and fig["ratio"] < 0.95, outcome
+        assert fig["before"]["tok_s"] > 80 and set(fig["seconds"]) >= {"bench_before", "restart_to_ready"}, fig
 
         # the same server restarted with 0.5.10 as fast (an explicit playbook: the inventory's env, not the record's)
         inv = _inv_speeds(tmp_path, ssh_env, uhost, "0.5.9=96,0.5.10=100")

@@ -14,10 +14,14 @@ from provision.errors import UsageError
 @fleet_options
 @profile_option()
 @server_port_option()
-@click.option("--to", "to", required=True, metavar="VERSION",
+@click.option("--to", "to", metavar="VERSION",
               help="The release to move to (e.g. 0.5.10): it goes into a new venv beside the serving one, named "
                    "ENGINE-VERSION (/root/sglang-0.5.10 beside /root/sglang-0.5.9); the serving one is never "
-                   "touched.")
+                   "touched. With --image: the release the image must hold.")
+@click.option("--image", metavar="TAG",
+              help="For servers in a container (launch.container): restart on this image (e.g. "
+                   "lmsysorg/sglang:v0.5.10-cu129), pulled and read first, the recorded mounts, secrets and GPUs "
+                   "kept; the old tag is the way back (nothing is removed).")
 @click.option("--check", is_flag=True,
               help="Print each host's plan and change nothing (exit 4 where something would change). Judged "
                    "against the new release once it is installed (--stage): the recorded launch's flags through "
@@ -59,7 +63,7 @@ from provision.errors import UsageError
               help="Requests per measurement (before and after; one warm-up each).")
 @click.option("--bench-tokens", type=click.IntRange(8, None), default=256, show_default=True, metavar="N",
               help="Tokens each measured request decodes.")
-def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links, index_url, package, no_deps,
+def upgrade(ctx, profile, server_port, to, image, check, stage, wheelhouse, find_links, index_url, package, no_deps,
             install_timeout, min_speedup, force, deadline, poll, canary, serial, keep, bench_requests, bench_tokens):
     """Move the servers to another SGLang or vLLM release, side by side.
 
@@ -93,7 +97,14 @@ def upgrade(ctx, profile, server_port, to, check, stage, wheelhouse, find_links,
         raise UsageError("--check and --stage cannot go together: --check changes nothing, --stage installs")
     if sum(bool(x) for x in (wheelhouse, find_links, index_url)) > 1:
         raise UsageError("--wheelhouse, --find-links and --index-url cannot go together: name one source")
-    opts = UpgradeOptions(to=check_version(to), check=check, stage=stage, min_speedup=min_speedup, force=force,
+    if not to and not image:
+        raise UsageError("name the release: --to VERSION (a venv), or --image TAG (a container server)")
+    if image and (wheelhouse or find_links or index_url or package or no_deps):
+        raise UsageError("--image pulls an image: --wheelhouse, --find-links, --index-url, --package and --no-deps "
+                         "are for venv installs")
+    if image is not None and (not image.strip() or any(c.isspace() for c in image)):
+        raise UsageError(f"--image {image!r}: expected an image reference like lmsysorg/sglang:v0.5.10-cu129")
+    opts = UpgradeOptions(to=check_version(to) if to else None, image=image, check=check, stage=stage, min_speedup=min_speedup, force=force,
                           deadline=deadline, keep=keep, bench_requests=bench_requests, bench_tokens=bench_tokens,
                           launch=LaunchOptions(profile=profile, poll=poll, deadline=deadline,
                                                overrides={"port": server_port} if server_port else {}),

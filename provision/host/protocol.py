@@ -336,6 +336,7 @@ class ServerRequest(Request, total=False):
     prompt: str
     max_new_tokens: int
     pull_timeout: float        # container hosts: how long preflight may pull an absent image
+    no_pull: bool              # container hosts: an absent image is said, not pulled (upgrade --check)
     overlay: bool              # launch --overlay: preflight stages the overlay (ops/overlay.py)
     overlay_stage: "OverlayStage"  # start: what preflight staged (its env is set for the server)
     overlay_bound: List[str]   # a restart's preflight on the host: the classes the staged overlay binds
@@ -660,8 +661,10 @@ class UpgradeServing(TypedDict, total=False):
     python: Optional[str]
     install: Optional[str]
     version: Optional[str]
-    venv: str
+    venv: Optional[str]        # None: a container server
     pid: Optional[int]
+    image: Optional[str]       # a container server: the image it runs
+    container: Optional[str]   # ... and its container's name
 
 
 class UpgradeVenv(TypedDict, total=False):

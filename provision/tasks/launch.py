@@ -216,6 +216,8 @@ class Launch:
                     "was resolved here with its recorded --arg")
         if opts.python and prof.python != opts.python:  # this run's interpreter over the recorded one (upgrade)
             prof = replace(prof, python=opts.python)
+        if opts.image and prof.container is not None and prof.container.image != opts.image:  # upgrade --image
+            prof = replace(prof, container=replace(prof.container, image=opts.image))
         if rec.get("fix") == "overlay" and prof.fix != "overlay" and prof.container is None:
             prof = replace(prof, fix="overlay")
         persistent = opts.persistent or rec.get("backend") == "systemd" or bool(rec.get("unit"))
@@ -277,7 +279,7 @@ class Launch:
             server_request("preflight", plan.host, plan.prof, self.opts,
                            spec=plan.spec.to_engine() if plan.spec else None,
                            patch_specs=[s.to_engine() for s in plan.checked], overlay=plan.overlay,
-                           import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=plan.pull,
+                           import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=plan.pull, no_pull=self.opts.no_pull,
                            persistent=plan.persistent, **extra),
             timeout=120 + (OVERLAY_IMPORT_TIMEOUT if plan.overlay else 0) + plan.pull, sudo=plan.sudo)
 

@@ -34,6 +34,8 @@ class LaunchOptions:
     ready_checks: int = 2
     install_path: str | None = None
     python: str | None = None
+    image: str | None = None    # a container server's image over the recorded one (upgrade --image)
+    no_pull: bool = False       # preflight pulls no image (upgrade --check)
     max_outage: float = 300.0   # seconds of consecutive connection failures before a follow gives up
     tree_grace: float = 10.0    # the watcher: seconds a dead server's remaining processes get before SIGKILL
     stop_on_interrupt: bool = False

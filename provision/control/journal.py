@@ -26,7 +26,8 @@ from provision import __version__
 # Verdicts that mean the host changed.
 CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
                    "staged", "removed",  # (an overlay: `patch|unpatch --overlay`, reconcile)
-                   "upgraded", "rolled-back"}  # upgrade (staged: its install beside)
+                   "upgraded", "rolled-back",  # upgrade (staged: its install beside)
+                   "swapping"}  # upgrade: a restart onto the new side begun (its outcome line ends it)
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
 ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart", "launch", "stop", "upgrade"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}

@@ -28,6 +28,15 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
     groups = groups if groups is not None else plan.batches(hosts, serial)
     fleet = Fleet(ctx.conn)
     writer = Writer(command)  # each host's row journaled as it arrives: an interrupt keeps them
+
+    def arrived(r: HostResult) -> None:
+        """Journaled, then said (its line and notes): a Ctrl-C later keeps and shows what came back."""
+        writer(r)
+        if not ctx.as_json:
+            click.echo(report.host_line(r))
+            for note in r.notes:
+                click.echo(f"    note: {note}")
+
     results: list[HostResult] = []
     failed = 0
     try:
@@ -41,14 +50,9 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                     continue
                 if not ctx.as_json:
                     display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")
-                got = run_hosts(fleet, batch, fn, on_result=writer)
+                got = run_hosts(fleet, batch, fn, on_result=arrived)
                 results += got
                 failed += sum(1 for r in got if r.failed)
-                if not ctx.as_json:
-                    for r in got:  # each host's line and its notes, as a one-shot run prints them
-                        click.echo(report.host_line(r))
-                        for note in r.notes:
-                            click.echo(f"    note: {note}")
     finally:
         fleet.close()
         for w in writer.warnings:

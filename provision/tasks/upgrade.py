@@ -24,6 +24,9 @@ from provision.tasks.options import LaunchOptions, resolve
 # operator and named with --find-links.
 MAX_WHEELHOUSE = 128 << 20  # sent once per host, base64 in the request: a few concurrent hosts stay in memory
 SURVEY_TIMEOUT = 60.0
+# A restart's rows when the run was interrupted (a Ctrl-C, a lost connection): the host is where the
+# row says, and the next run resumes from the journal
+INTERRUPTED = ("interrupted", "unknown")
 
 
 @dataclass
@@ -191,6 +194,10 @@ class Upgrade:
             return self.row("refused", f"the server on port {prof.port} runs {serving.get('python')}, not a container: "
                                        f"--image moves a container server; upgrade it with --to VERSION; nothing was "
                                        "changed", **data)
+        pending = self.unfinished()
+        resumed = self.resume(pending, serving, data) if pending and not (opts.check or opts.stage) else None
+        if resumed is not None:
+            return resumed
         if serving.get("version") == opts.to:
             return self.row("unchanged", f"already serving {prof.engine} {opts.to} from {serving.get('venv')}", **data)
         said = f"{prof.engine} {serving.get('version')} -> {opts.to}"
@@ -242,6 +249,10 @@ class Upgrade:
             return self.row("refused", f"the server on port {prof.port} runs in a container (image "
                                        f"{serving.get('image')}): its release is the image's: upgrade it with "
                                        "--image TAG; nothing was changed", **data)
+        pending = self.unfinished()
+        resumed = self.resume(pending, serving, data) if pending and not (opts.check or opts.stage) else None
+        if resumed is not None:
+            return resumed
         if serving.get("image") == opts.image:
             return self.row("unchanged", f"already serving image {opts.image} ({prof.engine} {serving.get('version')})",
                             **data)
@@ -295,15 +306,34 @@ class Upgrade:
             return self.row("refused", f"{said}: {refusal} ({why}); nothing was stopped", **data)
         data["before"] = before.__dict__ if before else None
         journal = data.setdefault("journal_extra", [])
+        self.journal_step(up.SWAP_BEGUN, f"{said}: restarting {new.where}", {
+            "from": old.version, "to": new.version, "image": new.overrides.get("image"),
+            "old": old.__dict__, "new": new.__dict__, "before": data["before"]})
         clock = time.monotonic()
-        started = self.restart_into(new, opts.deadline)
+        try:
+            started = self.restart_into(new, opts.deadline)
+        except Exception as exc:  # noqa: BLE001 - a lost connection (or a Ctrl-C's cancel) mid-restart
+            return self.row("unknown", f"{said}: the connection was lost while restarting {new.where} ({exc}): "
+                                       f"it may serve either side (`provision status` says which); `provision "
+                                       "upgrade` again with the same arguments resumes from the journal", **data)
         data["seconds"]["restart_to_ready"] = round(time.monotonic() - clock, 2)
         journal += started.data.get("journal_extra", [])
         if started.verdict == "refused":  # the restart's own preflight or the router: nothing was stopped
             return self.row("refused", f"{said}: {started.detail}", **data)
+        if started.verdict in INTERRUPTED:  # never a rollback on a Ctrl-C: the next run resumes from here
+            return self.row("interrupted", f"{said}: interrupted while restarting {new.where} ({started.detail}); "
+                                           "not gated yet: `provision upgrade` again with the same arguments resumes "
+                                           "(follows it to ready, benches and gates it, or rolls back)", **data)
         if started.verdict != "ready":
             return self.roll_back(said, old, f"the new server did not get ready ({started.verdict}: "
                                              f"{started.detail})", data)
+        return self.gated(said, old, new, before, data)
+
+    def gated(self, said: str, old: "Side", new: "Side", before, data: dict) -> HostResult:
+        """The new side ready: its figure, the gate against `before`, kept or rolled back."""
+        from provision.tasks import upgrade_plan as up
+
+        opts = self.opts
         clock = time.monotonic()
         after, why = self.measure("after")
         data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
@@ -321,6 +351,52 @@ class Upgrade:
                              f"the inventory starts {old.version} again (a restart replays the record: "
                              f"{new.version}); set python: {new.overrides.get('python') or new.venv + '/bin/python'}")
         return row
+
+    def journal_step(self, verdict: str, detail: str, fields: dict) -> None:
+        """A step's line in the journal as it is taken (a resumed run reads where the last one
+        stopped); a journal that cannot be written is said, and the run goes on."""
+        from provision.control import journal
+
+        res = HostResult(self.host.name, verdict, detail, data={"journal_fields": {"upgrade": fields}})
+        try:
+            journal.append(journal.extra_entries(res, {"command": "upgrade", "verdict": verdict, "detail": detail}))
+        except OSError as exc:
+            self.display.message(self.host.name, f"could not write the journal: {exc}")
+
+    def unfinished(self) -> dict | None:
+        """The last run's swap on this host that never reached its gate (the journal says), or None."""
+        from provision.control import journal
+        from provision.tasks import upgrade_plan as up
+
+        return up.unfinished_swap(journal.read(host=self.host.name)[0], self.opts.to, self.opts.image)
+
+    def resume(self, pending: dict, serving: dict, data: dict) -> HostResult | None:
+        """A host the last run left between its restart and its gate: on the new side, it is
+        followed to ready (and put back in the router), benched and gated against the journaled
+        figure from before, kept or rolled back; still on the old side (the restart never took, or
+        the rollback did), None: the upgrade starts over."""
+        from provision.tasks.server_verbs import wait_fn
+        from provision.tasks.upgrade_plan import Figure
+
+        old, new = Side(**pending["old"]), Side(**pending["new"])
+        on_new = serving.get("image") == pending.get("image") if pending.get("image") else \
+            serving.get("version") == pending.get("to")
+        if not on_new:
+            self.display.message(self.host.name, f"the last run stopped before its restart {new.where} took: "
+                                                 "starting over")
+            return None
+        said = f"{self.prof.engine} {old.version} -> {new.version} (resumed: the last run stopped between the " \
+               f"restart and the gate)"
+        self.display.message(self.host.name, f"resuming: serving {new.version} {new.where}, not yet gated")
+        before = Figure(**pending["before"]) if pending.get("before") else None
+        data["before"] = pending.get("before")
+        clock = time.monotonic()
+        res = wait_fn(replace(self.opts.launch, deadline=self.opts.deadline), self.display)(
+            self.host, self.session, self.fleet)
+        data.setdefault("seconds", {})["restart_to_ready"] = round(time.monotonic() - clock, 2)
+        if res.verdict != "ready":
+            return self.roll_back(said, old, f"the new server did not get ready ({res.verdict}: {res.detail})", data)
+        return self.gated(said, old, new, before, data)
 
     def measure(self, when: str):
         """(Figure, "") of the server on the port now, or (None, why not)."""
@@ -356,6 +432,9 @@ class Upgrade:
         self.display.message(self.host.name, f"{why}: rolling back to {old.version}")
         back = self.restart_into(old, self.opts.deadline)
         data.setdefault("journal_extra", []).extend(back.data.get("journal_extra", []))
+        if back.verdict in INTERRUPTED:
+            return self.row("interrupted", f"{said}: {why}; interrupted while rolling back to {old.version} "
+                                           f"({back.detail}): `provision upgrade` again resumes", **data)
         if back.verdict == "ready":
             return self.row("rolled-back", f"{said}: {why}; rolled back: serving {old.version} again {old.where}, ready"
                                            + (f", {', '.join(self.specs)} in place" if self.specs else ""), **data)

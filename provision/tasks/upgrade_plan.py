@@ -184,3 +184,27 @@ def installs_note(installs: list[dict], serving_python: str | None, port, judged
         out.append(f"the server on port {port} runs {serving.get('path')} ({serving.get('version')}), not the install "
                    f"judged above: `--python {serving_python}` (or the inventory's `python:`) to judge it")
     return out
+
+
+# The journal's upgrade lines that end a host's swap, and the one that begins it.
+SWAP_BEGUN = "swapping"
+SWAP_ENDED = ("upgraded", "rolled-back", "failed", "refused")
+
+
+def unfinished_swap(records: list[dict], to: str | None, image: str | None) -> dict | None:
+    """The swap a run began on this host and never ended (stopped between the restart and the gate:
+    a Ctrl-C, a lost connection, the control machine down), when it moved to the same release (`to`)
+    or image: its journal figures (from, to, old and new sides, before). Records oldest first, one
+    host's; None when the last swap ended or was another release's. Pure."""
+    for rec in reversed(records):
+        if rec.get("command") != "upgrade":
+            continue
+        if rec.get("verdict") in SWAP_ENDED:
+            return None
+        if rec.get("verdict") == SWAP_BEGUN:
+            fig = rec.get("upgrade") if isinstance(rec.get("upgrade"), dict) else None
+            if fig is None:
+                return None
+            same = (image and fig.get("image") == image) or (not image and to and fig.get("to") == to)
+            return fig if same else None
+    return None

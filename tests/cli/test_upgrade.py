@@ -203,3 +203,58 @@ def test_a_new_server_that_never_gets_ready_is_rolled_back_at_the_deadline(tmp_p
         assert record(uhost)["version"] == "0.5.9"
     finally:
         run_json("stop", "-i", str(path), env=env, timeout=200)
+
+
+def test_a_ctrl_c_between_the_restart_and_the_gate_is_resumed_by_the_next_run(tmp_path, ssh_env, uhost, wheelhouse,
+                                                                              env):
+    """SIGINT to `upgrade` while the new server loads (held by the stand-in's load gate): the host is
+    left serving 0.5.10, recorded, not yet gated, and the journal says a swap began. The next
+    `upgrade` with the same arguments follows it to ready, benches it, gates it against the figure
+    from before the interruption, and keeps it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    doc = json.loads(open(_inv_speeds(tmp_path, ssh_env, uhost, "96")).read())
+    doc["defaults"]["env"]["PROVISION_STANDIN_LOAD_GATE"] = "/root/gate"
+    inv = tmp_path / "inv-gate.yaml"
+    inv.write_text(json.dumps(doc))
+    proc, out = run_json("launch", "-i", str(inv), "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and record(uhost)["version"] == "0.5.9", out
+    try:
+        uhost.hostpath("/root/gate").write_text("")
+        p = subprocess.Popen(["provision", "upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse),
+                              *UPGRADE, "--format", "lines"], env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and record(uhost).get("version") != "0.5.10":
+            time.sleep(0.2)  # the new server started (and holds in its load)
+        assert record(uhost)["version"] == "0.5.10", p.poll()
+        p.send_signal(signal.SIGINT)
+        out_text, err = p.communicate(timeout=120)
+        assert p.returncode != 0, (out_text, err[-2000:])
+        # the row says where the host is and what to do, as it came back
+        # (interrupted while following the new server, or, on a loaded machine, before the start's
+        # answer came back: the connection cancelled under it)
+        assert ("upg1  interrupted" in out_text or "upg1  unknown" in out_text) and \
+            "restarting from /opt/sglang-0.5.10" in out_text and \
+            "`provision upgrade` again with the same arguments resumes" in out_text, (out_text, err[-2000:])
+        hist = run("history", "--json", env=env, timeout=60).stdout
+        assert '"swapping"' in hist, hist[-2000:]
+        uhost.hostpath("/root/gate").unlink()
+
+        proc = run("upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env=env, timeout=600)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        row = json.loads(proc.stdout)["hosts"][0]
+        assert proc.returncode == 0 and row["verdict"] == "upgraded", (row["detail"], proc.stderr[-2000:])
+        assert "resumed: the last run stopped between the restart and the gate" in row["detail"], row["detail"]
+        assert row["data"]["before"]["tok_s"] > 80 and row["data"]["ratio"] >= 0.95, row["data"]
+        assert record(uhost)["version"] == "0.5.10"
+        again = run_json("upgrade", "-i", str(inv), "--to", "0.5.10", *UPGRADE, env=env, timeout=120)[1]
+        assert again["hosts"][0]["verdict"] == "unchanged", again  # the swap ended: nothing left to resume
+    finally:
+        if uhost.hostpath("/root/gate").exists():
+            uhost.hostpath("/root/gate").unlink()
+        run_json("stop", "-i", str(inv), env=env, timeout=200)

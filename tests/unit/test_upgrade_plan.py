@@ -138,3 +138,23 @@ def test_package_refuses_versions_options_and_urls(given, says):
     with pytest.raises(ConfigError) as err:
         check_package(given)
     assert says in err.value.message
+
+
+def _up(verdict, to="0.5.10", image=None, cmd="upgrade"):
+    return {"command": cmd, "verdict": verdict, "upgrade": {"to": to, "image": image, "before": {"tok_s": 96.0}}}
+
+
+def test_an_unfinished_swap_is_the_last_swapping_line_with_no_outcome_after_it():
+    from provision.tasks.upgrade_plan import unfinished_swap
+
+    assert unfinished_swap([_up("swapping")], "0.5.10", None)["before"] == {"tok_s": 96.0}
+    # what came after it that is not an outcome (the interrupted row, a launch's lines) does not end it
+    assert unfinished_swap([_up("swapping"), _up("interrupted"), {"command": "launch", "verdict": "restarted"}],
+                           "0.5.10", None) is not None
+    for end in ("upgraded", "rolled-back", "failed", "refused"):
+        assert unfinished_swap([_up("swapping"), _up(end)], "0.5.10", None) is None
+    assert unfinished_swap([_up("swapping")], "0.5.11", None) is None  # another release: not resumed
+    assert unfinished_swap([_up("upgraded"), _up("swapping", image="img:2")], None, "img:2")["image"] == "img:2"
+    assert unfinished_swap([_up("swapping", image="img:2")], None, "img:3") is None
+    assert unfinished_swap([], "0.5.10", None) is None
+    assert unfinished_swap([{"command": "upgrade", "verdict": "swapping"}], "0.5.10", None) is None  # no figures

@@ -117,15 +117,17 @@ def exit_code(results: list) -> int:
 
 @dataclass
 class Side:
-    """One side of an upgrade, old or new: its release, where it runs (for the rows), what a restart
+    """One side of an upgrade, old or new: its release, where it runs (the rows' words), what a restart
     onto it sets in the launch's options (a venv's interpreter, a container's image), whether that
     restart patches (a venv's files; a container's fix is the overlay, never an edit), and a
     venv's directory (pruning)."""
     version: str | None
-    where: str
+    where: str            # "from /opt/venv", "on image lmsysorg/sglang:v0.5.9-cu129"
     overrides: dict
     patch: bool = True
     venv: str | None = None
+    into: str = ""        # a restart onto it: "into /opt/sglang-0.5.10", "on image ..."
+    on: str = ""          # the server going on on it: "0.5.9", "image ..."
 
 
 class _Unsaid:
@@ -223,22 +225,11 @@ class Upgrade:
         else:
             python = new.get("python")
         old = Side(serving.get("version"), f"from {serving.get('venv')}", {"python": serving.get("python")},
-                   venv=serving.get("venv"))
-        to = Side(opts.to, f"from {new['path']}", {"python": python}, venv=new["path"])
+                   venv=serving.get("venv"), into=f"into {serving.get('venv')}", on=str(serving.get("version")))
+        to = Side(opts.to, f"from {new['path']}", {"python": python}, venv=new["path"], into=f"into {new['path']}")
         verdict = self.judge(to)
         data["plan"] = verdict
-        if verdict["refusals"]:
-            return self.row("refused", f"{said}: " + "; ".join(verdict["refusals"])
-                            + f"; the server goes on on {serving.get('version')}, nothing was stopped", **data)
-        plan = "; ".join(verdict["notes"]) or "every check passed"
-        if opts.stage:
-            return self.row("staged", f"{said}: {opts.to} installed in {new['path']} and judged ({plan}); the server "
-                                      f"goes on on {serving.get('version')}", **data)
-        if opts.check:
-            return self.row("upgraded", f"{said}: would restart port {prof.port} into {new['path']} ({plan}), "
-                                        f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
-                            **data)
-        return self.swap(said, old, to, data)
+        return self.judged(said, verdict, old, to, f"{opts.to} installed in {new['path']}", data)
 
     def run_image(self, serving: dict) -> HostResult:
         """A container server: the new tag pulled (--stage; --check pulls nothing) and read, the
@@ -257,7 +248,7 @@ class Upgrade:
             return self.row("unchanged", f"already serving image {opts.image} ({prof.engine} {serving.get('version')})",
                             **data)
         old = Side(serving.get("version"), f"on image {serving.get('image')}", {"image": serving.get("image")},
-                   patch=False)
+                   patch=False, into=f"on image {serving.get('image')}", on=f"image {serving.get('image')}")
         clock = time.monotonic()
         verdict = self.judge(Side(opts.to, f"on image {opts.image}", {"image": opts.image}, patch=False))
         data["seconds"] = {"pull_and_checks": round(time.monotonic() - clock, 2)}
@@ -271,18 +262,23 @@ class Upgrade:
                                         "it is on the host (`--stage` pulls it, the server untouched)", **data)
         if opts.to and version and version != opts.to:
             verdict["refusals"].insert(0, f"image {opts.image} holds {prof.engine} {version}, not --to {opts.to}")
+        new = Side(version, f"on image {opts.image}", {"image": opts.image}, patch=False, into=f"on image {opts.image}")
+        return self.judged(said, verdict, old, new, "the image is on the host", data)
+
+    def judged(self, said: str, verdict: dict, old: "Side", new: "Side", staged: str, data: dict) -> HostResult:
+        """After the judge: refused (nothing stopped), staged (--stage), the plan (--check), or the swap."""
+        opts = self.opts
         if verdict["refusals"]:
             return self.row("refused", f"{said}: " + "; ".join(verdict["refusals"])
-                            + f"; the server goes on on image {serving.get('image')}, nothing was stopped", **data)
+                            + f"; the server goes on on {old.on}, nothing was stopped", **data)
         plan = "; ".join(verdict["notes"]) or "every check passed"
         if opts.stage:
-            return self.row("staged", f"{said}: the image is on the host and judged ({plan}); the server goes on on "
-                                      f"image {serving.get('image')}", **data)
+            return self.row("staged", f"{said}: {staged} and judged ({plan}); the server goes on on {old.on}", **data)
         if opts.check:
-            return self.row("upgraded", f"{said}: would restart port {prof.port} on image {opts.image} ({plan}), "
+            return self.row("upgraded", f"{said}: would restart port {self.prof.port} {new.into} ({plan}), "
                                         f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
                             **data)
-        return self.swap(said, old, Side(version, f"on image {opts.image}", {"image": opts.image}, patch=False), data)
+        return self.swap(said, old, new, data)
 
     # -- the restart into the new release, the gate, the way back --------------------------------
     def swap(self, said: str, old: "Side", new: "Side", data: dict) -> HostResult:

@@ -112,7 +112,9 @@ def _inv_speeds(tmp_path, ssh_env, host, speeds: str) -> str:
     return str(path)
 
 
-UPGRADE = ("--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "64", "--no-deps")
+# the gate at 0.7 of before: a loaded 2-core machine measures the stand-in's speed lower than set (CI saw
+# 0.84x of an equal one), while the slower releases here are 0.42x
+UPGRADE = ("--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "64", "--no-deps", "--min-speedup", "0.7")
 
 
 def test_slower_new_release_rolls_back_then_a_faster_one_is_kept_then_a_second_run_is_a_noop(
@@ -250,7 +252,7 @@ def test_a_ctrl_c_between_the_restart_and_the_gate_is_resumed_by_the_next_run(tm
         row = json.loads(proc.stdout)["hosts"][0]
         assert proc.returncode == 0 and row["verdict"] == "upgraded", (row["detail"], proc.stderr[-2000:])
         assert "resumed: the last run stopped between the restart and the gate" in row["detail"], row["detail"]
-        assert row["data"]["before"]["tok_s"] > 80 and row["data"]["ratio"] >= 0.95, row["data"]
+        assert row["data"]["before"]["tok_s"] > 80 and row["data"]["ratio"] >= 0.7, row["data"]
         assert record(uhost)["version"] == "0.5.10"
         again = run_json("upgrade", "-i", str(inv), "--to", "0.5.10", *UPGRADE, env=env, timeout=120)[1]
         assert again["hosts"][0]["verdict"] == "unchanged", again  # the swap ended: nothing left to resume

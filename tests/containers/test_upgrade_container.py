@@ -13,7 +13,8 @@ import json
 from tests.cli.helpers import run, run_json
 from tests.containers.test_container_launch import containers, http_status, inventory, playbook
 
-UPGRADE = ("--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "64", "--deadline", "120")
+UPGRADE = ("--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "64", "--deadline", "120",
+           "--min-speedup", "0.7")  # a loaded machine measures 96 tok/s lower; the slow tag is 0.42x
 
 
 def _inventory(tmp_path, ssh_env, host, pb: str) -> str:

@@ -291,7 +291,10 @@ def test_an_upgrade_behind_the_router_with_a_rollback_loses_no_request(tmp_path,
         with Clients(fleet) as clients:
             clients.wait_for(8)
             proc = subprocess.run(["provision", "upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(house),
+                                   # the gate at 0.7: a loaded 2-core machine measures 40 tok/s as 34 (CI did);
+                                   # the slow host's 10 of 40 is far below either way
                                    "--no-deps", "--poll", "0.5", "--bench-requests", "2", "--bench-tokens", "16",
+                                   "--min-speedup", "0.7",
                                    "--json"], env=dict(os.environ, **e), capture_output=True, text=True, timeout=900)
             clients.wait_for(clients.ok + 8)
         rows = {r["host"]: r for r in json.loads(proc.stdout)["hosts"]}

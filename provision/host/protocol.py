@@ -345,7 +345,8 @@ class ServerRequest(Request, total=False):
     force: bool                # start --restart: start even when the new launch's preflight fails
     overrides: Dict[str, Any]  # start: the launch's --arg overrides, recorded for a restart to replay
     launch: Dict[str, Any]     # start: the whole profile as a `launch:` mapping (config/profile.py to_launch),
-                               # recorded: a restart without --playbook replays it (from_record)
+                               # recorded: a restart without --playbook replays it (from_record), with its
+                               # playbook's spec by name ("spec": tasks/launch.py recorded_launch)
     lock_wait: float           # start, stop: seconds to wait for the port's lock (ops/backends/lock.py)
     log: str                   # probe: the log the client follows (another one: it gets the record's from its start)
 

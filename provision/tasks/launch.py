@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from provision.config.inventory import Host
 from provision.config.profile import Profile
 from provision.control.transport.base import Interrupted
-from provision.errors import UnknownOutcome
+from provision.errors import ConfigError, UnknownOutcome
 from provision.host import inference
 from provision.output.results import HostResult
 from provision.tasks import specs as multi
@@ -51,6 +51,31 @@ def candidate_objects(spec) -> list:
 
 def candidate_specs(spec) -> list:
     return [s.to_engine() for s in candidate_objects(spec)]
+
+
+def recorded_launch(prof: Profile, spec) -> dict:
+    """What a server's record keeps of its launch: the profile as a playbook's `launch:`, and its
+    playbook's own patch spec by name, so a restart with no --playbook puts the same fix in place
+    (a server started with `--playbook` alone, no inventory `profile:`)."""
+    out = prof.to_launch()
+    if spec is not None:
+        out["spec"] = spec.name
+    return out
+
+
+def recorded_spec(launch: dict, spec):
+    """(the spec a replayed launch carries, a note or ""): the recorded one (by name) over the
+    inventory's; a record without one (written before records kept it), the inventory's."""
+    from provision.config.playbook import load_patch_spec
+
+    name = launch.get("spec")
+    if not name or (spec is not None and spec.name == name):
+        return spec, ""
+    try:
+        return load_patch_spec(str(name)), ""
+    except ConfigError:
+        kept = f"the inventory's {spec.name}" if spec is not None else "none"
+        return spec, f"its spec {name} is not a playbook found on this machine: {kept} is used"
 
 
 def required_specs(spec, prof: Profile) -> list:
@@ -208,6 +233,9 @@ class Launch:
             prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
             note = (f"restart: replaying the recorded launch (playbook {name})"
                     + (f", with --arg {said} over it" if said else ""))
+            spec, why = recorded_spec(launch, spec)
+            if why:
+                note += f"; {why}"
         else:  # a record written before records kept the launch: the profile is re-resolved here
             recorded = rec.get("overrides") or {}
             if recorded:
@@ -346,7 +374,7 @@ class Launch:
             persistent=plan.persistent,
             tree_grace=opts.tree_grace, overlay_stage=pre.get("overlay"), fix=pre.get("fix"),
             patch_specs=[s.to_engine() for s in plan.checked], force=opts.force, overrides=dict(opts.overrides),
-            launch=prof.to_launch(), lock_wait=START_LOCK_WAIT, pull_timeout=plan.pull, **extra),
+            launch=recorded_launch(prof, plan.spec), lock_wait=START_LOCK_WAIT, pull_timeout=plan.pull, **extra),
             timeout=120 + START_LOCK_WAIT + plan.pull + (prof.grace + 120 if opts.restart else 0), sudo=plan.sudo)
         if not start.get("ok"):
             verdict = "refused" if start.get("refused") else "failed"

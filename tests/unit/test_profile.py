@@ -77,3 +77,25 @@ def test_secrets_from_env_and_file(tmp_path):
     s = secrets_from_env({"PROVISION_API_KEY": "env-key", "HF_TOKEN": "hf"}, files={"api-key": str(f)})
     assert s == {"args": {"api-key": "from-file"}, "env": {"HF_TOKEN": "hf"}}
     assert secrets_from_env({}) == {"args": {}, "env": {}}
+
+
+def test_the_record_keeps_the_playbooks_spec_and_a_replay_puts_it_back():
+    """A server started with `--playbook kimi-k25-eagle3-vllm` alone (the inventory names no profile):
+    its record keeps that playbook's spec by name, and a restart with no --playbook replays it over
+    the inventory's (the default playbook's), the profile itself unchanged by the round trip."""
+    from provision.config.inventory import Host
+    from provision.config.playbook import load_patch_spec
+    from provision.config.profile import from_record, host_profile
+    from provision.tasks.launch import recorded_launch, recorded_spec
+
+    prof, spec = host_profile(Host("h", {}), "kimi-k25-eagle3-vllm")
+    launch = recorded_launch(prof, spec)
+    assert launch["spec"] == spec.name == "kimi-k25-eagle3-vllm"
+    assert from_record(launch, prof.name, "the record").digest() == prof.digest()  # the spec is not the profile
+    default = load_patch_spec(None)
+    assert default.name != spec.name
+    assert recorded_spec(launch, default) == (spec, "")
+    assert recorded_spec(launch, spec)[0] is spec
+    assert recorded_spec({}, default) == (default, "")  # a record from before: the inventory's
+    kept, why = recorded_spec({"spec": "someone-elses-playbook"}, default)
+    assert kept is default and "its spec someone-elses-playbook is not a playbook found on this machine" in why

@@ -54,8 +54,8 @@ from provision.errors import UsageError
 @click.option("--canary", type=click.IntRange(0, None), default=1, show_default=True, metavar="N",
               help="The first N hosts (a multi-node group counts as one) go alone, before any batch.")
 @click.option("--serial", metavar="N|P%", default="1", show_default=True,
-              help="Then N hosts (or P%) at a time. The first host rolled back or failed ends the run: the hosts "
-                   "after it are untouched and listed.")
+              help="Then N hosts (or P%) at a time; a multi-node group counts as one. The first host rolled back "
+                   "or failed ends the run: the hosts after it are untouched and listed.")
 @click.option("--keep", type=click.IntRange(0, None), default=2, show_default=True, metavar="N",
               help="Upgrade-made installs a host keeps besides the serving one and the one a rollback needs; "
                    "older ones are removed.")
@@ -82,7 +82,13 @@ def upgrade(ctx, profile, server_port, to, image, check, stage, wheelhouse, find
     release lacks them), followed to ready, benched again. Below
     --min-speedup of before, or not ready by --deadline, the host is rolled
     back (a restart into the old install, untouched all along) and the run
-    stops: exit 9, the hosts after it untouched."""
+    stops: exit 9, the hosts after it untouched.
+
+    \b
+    A multi-node server (inventory server: and node_rank:) moves as one:
+    every node prepared and judged before any rank stops, every rank
+    restarted together, the gate measured on rank 0, a rollback every
+    rank's."""
     from provision.cli.main import selected_hosts
     from provision.config.profile import secrets_from_env
     from provision.control import plan
@@ -91,6 +97,8 @@ def upgrade(ctx, profile, server_port, to, image, check, stage, wheelhouse, find
     from provision.tasks.options import LaunchOptions
     from provision.tasks.upgrade import (UpgradeOptions, check_package, check_version, exit_code, read_wheelhouse,
                                         upgrade_fn)
+    from provision.tasks.multinode import MultiNode
+    from provision.tasks.upgrade_group import Rendezvous
     from provision.tasks.upgrade_plan import canary_batches
 
     if check and stage:
@@ -120,8 +128,13 @@ def upgrade(ctx, profile, server_port, to, image, check, stage, wheelhouse, find
                              columns=["host", "verdict", "detail", "elapsed"])
         sys.exit(code)
     hosts = selected_hosts(ctx)
+    group = Rendezvous(hosts)
+    MultiNode(hosts)  # every rank of a multi-node server selected, ranks 0..N-1 (else exit 2)
+    biggest = max((len(v) for v in group.members.values()), default=1)
+    if ctx.conn.forks < biggest:  # a group's ranks move together
+        ctx.conn.forks = biggest
     units = plan.units(hosts)
     groups = canary_batches(units, canary, plan.parse_serial(serial, max(1, len(units) - canary)))
-    sys.exit(run_rolling(ctx, hosts, "upgrade", lambda d: upgrade_fn(opts, d), serial, 0, plain, groups=groups,
+    sys.exit(run_rolling(ctx, hosts, "upgrade", lambda d: upgrade_fn(opts, d, group), serial, 0, plain, groups=groups,
                          exit_code=exit_code, stopped_why="not upgraded: the run stopped at the first host rolled "
                                                           "back or failed; this one is untouched"))

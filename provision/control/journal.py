@@ -27,7 +27,8 @@ from provision import __version__
 CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
                    "staged", "removed",  # (an overlay: `patch|unpatch --overlay`, reconcile)
                    "upgraded", "rolled-back",  # upgrade (staged: its install beside)
-                   "swapping"}  # upgrade: a restart onto the new side begun (its outcome line ends it)
+                   "swapping", "rolling-back"}  # upgrade: a restart onto the new side, or back, begun
+# (the outcome line ends it)
 # Commands whose failed (or unknown-outcome) attempts are journaled too: they may have touched the host.
 ATTEMPT_COMMANDS = {"patch", "unpatch", "restore", "reconcile", "restart", "launch", "stop", "upgrade"}
 ATTEMPT_VERDICTS = {"failed", "unknown"}

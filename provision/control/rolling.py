@@ -29,8 +29,11 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
     fleet = Fleet(ctx.conn)
     writer = Writer(command)  # each host's row journaled as it arrives: an interrupt keeps them
 
+    came: list[HostResult] = []  # every row as it arrived (an interrupted batch's too)
+
     def arrived(r: HostResult) -> None:
         """Journaled, then said (its line and notes): a Ctrl-C later keeps and shows what came back."""
+        came.append(r)
         writer(r)
         if not ctx.as_json:
             click.echo(report.host_line(r))
@@ -53,6 +56,17 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                 got = run_hosts(fleet, batch, fn, on_result=arrived)
                 results += got
                 failed += sum(1 for r in got if r.failed)
+    except KeyboardInterrupt:
+        if ctx.as_json:  # the document of what came back, every host not reached said so; then exit 130
+            from provision.errors import EXIT_INTERRUPTED
+
+            seen = {r.host for r in came}
+            rows = came + [HostResult(h.name, "skipped", "not run: the run was interrupted before this host")
+                           for b in groups for h in b if h.name not in seen]
+            click.echo(report.to_document(command, rows, EXIT_INTERRUPTED,
+                                          {"batches": [[h.name for h in b] for b in groups], "interrupted": True},
+                                          secrets=getattr(ctx, "secrets", ())))
+        raise
     finally:
         fleet.close()
         for w in writer.warnings:

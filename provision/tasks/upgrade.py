@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from provision.errors import ConfigError
+from provision.errors import ConfigError, UnknownOutcome
 from provision.output.results import HostResult
 from provision.tasks.options import LaunchOptions, resolve
 
@@ -137,18 +137,24 @@ class _Unsaid:
         return None
 
 
-def upgrade_fn(opts: UpgradeOptions, display):
+def upgrade_fn(opts: UpgradeOptions, display, group=None):
+    """`group`: the multi-node servers' Rendezvous (tasks/upgrade_group.py): their ranks move as one."""
     def fn(host, session, fleet) -> HostResult:
-        return Upgrade(opts, display, host, session, fleet).run()
+        return Upgrade(opts, display, host, session, fleet, group).run()
+    if group is not None:  # a rank that ends early is seen by the ranks waiting for it (the runner calls this)
+        setattr(fn, "on_host_done", group.host_done)  # noqa: B010 - an attribute of the function
     return fn
 
 
 class Upgrade:
     """One host's upgrade: survey, install beside, judge; each step returns the row where it ends."""
 
-    def __init__(self, opts: UpgradeOptions, display, host, session, fleet) -> None:
+    def __init__(self, opts: UpgradeOptions, display, host, session, fleet, group=None) -> None:
         self.opts, self.display, self.host, self.session = opts, display, host, session
         self.fleet = fleet
+        # a rank of a multi-node server swaps with its group (--check and --stage: each node alone)
+        self.group = group if group is not None and group.of(host) and not (opts.check or opts.stage) else None
+        self.begun: dict | None = None  # the swap's journal figures once begun (a rollback's line repeats them)
         self.sudo = fleet.uses_sudo(host, session)
         self.prof, spec = resolve(host, opts.launch)
         from provision.tasks.launch import required_specs
@@ -175,13 +181,8 @@ class Upgrade:
 
     def run(self) -> HostResult:
         """The survey, then the side the server is on picks the way: a venv (--to: a new venv beside)
-        or a container (--image: another tag); both end in `swap`."""
-        from provision.tasks.upgrade_plan import group_refusal
-
-        opts = self.opts
-        grouped = None if (opts.check or opts.stage) else group_refusal(self.host.get("server"))
-        if grouped:
-            return self.row("refused", grouped)
+        or a container (--image: another tag); both end in `swap` (a rank of a multi-node server:
+        `group_swap`, with its group)."""
         sv = self.call("survey")
         if not sv.get("ok"):
             return self.row("refused", (sv.get("error") or {}).get("message", "survey failed") + "; nothing was changed")
@@ -208,9 +209,15 @@ class Upgrade:
                 return self.row("upgraded", f"{said}: would install {opts.to} into {new['path']} beside "
                                 f"{serving['venv']} {opts.source()}; the flags, specs and model are judged against "
                                 f"it once it is there (`--stage` installs it, the server untouched)", **data)
-            inst = self.call("install", wait=opts.install_timeout + 60, wheels=opts.wheels,
-                             find_links=opts.find_links, index_url=opts.index_url, no_deps=opts.no_deps,
-                             package=opts.package, timeout=opts.install_timeout)
+            try:
+                inst = self.call("install", wait=opts.install_timeout + 60, wheels=opts.wheels,
+                                 find_links=opts.find_links, index_url=opts.index_url, no_deps=opts.no_deps,
+                                 package=opts.package, timeout=opts.install_timeout)
+            except UnknownOutcome as exc:
+                return self.row("unknown", f"{said}: the connection was lost while installing into {new['path']} "
+                                           f"({exc.message.split(';')[0]}); the server goes on on {serving.get('version')}, "
+                                           "untouched: a venv left without its marker is never served, and the next "
+                                           "run makes it again", **data)
             if not inst.get("ok"):
                 return self.row("failed", (inst.get("error") or {}).get("message", "install failed")
                                 + f"; the server goes on on {serving.get('version')}", **data)
@@ -278,6 +285,8 @@ class Upgrade:
             return self.row("upgraded", f"{said}: would restart port {self.prof.port} {new.into} ({plan}), "
                                         f"bench it and keep it at {opts.min_speedup:g}x of before or roll back",
                             **data)
+        if self.group is not None:
+            return self.group_swap(said, old, new, data)
         return self.swap(said, old, new, data)
 
     # -- the restart into the new release, the gate, the way back --------------------------------
@@ -287,24 +296,12 @@ class Upgrade:
         from provision.tasks import upgrade_plan as up
 
         opts = self.opts
-        clock = time.monotonic()
-        before, why = self.measure("before")
-        data.setdefault("seconds", {})["bench_before"] = round(time.monotonic() - clock, 2)
-        if before is None:  # no answer now: the last bench the journal has of this release
-            from provision.control import journal
-
-            before = up.journaled_figure(journal.read(host=self.host.name)[0], old.version)
-            if before is not None:
-                self.display.message(self.host.name, f"{why}; the gate's figure from before: {before.said()} "
-                                                     f"({before.source})")
-        refusal = up.needs_force(before, opts.force)
+        before, refusal = self.figure_before(old, data)
         if refusal:
-            return self.row("refused", f"{said}: {refusal} ({why}); nothing was stopped", **data)
+            return self.row("refused", f"{said}: {refusal}; nothing was stopped", **data)
         data["before"] = before.__dict__ if before else None
         journal = data.setdefault("journal_extra", [])
-        self.journal_step(up.SWAP_BEGUN, f"{said}: restarting {new.where}", {
-            "from": old.version, "to": new.version, "image": new.overrides.get("image"),
-            "old": old.__dict__, "new": new.__dict__, "before": data["before"]})
+        self.journal_begun(said, old, new, data["before"])
         clock = time.monotonic()
         try:
             started = self.restart_into(new, opts.deadline)
@@ -324,6 +321,32 @@ class Upgrade:
             return self.roll_back(said, old, f"the new server did not get ready ({started.verdict}: "
                                              f"{started.detail})", data)
         return self.gated(said, old, new, before, data)
+
+    def figure_before(self, old: "Side", data: dict):
+        """(the gate's figure from before, None), or (None, why the host is refused without --force):
+        measured now, else the journal's last bench of the serving release."""
+        from provision.tasks import upgrade_plan as up
+
+        clock = time.monotonic()
+        before, why = self.measure("before")
+        data.setdefault("seconds", {})["bench_before"] = round(time.monotonic() - clock, 2)
+        if before is None:  # no answer now: the last bench the journal has of this release
+            from provision.control import journal
+
+            before = up.journaled_figure(journal.read(host=self.host.name)[0], old.version)
+            if before is not None:
+                self.display.message(self.host.name, f"{why}; the gate's figure from before: {before.said()} "
+                                                     f"({before.source})")
+        refusal = up.needs_force(before, self.opts.force)
+        return before, (f"{refusal} ({why})" if refusal else None)
+
+    def journal_begun(self, said: str, old: "Side", new: "Side", before: dict | None) -> None:
+        """The swap's beginning, journaled before the restart: a run stopped after it is resumed."""
+        from provision.tasks import upgrade_plan as up
+
+        self.begun = {"from": old.version, "to": new.version, "image": new.overrides.get("image"),
+                      "old": old.__dict__, "new": new.__dict__, "before": before}
+        self.journal_step(up.SWAP_BEGUN, f"{said}: restarting {new.where}", self.begun)
 
     def gated(self, said: str, old: "Side", new: "Side", before, data: dict) -> HostResult:
         """The new side ready: its figure, the gate against `before`, kept or rolled back."""
@@ -348,6 +371,101 @@ class Upgrade:
                              f"{new.version}); set python: {new.overrides.get('python') or new.venv + '/bin/python'}")
         return row
 
+    def group_swap(self, said: str, old: "Side", new: "Side", data: dict, pending: dict | None = None) -> HostResult:
+        """A rank's swap, with its group (tasks/upgrade_group.py): every rank prepared before any
+        stops; rank 0 benched; every rank restarted together (ranks all on the new side already,
+        the last run's restart having taken: rank 0 followed to ready instead); rank 0 gated; its
+        decision every rank's, a rollback every rank's. `pending`: the journal's unfinished swap."""
+        from provision.tasks import upgrade_group as ug
+        from provision.tasks import upgrade_plan as up
+
+        g, host, opts, stop = self.group, self.host, self.opts, self.fleet.interrupted
+        name, rank = g.of(host), g.rank(host)
+        head = g.head(name)
+        said = f"{said} (rank {rank} of server {name})"
+        data["group"] = {"server": name, "rank": rank, "head": head.name}
+
+        def ended(why: str) -> HostResult:  # before any rank stopped
+            verdict = "interrupted" if why == "interrupted" else "refused"
+            return self.row(verdict, f"{said}: {why}; the group goes on on {old.on}, no rank was stopped", **data)
+
+        g.post(host, ug.PREPARED, {"pending": pending is not None})
+        prepared, why = g.gather(host, ug.PREPARED, stop)
+        if why:
+            return ended(why)
+        if rank == 0:
+            if pending is not None:
+                before, refusal = (up.Figure(**pending["before"]) if pending.get("before") else None), None
+            else:
+                before, refusal = self.figure_before(old, data)
+            g.post(host, ug.BEFORE, {"before": before.__dict__ if before else None, "refusal": refusal})
+        got, why = g.gather(host, ug.BEFORE, stop, only_head=True)
+        if why or got[0]["refusal"]:
+            return ended(why or f"{got[0]['refusal']}" + ("" if rank == 0 else f" (rank 0, {head.name})"))
+        data["before"] = got[0]["before"]
+        if pending is None:
+            self.journal_begun(said, old, new, data["before"])
+        clock = time.monotonic()
+        if all(p["pending"] for p in prepared.values()):  # the last run's restart took on every rank
+            self.display.message(host.name, f"resuming: serving {new.version} {new.where}, not yet gated")
+            started = HostResult(host.name, "running", "") if rank else self.follow_again()
+        else:
+            try:
+                started = self.restart_into(new, opts.deadline, g.multinode(name, "new"))
+            except Exception as exc:  # noqa: BLE001 - a lost connection (or a Ctrl-C's cancel) mid-restart
+                started = HostResult(host.name, "unknown", f"the connection was lost ({exc})")
+        data.setdefault("seconds", {})["restart_to_ready"] = round(time.monotonic() - clock, 2)
+        data.setdefault("journal_extra", []).extend(started.data.get("journal_extra", []))
+        g.post(host, ug.RESTARTED, {"verdict": started.verdict, "detail": started.detail})
+        if started.verdict in INTERRUPTED:  # never a rollback on a Ctrl-C: the next run resumes from here
+            return self.row("interrupted", f"{said}: interrupted while restarting {new.where} ({started.detail}); "
+                                           "not gated yet: `provision upgrade` again with the same arguments "
+                                           "resumes the group", **data)
+        if rank == 0:
+            self.post_decision(said, new, data)
+        got, why = g.gather(host, ug.DECISION, stop, only_head=True)
+        if why:
+            return self.row("interrupted" if why == "interrupted" else "unknown",
+                            f"{said}: restarted {new.where}, not gated: {why}; `provision upgrade` again with the "
+                            "same arguments resumes the group", **data)
+        decision = got[0]
+        if not decision["keep"]:
+            return self.roll_back(said, old, decision["why"], data, g.multinode(name, "old"))
+        pruned = self.prune(old.venv, new.venv) if new.venv else []
+        return self.row("upgraded", f"{said}: serving {new.version} {new.where}; {decision['words']}"
+                        + ("" if rank == 0 else f" (gated on rank 0, {head.name})")
+                        + (f"; removed {', '.join(pruned)}" if pruned else ""), **data)
+
+    def follow_again(self) -> HostResult:
+        """The server the last run restarted, followed to ready (and back into the router)."""
+        from provision.tasks.server_verbs import wait_fn
+
+        return wait_fn(replace(self.opts.launch, deadline=self.opts.deadline), self.display)(
+            self.host, self.session, self.fleet)
+
+    def post_decision(self, said: str, new: "Side", data: dict) -> None:
+        """Rank 0, its group restarted: every rank ready (else a rollback), rank 0 benched and gated
+        against the group's figure from before; the decision posted for every rank."""
+        from provision.tasks import upgrade_group as ug
+        from provision.tasks import upgrade_plan as up
+
+        g, host = self.group, self.host
+        restarted, why = g.gather(host, ug.RESTARTED, self.fleet.interrupted)
+        down = why or next((f"rank {r}: {v['verdict']}: {v['detail']}" for r, v in sorted(restarted.items())
+                            if v["verdict"] not in ("ready", "running")), None)
+        if down:
+            g.post(host, ug.DECISION, {"keep": False, "why": f"the group did not get ready on {new.version} ({down})"})
+            return
+        before = up.Figure(**data["before"]) if data.get("before") else None
+        clock = time.monotonic()
+        after, awhy = self.measure("after")
+        data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
+        data["after"] = after.__dict__ if after else None
+        verdict = up.gate(before, after, self.opts.min_speedup, self.opts.force)
+        data["ratio"] = verdict.ratio
+        g.post(host, ug.DECISION, {"keep": verdict.passed, "words": verdict.words,
+                                   "why": f"below the gate: {verdict.words}" + (f" ({awhy})" if awhy else "")})
+
     def journal_step(self, verdict: str, detail: str, fields: dict) -> None:
         """A step's line in the journal as it is taken (a resumed run reads where the last one
         stopped); a journal that cannot be written is said, and the run goes on."""
@@ -371,28 +489,51 @@ class Upgrade:
         followed to ready (and put back in the router), benched and gated against the journaled
         figure from before, kept or rolled back; still on the old side (the restart never took, or
         the rollback did), None: the upgrade starts over."""
-        from provision.tasks.server_verbs import wait_fn
         from provision.tasks.upgrade_plan import Figure
 
         old, new = Side(**pending["old"]), Side(**pending["new"])
         on_new = serving.get("image") == pending.get("image") if pending.get("image") else \
             serving.get("version") == pending.get("to")
+        self.begun = {k: v for k, v in pending.items() if k != "rollback"}
+        if pending.get("rollback"):
+            return self.resume_rollback(pending, old, new, on_new, data)
         if not on_new:
             self.display.message(self.host.name, f"the last run stopped before its restart {new.where} took: "
                                                  "starting over")
             return None
         said = f"{self.prof.engine} {old.version} -> {new.version} (resumed: the last run stopped between the " \
                f"restart and the gate)"
+        if self.group is not None:  # a rank: with its group (followed on rank 0, gated there)
+            return self.group_swap(said, old, new, data, pending)
         self.display.message(self.host.name, f"resuming: serving {new.version} {new.where}, not yet gated")
         before = Figure(**pending["before"]) if pending.get("before") else None
         data["before"] = pending.get("before")
         clock = time.monotonic()
-        res = wait_fn(replace(self.opts.launch, deadline=self.opts.deadline), self.display)(
-            self.host, self.session, self.fleet)
+        res = self.follow_again()
         data.setdefault("seconds", {})["restart_to_ready"] = round(time.monotonic() - clock, 2)
         if res.verdict != "ready":
             return self.roll_back(said, old, f"the new server did not get ready ({res.verdict}: {res.detail})", data)
         return self.gated(said, old, new, before, data)
+
+    def resume_rollback(self, pending: dict, old: "Side", new: "Side", on_new: bool, data: dict) -> HostResult:
+        """The last run stopped in its rollback: still on the new side, rolled back again; on the old
+        one, followed to ready (rolled back again if it does not get there). A group rolls back as
+        one (every rank restarted onto the old side)."""
+        said = f"{self.prof.engine} {old.version} -> {new.version}"
+        why = f"{pending['rollback']} (the last run stopped in its rollback: resumed)"
+        if self.group is not None:
+            name = self.group.of(self.host)
+            said += f" (rank {self.group.rank(self.host)} of server {name})"
+            return self.roll_back(said, old, why, data, self.group.multinode(name, "old"))
+        if on_new:
+            return self.roll_back(said, old, why, data)
+        self.display.message(self.host.name, f"resuming the rollback: serving {old.version} {old.where} again")
+        res = self.follow_again()
+        if res.verdict != "ready":
+            return self.roll_back(said, old, f"{why}; {old.version} did not get ready ({res.verdict}: {res.detail})",
+                                  data)
+        return self.row("rolled-back", f"{said}: {why}; rolled back: serving {old.version} again {old.where}, ready",
+                        **data)
 
     def measure(self, when: str):
         """(Figure, "") of the server on the port now, or (None, why not)."""
@@ -413,7 +554,7 @@ class Upgrade:
         return Figure(float(tok_s), got.data.get("accept_length"),
                       f"measured {when}" + (", while serving traffic" if busy else "")), ""
 
-    def restart_into(self, side: "Side", deadline: float) -> HostResult:
+    def restart_into(self, side: "Side", deadline: float, multinode=None) -> HostResult:
         """The recorded launch restarted on `side` (drained, out of the router and back, a venv's
         specs applied where it lacks them, a container's overlay where its image does), followed to
         ready: launch --restart's own stages."""
@@ -422,11 +563,21 @@ class Upgrade:
 
         lopts = replace(self.opts.launch, restart=True, patch=side.patch, install_path=None, deadline=deadline,
                         **side.overrides)
-        return Launch(lopts, self.display, None, RunState()).host(self.host, self.session, self.fleet)
+        return Launch(lopts, self.display, multinode, RunState()).host(self.host, self.session, self.fleet)
 
-    def roll_back(self, said: str, old: "Side", why: str, data: dict) -> HostResult:
+    def roll_back(self, said: str, old: "Side", why: str, data: dict, multinode=None) -> HostResult:
+        from provision.tasks import upgrade_plan as up
+
         self.display.message(self.host.name, f"{why}: rolling back to {old.version}")
-        back = self.restart_into(old, self.opts.deadline)
+        if self.begun is not None:  # a run stopped in the rollback resumes it (never the swap again)
+            self.journal_step(up.ROLLBACK_BEGUN, f"{said}: {why}: rolling back to {old.version}",
+                              {**self.begun, "why": why})
+        try:
+            back = self.restart_into(old, self.opts.deadline, multinode)
+        except Exception as exc:  # noqa: BLE001 - a lost connection (or a Ctrl-C's cancel) mid-restart
+            return self.row("unknown", f"{said}: {why}; the connection was lost while rolling back to {old.version} "
+                                       f"({exc}): `provision status` says which side serves; `provision upgrade` "
+                                       "again with the same arguments resumes the rollback", **data)
         data.setdefault("journal_extra", []).extend(back.data.get("journal_extra", []))
         if back.verdict in INTERRUPTED:
             return self.row("interrupted", f"{said}: {why}; interrupted while rolling back to {old.version} "

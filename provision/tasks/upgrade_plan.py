@@ -148,15 +148,6 @@ def canary_batches(units: list[list], canary: int, per: int) -> list[list]:
     return out
 
 
-def group_refusal(server: str | None) -> str | None:
-    """A rank of a multi-node server is never restarted alone into another release (its group would
-    be split across releases): refused until groups are upgraded together."""
-    if server:
-        return (f"a rank of the multi-node server {server}: its ranks must move to a new release together, which "
-                "upgrade does not do yet (--check and --stage do run); nothing was changed")
-    return None
-
-
 def serving_install(installs: list[dict], serving_python: str | None) -> dict | None:
     """Of a host's installs (discovery's records: path, version, interpreters), the one the server's
     interpreter runs: named among its interpreters, or inside that interpreter's venv."""
@@ -186,25 +177,30 @@ def installs_note(installs: list[dict], serving_python: str | None, port, judged
     return out
 
 
-# The journal's upgrade lines that end a host's swap, and the one that begins it.
+# The journal's upgrade lines that end a host's swap, the one that begins it, and the one that
+# begins its rollback (the restart back onto the old side).
 SWAP_BEGUN = "swapping"
+ROLLBACK_BEGUN = "rolling-back"
 SWAP_ENDED = ("upgraded", "rolled-back", "failed", "refused")
 
 
 def unfinished_swap(records: list[dict], to: str | None, image: str | None) -> dict | None:
     """The swap a run began on this host and never ended (stopped between the restart and the gate:
     a Ctrl-C, a lost connection, the control machine down), when it moved to the same release (`to`)
-    or image: its journal figures (from, to, old and new sides, before). Records oldest first, one
-    host's; None when the last swap ended or was another release's. Pure."""
+    or image: its journal figures (from, to, old and new sides, before), and `rollback` (why) when
+    the last step begun was the rollback. Records oldest first, one host's; None when the last swap
+    ended or was another release's. Pure."""
     for rec in reversed(records):
         if rec.get("command") != "upgrade":
             continue
         if rec.get("verdict") in SWAP_ENDED:
             return None
-        if rec.get("verdict") == SWAP_BEGUN:
+        if rec.get("verdict") in (SWAP_BEGUN, ROLLBACK_BEGUN):
             fig = rec.get("upgrade") if isinstance(rec.get("upgrade"), dict) else None
             if fig is None:
                 return None
             same = (image and fig.get("image") == image) or (not image and to and fig.get("to") == to)
-            return fig if same else None
+            if not same:
+                return None
+            return {**fig, "rollback": fig.get("why") or "the gate"} if rec["verdict"] == ROLLBACK_BEGUN else fig
     return None

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tests.cli.helpers import run, run_json
-from tests.cli.test_server_lifecycle import env, inventory, record  # noqa: F401 - fixtures
+from tests.cli.test_server_lifecycle import env, http, inventory, record  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +260,93 @@ def test_a_ctrl_c_between_the_restart_and_the_gate_is_resumed_by_the_next_run(tm
         if uhost.hostpath("/root/gate").exists():
             uhost.hostpath("/root/gate").unlink()
         run_json("stop", "-i", str(inv), env=env, timeout=200)
+
+
+def test_a_ctrl_c_in_the_rollback_is_finished_by_the_next_run(tmp_path, ssh_env, uhost, wheelhouse, env):
+    """0.5.10 slower than the gate: the upgrade rolls back, and SIGINT comes while the old release's
+    server loads again (held by the stand-in's load gate): the row (in the --json document printed
+    all the same, exit 130) says the host was caught rolling back, the journal has the rollback begun. The next `upgrade` with the same arguments does not try
+    0.5.10 again: it follows 0.5.9 to ready and ends the rollback (exit 9)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    doc = json.loads(open(_inv_speeds(tmp_path, ssh_env, uhost, "0.5.9=96,0.5.10=40")).read())
+    doc["defaults"]["env"]["PROVISION_STANDIN_LOAD_GATE"] = "/root/gate"
+    inv = tmp_path / "inv-gate.yaml"
+    inv.write_text(json.dumps(doc))
+    journal = tmp_path / "journal.jsonl"
+    proc, out = run_json("launch", "-i", str(inv), "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and record(uhost)["version"] == "0.5.9", out
+    try:
+        p = subprocess.Popen(["provision", "upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse),
+                              *UPGRADE, "--json"], env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p.poll() is None and \
+                not (journal.exists() and '"rolling-back"' in journal.read_text()):
+            time.sleep(0.05)
+        uhost.hostpath("/root/gate").write_text("")  # the rollback's server holds in its load
+        assert '"rolling-back"' in journal.read_text(), p.poll()
+        while time.monotonic() < deadline and record(uhost).get("version") != "0.5.9":
+            time.sleep(0.2)
+        assert record(uhost)["version"] == "0.5.9", p.poll()
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        out_text, err = p.communicate(timeout=120)
+        assert p.returncode == 130 and out_text.strip(), (out_text, err[-2000:])  # --json: the document all the same
+        got = json.loads(out_text)
+        row = got["hosts"][0]
+        print(f"\nCtrl-C in the rollback: {row['verdict']}: {row['detail']}")
+        assert got["interrupted"] and got["exit_code"] == 130, got
+        assert row["verdict"] in ("interrupted", "unknown") and "rolling back to 0.5.9" in row["detail"], row
+        uhost.hostpath("/root/gate").unlink()
+
+        proc = run("upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env=env, timeout=600)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        row = json.loads(proc.stdout)["hosts"][0]
+        print(f"the next run: {row['detail']}")
+        assert proc.returncode == 9 and row["verdict"] == "rolled-back", (row["detail"], proc.stderr[-2000:])
+        assert "the last run stopped in its rollback: resumed" in row["detail"], row["detail"]
+        assert "serving 0.5.9 again from /opt/venv, ready" in row["detail"], row["detail"]
+        assert record(uhost)["version"] == "0.5.9" and http(uhost, "/health") == 200
+        assert "bench before" not in proc.stderr and "bench after" not in proc.stderr  # 0.5.10 not tried again
+    finally:
+        if uhost.hostpath("/root/gate").exists():
+            uhost.hostpath("/root/gate").unlink()
+        run_json("stop", "-i", str(inv), env=env, timeout=200)
+
+
+def test_an_install_killed_before_its_marker_stops_nothing_and_the_next_run_makes_it_again(
+        tmp_path, ssh_env, uhost, wheelhouse, env):
+    """The host's agent SIGKILLed once pip installed 0.5.10 and before the venv's marker (the
+    connection lost mid-install: failpoint upgrade_before_marker): the server goes on on 0.5.9,
+    untouched, and the half venv is never served; the next run makes it again and upgrades."""
+    inv = _inv_speeds(tmp_path, ssh_env, uhost, "96")
+    proc, out = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and record(uhost)["version"] == "0.5.9", out
+    pid = record(uhost)["pid"]
+    uhost.run("rm -rf /opt/sglang-0.5.10")  # (an earlier test's install)
+    try:
+        proc = run("upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env={**env, "PROVISION_FAILPOINTS": "upgrade_before_marker"}, timeout=600)
+        assert proc.stdout.strip(), proc.stderr[-3000:]
+        row = json.loads(proc.stdout)["hosts"][0]
+        print(f"\nthe install killed: {row['verdict']}: {row['detail']}")
+        assert proc.returncode == 3 and row["verdict"] == "unknown", row
+        assert "the connection was lost while installing into /opt/sglang-0.5.10" in row["detail"], row
+        assert "the server goes on on 0.5.9, untouched" in row["detail"], row
+        assert uhost.hostpath("/opt/sglang-0.5.10/bin/python").exists()  # the half install, no marker
+        assert not uhost.hostpath("/opt/sglang-0.5.10/.provision-upgrade.json").exists()
+        assert record(uhost)["pid"] == pid and record(uhost)["version"] == "0.5.9" and http(uhost, "/health") == 200
+
+        proc = run("upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env=env, timeout=600)
+        row = json.loads(proc.stdout)["hosts"][0]
+        assert proc.returncode == 0 and row["verdict"] == "upgraded", (row, proc.stderr[-2000:])
+        assert "installed sglang 0.5.10 into /opt/sglang-0.5.10" in proc.stderr  # made again, not taken as is
+        assert record(uhost)["version"] == "0.5.10"
+    finally:
+        run_json("stop", "-i", inv, env=env, timeout=200)

@@ -96,11 +96,6 @@ def test_canary_first_then_batches():
         up.canary_batches(units, 1, 0)
 
 
-def test_a_rank_of_a_group_is_never_upgraded_alone():
-    assert "its ranks must move to a new release together" in up.group_refusal("kimi-2node")
-    assert up.group_refusal(None) is None and up.group_refusal("") is None
-
-
 def _bench(tok_s, version="0.5.9", verdict="measured", time="2026-12-06T10:02:11+00:00", acc=3.2):
     return {"command": "bench", "verdict": verdict, "time": time, "host": "gpu1",
             "bench": {"decode_tok_s": tok_s, "accept_length": acc, "version": version}}
@@ -158,3 +153,15 @@ def test_an_unfinished_swap_is_the_last_swapping_line_with_no_outcome_after_it()
     assert unfinished_swap([_up("swapping", image="img:2")], None, "img:3") is None
     assert unfinished_swap([], "0.5.10", None) is None
     assert unfinished_swap([{"command": "upgrade", "verdict": "swapping"}], "0.5.10", None) is None  # no figures
+
+
+def test_a_rollback_begun_and_never_ended_is_resumed_as_a_rollback():
+    from provision.tasks.upgrade_plan import unfinished_swap
+
+    begun = _up("rolling-back")
+    begun["upgrade"]["why"] = "below the gate: 0.42x"
+    got = unfinished_swap([_up("swapping"), _up("interrupted"), begun, _up("interrupted")], "0.5.10", None)
+    assert got["rollback"] == "below the gate: 0.42x" and got["before"] == {"tok_s": 96.0}
+    assert unfinished_swap([_up("swapping")], "0.5.10", None).get("rollback") is None  # the swap, not its rollback
+    assert unfinished_swap([begun, _up("rolled-back")], "0.5.10", None) is None
+    assert unfinished_swap([_up("rolling-back")], "0.5.10", None)["rollback"] == "the gate"  # no why journaled

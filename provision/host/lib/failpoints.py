@@ -24,6 +24,11 @@ and in the one atomic writer (host/lib/atomic.py), for every file it writes:
     atomic_before_rename  the temp file is written, not yet renamed (a test hook: another
                           account swaps the temp name for a link now)
 
+and in `upgrade`'s install (host/ops/upgrade.py):
+
+    upgrade_before_marker  pip installed the new release, the venv's marker not yet written (the
+                           connection lost mid-install: the next run makes the venv again)
+
 Actions: ``kill`` (SIGKILL this process: the crash the transaction must survive).
 In-process tests may also run a function at a point: ``with enabled("before_replace", fn):``.
 """
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
 POINTS = ("before_read", "after_temp_write", "before_replace", "after_replace", "before_verify",
-          "atomic_before_rename")
+          "atomic_before_rename", "upgrade_before_marker")
 ACTIONS = ("kill",)
 
 _active: dict[str, Callable[..., None]] = {}

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 
-from provision.host.lib import atomic
+from provision.host.lib import atomic, failpoints
 from provision.host.ops.backends.record import read_record
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
@@ -247,6 +247,7 @@ def _install(req: dict, rec: dict, new: str, engine: str, version: str, sent: st
         return _err("pip", f"pip could not install {package}=={version} into {new} "
                            f"({'timed out' if rc is None else f'exit {rc}'}; the venv was removed): "
                            f"{tail.strip()[-800:]}")
+    failpoints.hit("upgrade_before_marker")
     atomic.write_json(os.path.join(new, MARKER), {"engine": engine, "package": package, "version": version,
                                                  "python": python,
                                                  "installed_at": time.time(), "beside": rec.get("python")})

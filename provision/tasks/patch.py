@@ -378,6 +378,7 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
     from provision.tasks import specs as multi
 
     given = spec if isinstance(spec, list) else ([spec] if spec is not None else None)
+    unfinished = unfinished_upgrades()
 
     def fn(host: Host, session, fleet) -> list[HostResult]:
         hspecs = multi.specs_for(host, given)
@@ -436,6 +437,26 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
                 words, listed = routing.listed_words(place)
                 rows[0].notes.append(words)
                 rows[0].data["router"] = {"router": place.router.url, "worker": place.worker, "listed": listed}
+        if rows and host.name in unfinished:  # an upgrade this machine left mid-swap there
+            rows[0].notes.append(unfinished[host.name])
+            rows[0].data["upgrade_unfinished"] = unfinished[host.name]
         return rows
 
     return fn
+
+
+def unfinished_upgrades() -> dict[str, str]:
+    """Host -> what `status` says of the upgrade this machine's journal shows stopped mid-swap there
+    (read once per run: one pass over the journal, whatever the fleet's size)."""
+    from provision.control import journal
+    from provision.tasks.upgrade_plan import unfinished_words
+
+    try:
+        records = journal.read()[0]
+    except OSError:
+        return {}
+    by_host: dict[str, list[dict]] = {}
+    for rec in records:
+        if rec.get("command") == "upgrade":
+            by_host.setdefault(str(rec.get("host")), []).append(rec)
+    return {h: words for h, recs in by_host.items() if (words := unfinished_words(recs))}

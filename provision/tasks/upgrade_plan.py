@@ -184,23 +184,45 @@ ROLLBACK_BEGUN = "rolling-back"
 SWAP_ENDED = ("upgraded", "rolled-back", "failed", "refused")
 
 
-def unfinished_swap(records: list[dict], to: str | None, image: str | None) -> dict | None:
-    """The swap a run began on this host and never ended (stopped between the restart and the gate:
-    a Ctrl-C, a lost connection, the control machine down), when it moved to the same release (`to`)
-    or image: its journal figures (from, to, old and new sides, before), and `rollback` (why) when
-    the last step begun was the rollback. Records oldest first, one host's; None when the last swap
-    ended or was another release's. Pure."""
+def _unended(records: list[dict]) -> dict | None:
+    """The last upgrade swap (or its rollback) begun on a host with no outcome after it: its journal
+    record, or None. Records oldest first, one host's."""
     for rec in reversed(records):
         if rec.get("command") != "upgrade":
             continue
         if rec.get("verdict") in SWAP_ENDED:
             return None
         if rec.get("verdict") in (SWAP_BEGUN, ROLLBACK_BEGUN):
-            fig = rec.get("upgrade") if isinstance(rec.get("upgrade"), dict) else None
-            if fig is None:
-                return None
-            same = (image and fig.get("image") == image) or (not image and to and fig.get("to") == to)
-            if not same:
-                return None
-            return {**fig, "rollback": fig.get("why") or "the gate"} if rec["verdict"] == ROLLBACK_BEGUN else fig
+            return rec if isinstance(rec.get("upgrade"), dict) else None
     return None
+
+
+def unfinished_swap(records: list[dict], to: str | None, image: str | None) -> dict | None:
+    """The swap a run began on this host and never ended (stopped between the restart and the gate:
+    a Ctrl-C, a lost connection, the control machine down), when it moved to the same release (`to`)
+    or image: its journal figures (from, to, old and new sides, before), and `rollback` (why) when
+    the last step begun was the rollback. Records oldest first, one host's; None when the last swap
+    ended or was another release's. Pure."""
+    rec = _unended(records)
+    if rec is None:
+        return None
+    fig = rec["upgrade"]
+    same = (image and fig.get("image") == image) or (not image and to and fig.get("to") == to)
+    if not same:
+        return None
+    return {**fig, "rollback": fig.get("why") or "the gate"} if rec["verdict"] == ROLLBACK_BEGUN else fig
+
+
+def unfinished_words(records: list[dict]) -> str | None:
+    """What `status` says of a host an upgrade left mid-swap (the journal on this machine): which
+    step, and the command that resumes it; None when none is unfinished. Pure."""
+    rec = _unended(records)
+    if rec is None:
+        return None
+    fig = rec["upgrade"]
+    when = str(rec.get("time") or "")[:16].replace("T", " ")
+    again = f"--image {fig['image']}" if fig.get("image") else f"--to {fig.get('to')}"
+    step = (f"in its rollback to {fig.get('from')}" if rec["verdict"] == ROLLBACK_BEGUN
+            else "between its restart and its gate")
+    return (f"the upgrade {fig.get('from')} -> {fig.get('to')} begun {when} stopped {step}: the server above is the "
+            f"side serving now; `provision upgrade {again}` again resumes it")

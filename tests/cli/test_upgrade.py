@@ -244,6 +244,9 @@ def test_a_ctrl_c_between_the_restart_and_the_gate_is_resumed_by_the_next_run(tm
             "`provision upgrade` again with the same arguments resumes" in out_text, (out_text, err[-2000:])
         hist = run("history", "--json", env=env, timeout=60).stdout
         assert '"swapping"' in hist, hist[-2000:]
+        st = run_json("status", "-i", str(inv), env=env, timeout=120)[1]["hosts"][0]
+        assert any("stopped between its restart and its gate" in n and "`provision upgrade --to 0.5.10` again "
+                   "resumes it" in n for n in st.get("notes", [])), st
         uhost.hostpath("/root/gate").unlink()
 
         proc = run("upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
@@ -301,6 +304,8 @@ def test_a_ctrl_c_in_the_rollback_is_finished_by_the_next_run(tmp_path, ssh_env,
         print(f"\nCtrl-C in the rollback: {row['verdict']}: {row['detail']}")
         assert got["interrupted"] and got["exit_code"] == 130, got
         assert row["verdict"] in ("interrupted", "unknown") and "rolling back to 0.5.9" in row["detail"], row
+        st = run_json("status", "-i", str(inv), env=env, timeout=120)[1]["hosts"][0]
+        assert any("stopped in its rollback to 0.5.9" in n for n in st.get("notes", [])), st
         uhost.hostpath("/root/gate").unlink()
 
         proc = run("upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",

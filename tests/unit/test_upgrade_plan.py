@@ -165,3 +165,18 @@ def test_a_rollback_begun_and_never_ended_is_resumed_as_a_rollback():
     assert unfinished_swap([_up("swapping")], "0.5.10", None).get("rollback") is None  # the swap, not its rollback
     assert unfinished_swap([begun, _up("rolled-back")], "0.5.10", None) is None
     assert unfinished_swap([_up("rolling-back")], "0.5.10", None)["rollback"] == "the gate"  # no why journaled
+
+
+def test_status_says_which_step_an_upgrade_stopped_at_and_what_resumes_it():
+    from provision.tasks.upgrade_plan import unfinished_words
+
+    swap = _up("swapping")
+    swap["upgrade"]["from"], swap["time"] = "0.5.9", "2026-12-07T06:10:02+00:00"
+    words = unfinished_words([swap])
+    assert words == ("the upgrade 0.5.9 -> 0.5.10 begun 2026-12-07 06:10 stopped between its restart and its gate: "
+                     "the server above is the side serving now; `provision upgrade --to 0.5.10` again resumes it")
+    back = {**swap, "verdict": "rolling-back"}
+    assert "stopped in its rollback to 0.5.9" in unfinished_words([swap, back])
+    img = _up("swapping", image="lmsysorg/sglang:v0.5.10")
+    assert "`provision upgrade --image lmsysorg/sglang:v0.5.10` again" in unfinished_words([img])
+    assert unfinished_words([swap, _up("upgraded")]) is None and unfinished_words([]) is None

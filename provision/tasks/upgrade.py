@@ -27,6 +27,7 @@ SURVEY_TIMEOUT = 60.0
 # A restart's rows when the run was interrupted (a Ctrl-C, a lost connection): the host is where the
 # row says, and the next run resumes from the journal
 INTERRUPTED = ("interrupted", "unknown")
+INTERRUPTED_WHY = "interrupted"  # a bench's why-not when the run was interrupted (Ctrl-C): never gated on
 
 
 @dataclass
@@ -182,7 +183,22 @@ class Upgrade:
     def run(self) -> HostResult:
         """The survey, then the side the server is on picks the way: a venv (--to: a new venv beside)
         or a container (--image: another tag); both end in `swap` (a rank of a multi-node server:
-        `group_swap`, with its group)."""
+        `group_swap`, with its group). A Ctrl-C that cancels a step's connection is the row
+        `interrupted`, saying whether anything had stopped."""
+        try:
+            return self.survey_and_go()
+        except Exception as exc:  # noqa: BLE001 - only when the run was interrupted; else it goes on up
+            if not self.fleet.interrupted.is_set():
+                raise
+            if self.begun is None:
+                return self.row("interrupted", f"interrupted before any restart ({type(exc).__name__}): nothing was "
+                                               "stopped, the server goes on as it was; `provision upgrade` again starts "
+                                               "over (an install already in place is kept)")
+            return self.row("interrupted", f"interrupted after the restart onto {self.begun.get('to')} began "
+                                           f"({type(exc).__name__}): `provision status` says which side serves; "
+                                           "`provision upgrade` again with the same arguments resumes")
+
+    def survey_and_go(self) -> HostResult:
         sv = self.call("survey")
         if not sv.get("ok"):
             return self.row("refused", (sv.get("error") or {}).get("message", "survey failed") + "; nothing was changed")
@@ -297,6 +313,9 @@ class Upgrade:
 
         opts = self.opts
         before, refusal = self.figure_before(old, data)
+        if refusal == INTERRUPTED_WHY:
+            return self.row("interrupted", f"{said}: interrupted in the bench before; nothing was stopped, the "
+                                           f"server goes on on {old.on}", **data)
         if refusal:
             return self.row("refused", f"{said}: {refusal}; nothing was stopped", **data)
         data["before"] = before.__dict__ if before else None
@@ -330,6 +349,8 @@ class Upgrade:
         clock = time.monotonic()
         before, why = self.measure("before")
         data.setdefault("seconds", {})["bench_before"] = round(time.monotonic() - clock, 2)
+        if why == INTERRUPTED_WHY:
+            return None, INTERRUPTED_WHY
         if before is None:  # no answer now: the last bench the journal has of this release
             from provision.control import journal
 
@@ -356,6 +377,10 @@ class Upgrade:
         clock = time.monotonic()
         after, why = self.measure("after")
         data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
+        if why == INTERRUPTED_WHY:
+            return self.row("interrupted", f"{said}: interrupted in the bench after: serving {new.version} "
+                                           f"{new.where}, not gated yet: `provision upgrade` again with the same "
+                                           "arguments resumes (benches and gates it, or rolls back)", **data)
         data["after"] = after.__dict__ if after else None
         verdict = up.gate(before, after, opts.min_speedup, opts.force)
         data["ratio"] = verdict.ratio
@@ -429,6 +454,10 @@ class Upgrade:
                             f"{said}: restarted {new.where}, not gated: {why}; `provision upgrade` again with the "
                             "same arguments resumes the group", **data)
         decision = got[0]
+        if decision.get("interrupted"):
+            return self.row("interrupted", f"{said}: interrupted in rank 0's bench after: serving {new.version} "
+                                           f"{new.where}, not gated yet: `provision upgrade` again with the same "
+                                           "arguments resumes the group", **data)
         if not decision["keep"]:
             return self.roll_back(said, old, decision["why"], data, g.multinode(name, "old"))
         pruned = self.prune(old.venv, new.venv) if new.venv else []
@@ -460,6 +489,9 @@ class Upgrade:
         clock = time.monotonic()
         after, awhy = self.measure("after")
         data["seconds"]["bench_after"] = round(time.monotonic() - clock, 2)
+        if awhy == INTERRUPTED_WHY:
+            g.post(host, ug.DECISION, {"interrupted": True})
+            return
         data["after"] = after.__dict__ if after else None
         verdict = up.gate(before, after, self.opts.min_speedup, self.opts.force)
         data["ratio"] = verdict.ratio
@@ -546,7 +578,14 @@ class Upgrade:
                              max_new_tokens=self.opts.bench_tokens, warmup=2,  # a fresh server: like with like
                              force=True, secrets={"args": dict((self.opts.launch.secrets or {}).get("args") or {})})
         self.display.message(self.host.name, f"bench {when}: {bopts.requests} requests of {bopts.max_new_tokens} tokens")
-        got = bench_fn(bopts)(self.host, self.session, self.fleet)
+        try:
+            got = bench_fn(bopts)(self.host, self.session, self.fleet)
+        except Exception:  # a Ctrl-C cancels the bench's connection: never a figure, never a failed gate
+            if self.fleet.interrupted.is_set():
+                return None, INTERRUPTED_WHY
+            raise
+        if self.fleet.interrupted.is_set():
+            return None, INTERRUPTED_WHY
         tok_s = got.data.get("decode_tok_s") if got.verdict == "measured" else None
         if not tok_s:
             return None, f"the bench {when}: {got.detail or got.verdict}"

@@ -355,3 +355,73 @@ def test_an_install_killed_before_its_marker_stops_nothing_and_the_next_run_make
         assert record(uhost)["version"] == "0.5.10"
     finally:
         run_json("stop", "-i", inv, env=env, timeout=200)
+
+
+def test_a_ctrl_c_at_each_earlier_step_leaves_the_old_side_serving_and_the_runs_after_finish(
+        tmp_path, ssh_env, uhost, wheelhouse, env):
+    """SIGINT to `upgrade` at each step boundary before the gate, one run after another: once the
+    install is in place (the judge next), once the bench before began (nothing stopped yet): 0.5.9
+    goes on serving, untouched, and status says nothing is unfinished; once the bench after began
+    (0.5.10 serving, not gated): status says so. The run after that resumes and keeps 0.5.10."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    inv = _inv_speeds(tmp_path, ssh_env, uhost, "96")
+    proc, out = run_json("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and record(uhost)["version"] == "0.5.9", out
+    pid = record(uhost)["pid"]
+    uhost.run("rm -rf /opt/sglang-0.5.10")  # (an earlier test's install)
+
+    def interrupted_at(marker: str) -> str:
+        p = subprocess.Popen(["provision", "upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(wheelhouse),
+                              *UPGRADE, "--format", "lines"], env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        seen, lines = threading.Event(), []
+
+        def read():
+            for line in p.stdout:
+                lines.append(line)
+                if marker in line:
+                    seen.set()
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        assert seen.wait(300), "".join(lines)[-3000:]
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        t.join(10)
+        text = "".join(lines)
+        assert p.returncode == 130, text[-3000:]
+        return text
+
+    def unfinished_note() -> list:
+        st = run_json("status", "-i", inv, env=env, timeout=120)[1]["hosts"][0]
+        return [n for n in st.get("notes", []) if "again resumes it" in n]
+
+    try:
+        for marker, says in (("installed sglang 0.5.10", "interrupted before any restart"),
+                             ("bench before", "interrupted in the bench before")):
+            text = interrupted_at(marker)
+            print(f"\nCtrl-C at {marker!r}: {text.strip().splitlines()[-2]}")
+            assert record(uhost)["pid"] == pid and record(uhost)["version"] == "0.5.9", text[-2000:]
+            assert f"upg1  interrupted  - {says}" in text or f"upg1  interrupted  - sglang 0.5.9 -> 0.5.10: {says}" \
+                in text, text[-2000:]
+            assert "nothing was stopped" in text, text[-2000:]
+            assert http(uhost, "/health") == 200 and unfinished_note() == []
+        assert uhost.hostpath("/opt/sglang-0.5.10/.provision-upgrade.json").exists()  # the install kept
+        text = interrupted_at("bench after")
+        print(f"Ctrl-C at 'bench after': {text.strip().splitlines()[-2]}")
+        assert record(uhost)["version"] == "0.5.10", text[-2000:]
+        assert "interrupted in the bench after: serving 0.5.10" in text and "rolling back" not in text, text[-2000:]
+        assert any("between its restart and its gate" in n for n in unfinished_note())
+
+        proc = run("upgrade", "-i", inv, "--to", "0.5.10", "--wheelhouse", str(wheelhouse), *UPGRADE, "--json",
+                   env=env, timeout=600)
+        row = json.loads(proc.stdout)["hosts"][0]
+        assert proc.returncode == 0 and row["verdict"] == "upgraded" and "resumed" in row["detail"], row
+        assert "installed sglang" not in proc.stderr  # the install was not made again
+        assert unfinished_note() == [] and record(uhost)["version"] == "0.5.10"
+    finally:
+        run_json("stop", "-i", inv, env=env, timeout=200)

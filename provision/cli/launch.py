@@ -207,7 +207,7 @@ def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do
             from provision.control.rolling import run_rolling
 
             code = run_rolling(ctx, selected_hosts(ctx), "launch", lambda d: launch_fn(opts, d, multinode, run),
-                               serial, max_fail, _plain(ctx))
+                               serial, max_fail, _plain(ctx), report_interrupt=False)
         else:
             code = _run_with_display(ctx, "launch", lambda d: launch_fn(opts, d, multinode, run),
                                      ["host", "verdict", "detail", "elapsed"])
@@ -274,6 +274,8 @@ def _interrupted(ctx, opts, run, stop_fn) -> None:
             click.echo("after the interrupt:")
             for r in rest:
                 click.echo("  " + report.host_line(r))
+        if len(results) > 1:
+            click.echo(report.summary_line(results))
     sys.exit(EXIT_INTERRUPTED)
 
 

@@ -246,7 +246,7 @@ def print_result(ctx: Ctx, r, *, check: bool = False, show_diff: bool = False) -
 
 
 def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str] | None = None,
-                  extra: dict | None = None) -> None:
+                  extra: dict | None = None, check: bool = False) -> None:
     """After the run: the JSON document, or (for several hosts) the table and the summary line."""
     from provision.output import report
 
@@ -256,8 +256,8 @@ def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str]
         return  # the command prints the metrics (output/prometheus.py)
     elif len(results) > 1:
         if ctx.fmt == "table":
-            report.print_table(report.host_columns(columns), report.host_rows(results, columns))
-        click.echo(report.summary_line(results))
+            report.print_table(report.host_columns(columns), report.host_rows(results, columns, check))
+        click.echo(report.summary_line(results, check))
 
 
 def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: bool = False,
@@ -289,7 +289,7 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
     code = exit_code(results) if exit_code else report.exit_code(results, check=check)
-    print_summary(ctx, command, results, code, columns)
+    print_summary(ctx, command, results, code, columns, check=check)
     return code
 
 

@@ -12,11 +12,13 @@ from provision.output.results import HostResult
 
 
 def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool, *, groups: list | None = None,
-                exit_code=None, stopped_why: str | None = None) -> int:
+                exit_code=None, stopped_why: str | None = None, report_interrupt: bool = True) -> int:
     """Run make_fn(display) on `hosts` (picked by the CLI) in --serial batches (or the `groups`
     given: upgrade's canary first); ctx carries the connection options (ctx.conn) and the output
     mode (ctx.as_json, ctx.fmt). `exit_code(results)`: the command's own, if it has one;
-    `stopped_why`: what a host not reached says (default: the --max-fail words)."""
+    `stopped_why`: what a host not reached says (default: the --max-fail words); `report_interrupt`:
+    on a Ctrl-C, print every host's row and the summary (or the --json document) before the interrupt
+    goes on up (False: the command reports it itself, as launch does from what each host got to)."""
     from provision.control.runner import Fleet, run_hosts
     from provision.output.progress import Display
 
@@ -50,6 +52,8 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                     for h in batch:
                         results.append(HostResult(h.name, "skipped", stopped_why or (
                             f"not run: the roll stopped after {failed} failed host(s) (--max-fail {max_fail})")))
+                        if not ctx.as_json:  # each host said, as the others were (piped output has no table)
+                            click.echo(report.host_line(results[-1]))
                     continue
                 if not ctx.as_json:
                     display.message("roll", f"batch {i}/{len(groups)}: {', '.join(h.name for h in batch)}")
@@ -57,15 +61,20 @@ def run_rolling(ctx, hosts, command: str, make_fn, serial, max_fail, plain: bool
                 results += got
                 failed += sum(1 for r in got if r.failed)
     except KeyboardInterrupt:
-        if ctx.as_json:  # the document of what came back, every host not reached said so; then exit 130
+        if report_interrupt:  # what came back, every host not reached said so; then exit 130
             from provision.errors import EXIT_INTERRUPTED
 
             seen = {r.host for r in came}
             rows = came + [HostResult(h.name, "skipped", "not run: the run was interrupted before this host")
                            for b in groups for h in b if h.name not in seen]
-            click.echo(report.to_document(command, rows, EXIT_INTERRUPTED,
-                                          {"batches": [[h.name for h in b] for b in groups], "interrupted": True},
-                                          secrets=getattr(ctx, "secrets", ())))
+            if ctx.as_json:
+                click.echo(report.to_document(command, rows, EXIT_INTERRUPTED,
+                                              {"batches": [[h.name for h in b] for b in groups], "interrupted": True},
+                                              secrets=getattr(ctx, "secrets", ())))
+            else:
+                for r in rows[len(came):]:
+                    click.echo(report.host_line(r))
+                click.echo(report.summary_line(rows))
         raise
     finally:
         fleet.close()

@@ -41,12 +41,10 @@ def host_line(r: HostResult, check: bool = False, *, verdict: str | None = None,
     verdict's place and ``added=False`` leaves the added methods out: reconcile's form
     (tasks/reconcile.host_line: "re-patched", and the detail says what it did)."""
     if verdict is None:
-        verdict = r.verdict
-        if check and verdict in CHANGED_VERDICTS:
-            verdict = WOULD.get(verdict, f"would-be-{verdict}")
+        verdict = said_verdict(r, check)
     parts = [r.host, verdict]
     if r.version:
-        parts.append(f"{r.data.get('engine_package') or 'sglang'} {r.version}")
+        parts.append(f"{r.data.get('engine_package') or r.data.get('engine') or 'sglang'} {r.version}")
     if r.data.get("spec"):
         parts.append(f"spec {r.data['spec']}")
     if r.file:
@@ -58,10 +56,20 @@ def host_line(r: HostResult, check: bool = False, *, verdict: str | None = None,
     return one_line("  ".join(parts))
 
 
-def summary_line(results: list[HostResult]) -> str:
+def said_verdict(r: HostResult, check: bool = False) -> str:
+    """The row's verdict as shown: with ``check`` (nothing was changed), what it would be
+    ("would-patch"), in the line, the table and the summary alike. Pure."""
+    if check and r.verdict in CHANGED_VERDICTS:
+        return WOULD.get(r.verdict, f"would-be-{r.verdict}")
+    return r.verdict
+
+
+def summary_line(results: list[HostResult], check: bool = False) -> str:
+    """"3 hosts: 2 patched, 1 failed": the rows' verdicts counted, as the rows say them. Pure."""
     counts: dict[str, int] = {}
     for r in results:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        v = said_verdict(r, check)
+        counts[v] = counts.get(v, 0) + 1
     body = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return f"{count_label(results)}: {body or 'none'}"
 
@@ -129,9 +137,9 @@ def host_columns(columns: list[str] | None) -> list[str]:
     return columns or ["host", "verdict", "version", "detail", "elapsed"]
 
 
-def _cell(r: HostResult, c: str) -> str:
+def _cell(r: HostResult, c: str, check: bool = False) -> str:
     if c == "verdict":
-        return r.verdict
+        return said_verdict(r, check)
     if c == "elapsed":
         return f"{r.elapsed:.1f}s"
     if c == "methods":
@@ -142,9 +150,9 @@ def _cell(r: HostResult, c: str) -> str:
     return "" if v is None else str(v)
 
 
-def host_rows(results: list[HostResult], columns: list[str] | None = None) -> list[list[str]]:
+def host_rows(results: list[HostResult], columns: list[str] | None = None, check: bool = False) -> list[list[str]]:
     cols = host_columns(columns)
-    return [[_cell(r, c) for c in cols] for r in results]
+    return [[_cell(r, c, check) for c in cols] for r in results]
 
 
 def lines(columns: list[str], rows: list[list[str]], header: bool = True) -> list[str]:

@@ -235,8 +235,11 @@ def server_part(answer: StatusAnswer, facts: dict, inst: dict) -> dict:
         rp = ours["reaped"]
         server += (f"; its watcher killed {len(rp['killed'])} leftover processes of its tree "
                    f"{rp.get('grace'):g} s after the main process died")
+    # a server provision started (recorded, never stopped) that is not running: status exits 3 on it
+    down = bool(rec) and not rec.get("stopped_at") and not ours.get("running") and (
+        ours.get("exit") is not None or bool(ours.get("survivors")) or (unit or {}).get("sub") == "auto-restart")
     return {"server": server, "short": short_server, "unit": unit, "servers": servers, "ours": ours, "rec": rec,
-            "fixes": fixes}
+            "fixes": fixes, "down": down}
 
 
 def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
@@ -287,6 +290,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
     data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
+            "server_down": sp["down"],
             "fix": (fixes.get(str(rec.get("pid"))) or rec.get("fix")) if ours.get("running") else
             (fixes.get(str(servers[0]["pid"])) if servers else None), "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
@@ -305,12 +309,13 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
 
 def status_exit_code(results: list[HostResult]) -> int:
     """0: every host patched or native; 4: some host would be changed by `provision patch`;
-    3: a host failed, was unreachable, or its file could not be judged (error)."""
+    3: a host failed, was unreachable, or its file could not be judged (error), or a server provision
+    started there is down (exited, dead with ranks left, or systemd restarting it)."""
     from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK
 
     if not results:
         return EXIT_NOTHING
-    if any(r.failed for r in results):
+    if any(r.failed or r.data.get("server_down") for r in results):
         return EXIT_FAILED
     if any(r.verdict not in STATUS_WANTED for r in results):
         return EXIT_CHANGES

@@ -464,6 +464,6 @@ def exit_code(results: list[HostResult], check: bool, restart: bool = False) -> 
         return EXIT_FAILED
     if check and any(r.verdict in ("patched", "repaired", "staged", "removed") for r in results):
         return EXIT_CHANGES
-    if check and restart and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
-        return EXIT_CHANGES
+    if check and any(needs_restart(r) and not any("deferred" in n for n in r.notes) for r in results):
+        return EXIT_CHANGES  # a server on stale code: the fleet is not where it should be (--restart moves it)
     return EXIT_OK

@@ -63,6 +63,11 @@ def test_max_fail_zero_stops_the_roll_and_reports_the_rest_skipped(tmp_path, ssh
     assert "--max-fail 0" in doc["hosts"][1]["detail"]
     for h in hosts[1:]:
         assert not h.hostpath("/var/lib/provision/server/server-30000.json").exists(), "skipped hosts start nothing"
+    # piped (no table): each skipped host on its own line, not only "3 skipped" (issue 63)
+    proc = run("launch", "-i", inv, "--serial", "1", "--max-fail", "0", "--poll", "0.5", timeout=300)
+    for h in hosts[1:]:
+        assert f"{h.name}  skipped  - not run: the roll stopped after 1 failed host(s) (--max-fail 0)" in proc.stdout, \
+            proc.stdout
 
 
 def test_multinode_server_starts_every_rank_and_judges_rank0(tmp_path, ssh_env, hosts):
@@ -87,3 +92,42 @@ def test_bad_node_ranks_are_a_config_error(tmp_path, ssh_env, hosts):
     inv = write_inventory(tmp_path, ssh_env, hosts[:2], extra)
     proc = run("launch", "-i", inv)
     assert proc.returncode == 2 and "node_rank values [0, 2]" in proc.stderr
+
+
+def test_a_ctrl_c_in_a_later_batch_prints_every_hosts_row_and_the_summary(tmp_path, ssh_env, hosts):
+    """issue 63: SIGINT during batch 2 of `launch --serial 1` (piped): the row of the host being
+    followed (with its paste-able `provision wait`), the rows before it, the summary; exit 130."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    two = hosts[:2]
+    inv = write_inventory(tmp_path, ssh_env, two, load="1")
+    doc = json.loads(open(inv).read())
+    doc["defaults"]["env"]["PROVISION_STANDIN_LOAD_GATE"] = "/root/gate"  # the second host holds in its load
+    open(inv, "w").write(json.dumps(doc))
+    run("patch", "-i", inv, check_rc=0)
+    two[1].hostpath("/root/gate").write_text("")
+    rec = two[1].hostpath("/var/lib/provision/server/server-30000.json")
+    p = subprocess.Popen(["provision", "launch", "-i", inv, "--serial", "1", "--poll", "0.5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not rec.exists():
+            time.sleep(0.2)
+        assert rec.exists(), p.poll()
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        print(f"\n{out}\n{err}")
+        assert p.returncode == 130, (out, err)
+        assert f"{two[0].name}  ready" in out, out
+        assert f"{two[1].name}  interrupted" in out and f"provision wait -i {inv} --host {two[1].name}" in out, out
+        assert "2 hosts: 1 interrupted, 1 ready" in out, out
+        assert err.endswith("\n"), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+        two[1].hostpath("/root/gate").unlink()
+        run("stop", "-i", inv, timeout=200)

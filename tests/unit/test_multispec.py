@@ -114,3 +114,23 @@ def test_rows_counts_and_exit_code():
     assert host_line(HostResult("a", "patched", version="0.5.9", file="/f", data={"spec": "s"})) == \
         "a  patched  sglang 0.5.9  spec s  /f"
     assert status_exit_code([r for r in rows if r.verdict != "patched"]) == 0   # not-applicable is wanted
+
+
+def test_status_exits_3_when_a_server_provision_started_is_down():
+    """issue 63: `status` exited 0 while the server it listed had crashed (`exited 1`)."""
+    from provision.tasks.patch import status_from_answer
+
+    def answer(server):
+        return {"ok": True, "facts": {"installs": [{"path": "/opt/venv/sglang", "version": "0.5.9"}],
+                                      "chosen": "/opt/venv/sglang"},
+                "patch": {"methods": {"a": "present"}, "block": {"state": "ours", "matches": True}}, "server": server}
+
+    rec = {"pid": 7, "port": 30000, "model": "m"}
+    crashed = status_from_answer("h", answer({"record": rec, "running": False, "exit": 1}))
+    assert crashed.data["server_state"] == "exited 1" and crashed.data["server_down"], crashed.data
+    assert status_exit_code([crashed]) == 3
+    stopped = status_from_answer("h", answer({"record": dict(rec, stopped_at=1.0), "running": False, "exit": 0}))
+    up = status_from_answer("h", answer({"record": rec, "running": True, "health": 200, "uptime": 5}))
+    none = status_from_answer("h", answer({}))
+    assert not any(r.data["server_down"] for r in (stopped, up, none))
+    assert status_exit_code([stopped]) == status_exit_code([up]) == status_exit_code([none]), (stopped, up, none)

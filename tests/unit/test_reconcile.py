@@ -336,6 +336,8 @@ def test_summary_and_exit_codes():
     need = HostResult("a", "unchanged", notes=["restart needed: x"], data={"restart_needed": [5]})
     assert rc.summary_line([need]).endswith("; 1 restart needed")
     assert rc.exit_code([need], check=True, restart=True) == EXIT_CHANGES
+    # issue 63: --check says "1 restart needed": something to change, 4, with or without --restart
+    assert rc.exit_code([need], check=True) == EXIT_CHANGES and rc.exit_code([need], check=False) == EXIT_OK
     deferred = HostResult("a", "unchanged", notes=["restart deferred: outside window 02:00-05:00"],
                           data={"restart_needed": [5]})
     assert rc.summary_line([deferred]).endswith("; 1 restart deferred")

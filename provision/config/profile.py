@@ -190,10 +190,16 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         raise ConfigError(f"{path}: launch.env: expected a mapping")
     args = _norm_args(args, f"{path}: launch.args", eng)
     hv = host_vars or {}
-    if hv.get("args"):
-        args.update(_norm_args(hv["args"], "inventory args", eng))
+    given: dict[str, str] = {}  # a flag -> where its value came from, when not the playbook (errors name it)
+    for key in ("args", f"{engine}_args"):  # every engine's, then this engine's own (sglang_args, vllm_args)
+        if hv.get(key):
+            inv = _norm_args(hv[key], f"inventory {key}", eng)
+            args.update(inv)
+            given.update(dict.fromkeys(inv, f"the inventory's {key}"))
     if overrides:
         args.update(_norm_args(overrides, "--arg", eng))
+        for k, v in overrides.items():  # (under the flag's own name: --arg tp=8 sets tp-size)
+            given[next(iter(_norm_args({k: v}, "--arg", eng)))] = f"--arg {k}={v}"
     for k, v in eng.implied_args.items():  # where the engine's own default is not provision's
         args.setdefault(k, v)
     env = {str(k): str(v) for k, v in {**env, **(hv.get("env") or {})}.items()}
@@ -227,7 +233,7 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         prof = Profile(**{**prof.__dict__, "container": build_container(launch["container"],
                                                                          f"{path}: launch.container", prof.port,
                                                                          prof.engine)})
-    validate(prof, path)
+    validate(prof, path, given)
     return prof
 
 
@@ -240,10 +246,14 @@ def from_record(launch: dict, name: str, where: str, overrides: dict | None = No
     return build_profile(launch, where, name, None, overrides)
 
 
-def validate(p: Profile, path: str = "profile") -> None:
+def validate(p: Profile, path: str = "profile", given: dict | None = None) -> None:
     """Reject, before touching a host, what the profile's engine would reject at start-up (its
-    `check_args`), and a port out of range."""
+    `check_args`), and a port out of range. `given`: the flags this run or the inventory set (flag
+    -> where), so the error names where the value came from, not the playbook."""
     for why in inference.get(p.engine).check_args(p.args):
+        flag = why.split(" ", 1)[0]
+        if given and flag in given:
+            raise ConfigError(f"{given[flag]}: {why} (the playbook {path} is not the one to fix)")
         raise ConfigError(f"{path}: {why}")
     port = p.args.get("port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or port < 0):

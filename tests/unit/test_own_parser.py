@@ -55,6 +55,9 @@ def test_a_real_parser_becomes_the_table_decide_judges():
     assert level == "fail" and msg == ("--tensor-paralel-size is not a flag of vLLM 0.32.0: did you mean "
                                        "--tensor-parallel-size?")
     assert serverargs.decide("dtype", "float64", t, "0.32.0", "vLLM")[0] == "fail"
+    # SGLang's name for a vLLM flag: vLLM's own offered (issue 63: it said --ubatch-size or --block-size)
+    assert serverargs.decide("tp-size", 8, t, "0.32.0", "vLLM") == (
+        "fail", "--tp-size is not a flag of vLLM 0.32.0: did you mean --tensor-parallel-size?")
     assert serverargs.decide("enforce-eager", "yes", t, None, "vLLM")[1].startswith(
         "--enforce-eager is a switch in the installed vLLM")
 

@@ -99,3 +99,38 @@ def test_the_record_keeps_the_playbooks_spec_and_a_replay_puts_it_back():
     assert recorded_spec({}, default) == (default, "")  # a record from before: the inventory's
     kept, why = recorded_spec({"spec": "someone-elses-playbook"}, default)
     assert kept is default and "its spec someone-elses-playbook is not a playbook found on this machine" in why
+
+
+def test_a_bad_value_is_blamed_on_where_it_came_from():
+    """issue 63: `--arg tp-size=eight` blamed the shipped playbook."""
+    from provision.config.inventory import Host
+    from provision.config.profile import host_profile
+
+    with pytest.raises(ConfigError) as err:
+        host_profile(Host("h", {}), None, {"tp-size": "eight"})
+    assert err.value.message.startswith("--arg tp-size=eight: tp-size must be a whole number, got 'eight'"), \
+        err.value.message
+    with pytest.raises(ConfigError) as err:
+        host_profile(Host("h", {"args": {"tp-size": -1}}), None)
+    assert err.value.message.startswith("the inventory's args: tp-size must be a whole number"), err.value.message
+
+
+def test_inventory_args_scoped_by_engine_reach_only_that_engines_launches(tmp_path):
+    """issue 63: a mixed fleet's `defaults: args:` (SGLang flags) reached vLLM launches. `args:` is
+    every engine's; `sglang_args:` and `vllm_args:` each one engine's, over `args:`."""
+    import json as _json
+
+    from provision.config.inventory import load_inventory
+    from provision.config.profile import host_profile
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(_json.dumps({"defaults": {"args": {"trust-remote-code": True},
+                                             "sglang_args": {"mem-fraction-static": 0.8},
+                                             "vllm_args": {"gpu-memory-utilization": 0.8}},
+                                "hosts": {"s": {}, "v": {"profile": "kimi-k25-eagle3-vllm"}}}))
+    hosts = {h.name: h for h in load_inventory(str(inv)).hosts}
+    sg, _ = host_profile(hosts["s"])
+    vl, _ = host_profile(hosts["v"])
+    assert sg.args["mem-fraction-static"] == 0.8 and "gpu-memory-utilization" not in sg.args
+    assert vl.args["gpu-memory-utilization"] == 0.8 and "mem-fraction-static" not in vl.args
+    assert sg.args["trust-remote-code"] is True and vl.args["trust-remote-code"] is True

@@ -30,7 +30,9 @@ HOST_KEYS = {
     "offline": "host cannot download weights from a hub (true/false)",
     "sudo": "use sudo -n for file writes and process control (default: when user is not root)",
     "sudo_password_file": "file whose first line is this host's sudo password (like --sudo-password-file)",
-    "args": "launch profile argument overrides (mapping of SGLang flags)",
+    "args": "launch profile argument overrides (mapping of the engine's flags: every engine's launches)",
+    "sglang_args": "launch argument overrides for SGLang servers only (mapping; over args:)",
+    "vllm_args": "launch argument overrides for vLLM servers only (mapping; over args:)",
     "env": "extra environment for the server (mapping)",
     "node_rank": "rank of this host in a multi-node server",
     "server": "name of the multi-node server this host belongs to",
@@ -104,7 +106,7 @@ def merge(*layers: dict) -> dict:
     out: dict = {}
     for layer in layers:
         for k, v in layer.items():
-            if k in ("args", "env") and isinstance(out.get(k), dict):
+            if k in ("args", "env", "sglang_args", "vllm_args") and isinstance(out.get(k), dict):
                 out[k] = {**out[k], **v}
             else:
                 out[k] = v

@@ -68,11 +68,12 @@ def _check_vars(path: str, mapping: Any, where: str, line: int | None) -> dict:
             raise error_at(path, kline, f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(HOST_KEYS))}")
         if key == "port" and not (isinstance(value, int) and 0 < value < 65536):
             raise error_at(path, kline, f"{where}.port: expected a port number, got {value!r}")
-        if key in ("args", "env") and not isinstance(value, dict):
+        if key in ("args", "env", "sglang_args", "vllm_args") and not isinstance(value, dict):
             raise error_at(path, kline, f"{where}.{key}: expected a mapping")
         if key in ("offline", "sudo") and not isinstance(value, bool):
             raise error_at(path, kline, f"{where}.{key}: expected true or false, got {value!r}")
-        if key not in ("args", "env", "offline", "sudo", "port", "node_rank", "specs", "gpu_capability") \
+        if key not in ("args", "env", "sglang_args", "vllm_args", "offline", "sudo", "port", "node_rank", "specs",
+                       "gpu_capability") \
                 and not isinstance(value, str):
             raise error_at(path, kline, f"{where}.{key}: expected a string, got {type(value).__name__}")
     out = {k: _plain(v) for k, v in mapping.items()}

@@ -495,7 +495,25 @@ def flag_table(spec: ServerArgsSpec) -> dict:
     return table
 
 
+# Flags SGLang and vLLM spell differently: the other engine's name for the same setting, offered
+# before any near miss (`--tp-size` on vLLM is `--tensor-parallel-size`, not `--ubatch-size`).
+COUNTERPARTS = {
+    "--tp-size": "--tensor-parallel-size", "--tensor-parallel-size": "--tp-size",
+    "--dp-size": "--data-parallel-size", "--data-parallel-size": "--dp-size",
+    "--pp-size": "--pipeline-parallel-size", "--pipeline-parallel-size": "--pp-size",
+    "--model-path": "--model", "--mem-fraction-static": "--gpu-memory-utilization",
+    "--gpu-memory-utilization": "--mem-fraction-static", "--context-length": "--max-model-len",
+    "--max-model-len": "--context-length", "--max-running-requests": "--max-num-seqs",
+    "--max-num-seqs": "--max-running-requests",
+}
+
+
 def closest(name: str, table: dict, n: int = 3) -> list[str]:
+    """The flags the user may have meant: the other engine's name for it (when this parser has it),
+    else the near misses."""
+    other = COUNTERPARTS.get(name)
+    if other is not None and other in table:
+        return [other]
     longs = [o for o in table if o.startswith("--")]
     return difflib.get_close_matches(name, longs, n=n, cutoff=0.6)
 

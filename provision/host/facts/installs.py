@@ -341,9 +341,33 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     chosen, rule, reason, error = choose(installs, servers, pinned=pinned_real,
                                          configured_python=configured_python, python3=shutil.which("python3"),
                                          skipped=skipped, recorded=recorded, engine=eng)
+    if error is not None and error.get("kind") == "not-found" and not _probing_others:
+        error = dict(error, message=error["message"] + _others_here(eng, named))
     return {"installs": installs, "servers": servers, "chosen": chosen,
             "chosen_reason": reason, "chosen_rule": rule, "warnings": warnings, "error": error,
             "skipped": skipped}
+
+
+_probing_others: list = []  # set while _others_here runs discovery for the other engines (no recursion)
+
+
+def _others_here(eng, named: list) -> str:
+    """What a not-found error adds: the other engines' installs this host does have, and the option
+    that picks one (issue 63: a vLLM-only host answered "no SGLang install found" and no more)."""
+    out = []
+    _probing_others.append(True)
+    try:
+        for other in inference.engines():
+            if other.name == eng.name:
+                continue
+            got = discover(named, engine=other.name)
+            for inst in got.get("installs") or []:
+                out.append(f"{other.title} {inst.get('version') or '?'} at {inst['path']}")
+            if got.get("installs"):
+                out[-1] += f" (--engine {other.name}, or a profile with engine: {other.name})"
+    finally:
+        _probing_others.pop()
+    return f"; this host has {', '.join(out)}" if out else ""
 
 
 class _Found:
@@ -505,11 +529,15 @@ def installed_engine(req: Mapping[str, Any]) -> str:
     """The engine of a request that names none: the first engine provision knows whose install this
     host has (discovery as the request asks it), else the first engine (whose discovery then says
     what is missing)."""
-    for eng in inference.engines():
-        facts = discover(extra_interpreters=req.get("interpreters") or [], pinned=req.get("install_path"),
-                         configured_python=req.get("python"), engine=eng.name)
-        if facts.get("chosen"):
-            return eng.name
+    _probing_others.append(True)  # (each engine is tried here: a miss need not look for the others)
+    try:
+        for eng in inference.engines():
+            facts = discover(extra_interpreters=req.get("interpreters") or [], pinned=req.get("install_path"),
+                             configured_python=req.get("python"), engine=eng.name)
+            if facts.get("chosen"):
+                return eng.name
+    finally:
+        _probing_others.pop()
     return inference.KNOWN[0]
 
 

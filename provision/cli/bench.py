@@ -8,7 +8,7 @@ import click
 
 from provision.cli.main import _journal, fleet_options, metrics_options, selected_hosts, server_port_option, \
     transport_options, write_metrics
-from provision.errors import EXIT_NOTHING, ConfigError
+from provision.errors import EXIT_NOTHING, EXIT_USAGE, ConfigError
 
 
 @click.command()
@@ -32,6 +32,12 @@ from provision.errors import EXIT_NOTHING, ConfigError
 @click.option("--min-accept-length", type=click.FloatRange(min=0), default=1.8, show_default=True,
               help="Flag a host `underperforming` below this accept length (1.8 suits steps 3, topk 1, "
                    "4 draft tokens).")
+@click.option("--compare-last", is_flag=True,
+              help="Compare each host with its own last bench in the journal (same model, tp-size, GPU and "
+                   "speculative setting, any release): flag it `regressed` below --min-ratio. A canary on a new "
+                   "release is caught here; the outlier rule compares only hosts of one release.")
+@click.option("--min-ratio", type=click.FloatRange(min=0, min_open=True), default=0.9, show_default=True,
+              help="With --compare-last: the lowest decode tok/s, as a share of the host's last bench, not flagged.")
 @click.option("--force", is_flag=True,
               help="Measure a server that is serving traffic (/flush_cache answers 400); the figures then "
                    "include that traffic, and say so.")
@@ -43,7 +49,7 @@ from provision.errors import EXIT_NOTHING, ConfigError
                    "(default: PROVISION_ADMIN_API_KEY, then the launch's --config file).")
 @metrics_options
 def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, save_baseline, min_speedup,
-          min_accept_length, force, api_key_file, admin_api_key_file, metrics_file):
+          min_accept_length, compare_last, min_ratio, force, api_key_file, admin_api_key_file, metrics_file):
     """Measure each host's running server: single-stream decode speed, accept length, speedup.
 
     \b
@@ -108,11 +114,18 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
         fleet.close()
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
-    tb.judge(results, baseline, min_speedup=min_speedup, min_accept_length=min_accept_length)
+    last = None
+    if compare_last:  # (before this run's rows are journaled)
+        from provision.control import journal
+        from provision.output import benchfigures as bfig
+
+        last = bfig.last_figures(journal.read()[0])
+    tb.judge(results, baseline, min_speedup=min_speedup, min_accept_length=min_accept_length, last=last,
+             min_ratio=min_ratio)
     _journal("bench", results)
     code = tb.exit_code(results)
-    if save_baseline:
-        save_baseline_file(save_baseline, old_entries, results)
+    if save_baseline and not save_baseline_file(save_baseline, old_entries, results) and code == 0:
+        code = EXIT_USAGE
     metrics = bench_metrics(results) if (ctx.fmt == "prometheus" or metrics_file) else ""
     write_metrics(metrics_file, metrics)
     if ctx.fmt == "prometheus":
@@ -152,8 +165,9 @@ def read_baseline(path: str, option: str, missing_ok: bool = False) -> dict | No
         raise ConfigError(f"{option} {path}: cannot read it ({exc.strerror})") from None
 
 
-def save_baseline_file(path: str, old_entries: dict, results) -> None:
-    """--save-baseline: the measured hosts without speculative decoding merged into the file's entries."""
+def save_baseline_file(path: str, old_entries: dict, results) -> bool:
+    """--save-baseline: the measured hosts without speculative decoding merged into the file's entries;
+    False when there was none (nothing written)."""
     from datetime import datetime
 
     from provision.output import benchfigures as bf
@@ -162,9 +176,12 @@ def save_baseline_file(path: str, old_entries: dict, results) -> None:
     entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"})
     for n in notes:
         click.echo(f"note: {n}", err=True)
-    if not entries:
-        click.echo(f"warning: no host without speculative decoding was measured: {path} not written", err=True)
-        return
+    if not entries:  # asked for and not done: never exit 0 on it
+        click.echo(f"error: --save-baseline {path}: no host without speculative decoding was measured, so nothing "
+                   "was written (a baseline is a server launched without --speculative-*, for the speedup); to "
+                   "compare EAGLE-3 hosts with their own earlier figures, across releases too: --compare-last",
+                   err=True)
+        return False
     text = bf.render_baseline(bf.merge_baseline(old_entries, entries),
                               datetime.now().astimezone().isoformat(timespec="seconds"))
     try:
@@ -172,6 +189,7 @@ def save_baseline_file(path: str, old_entries: dict, results) -> None:
     except OSError as exc:
         raise ConfigError(f"--save-baseline {path}: cannot write it ({exc.strerror})") from None
     click.echo(f"saved {len(entries)} baseline entr{'y' if len(entries) == 1 else 'ies'} to {path}", err=True)
+    return True
 
 
 def print_bars(results) -> None:

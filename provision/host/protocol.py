@@ -312,6 +312,7 @@ class AuditAnswer(Answer, total=False):
 class ServerRequest(Request, total=False):
     """preflight, start, stop, probe, server_status, logs, smoke."""
     port: Optional[int]
+    elsewhere: bool            # server_status: with no record on the port, list provision's servers on others
     spec: Dict[str, Any]       # the patch spec the preflight checks (launch --patch / requires)
     specs: List[Dict[str, Any]]  # several patch specs (the overlay holds one module per spec)
     candidate_specs: List[Dict[str, Any]]  # preflight: the delegation specs that may cover the model's class
@@ -428,6 +429,8 @@ class ServerStatusAnswer(Answer, total=False):
     uptime: float
     container: Dict[str, Any]  # container hosts: ops/container.py summary()
     stopped: bool              # the record is of a server `provision stop` stopped
+    elsewhere: List[Dict[str, Any]]  # (asked, when none is recorded on the port) provision's live servers on the
+                                     # host's other ports: port, pid, profile, engine (tasks/recorded.py)
 
 
 class LogsAnswer(Answer, total=False):

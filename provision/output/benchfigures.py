@@ -335,3 +335,54 @@ def parse_baseline(text: str, where: str) -> dict:
 
 def exit_flagged(figs: Iterable[dict]) -> bool:
     return any(f.get("flags") for f in figs)
+
+
+# --------------------------------------------------------------------------- a host against its own past
+
+DEFAULT_MIN_RATIO = 0.9
+
+
+def _same_server(key_a: str, key_b: str) -> bool:
+    """Two bench keys of the same model, tp-size and GPU (the release may differ: that is the point)."""
+    a, b = str(key_a).split("|"), str(key_b).split("|")
+    return len(a) == len(b) == 4 and a[0] == b[0] and a[1] == b[1] and a[3] == b[3]
+
+
+def last_figures(records: list[dict]) -> dict[str, dict]:
+    """Host -> its last journaled measured bench ({figures..., "time"}), from journal records oldest
+    first. Pure."""
+    out: dict[str, dict] = {}
+    for rec in records:
+        fig = rec.get("bench") if rec.get("command") == "bench" and rec.get("verdict") == "measured" else None
+        if isinstance(fig, dict) and isinstance(fig.get("decode_tok_s"), (int, float)) and fig["decode_tok_s"] > 0:
+            out[str(rec.get("host"))] = {**fig, "time": rec.get("time")}
+    return out
+
+
+def flag_regressions(figs: dict[str, dict], last: dict[str, dict], min_ratio: float = DEFAULT_MIN_RATIO) -> None:
+    """`bench --compare-last`: each host's decode against its own last bench of the same model,
+    tp-size, GPU and speculative setting, whatever the release: below `min_ratio` it is flagged
+    `regressed` (a canary on a new release slower than it was; the outlier rule compares only
+    hosts of one release). In place. Pure."""
+    for host, f in figs.items():
+        before = last.get(host)
+        now = f.get("decode_tok_s")
+        if before is None or now is None:
+            if now is not None:
+                f["notes"].append("no earlier bench of this host in the journal: nothing to compare with")
+            continue
+        if not _same_server(f.get("key") or "", before.get("key") or "") or \
+                bool(f.get("spec_on")) != (before.get("accept_length") is not None):
+            f["notes"].append(f"its last bench ({before.get('key')}) was of another model, tp-size, GPU or "
+                              "speculative setting: not compared")
+            continue
+        ratio = now / before["decode_tok_s"]
+        f["vs_last"] = round(ratio, 3)
+        said = (f"{now:.1f} tok/s on {f.get('version') or '?'} is {ratio:.2f}x its last bench "
+                f"({before['decode_tok_s']:.1f} tok/s on {before.get('version') or '?'}, "
+                f"{str(before.get('time') or '')[:16].replace('T', ' ')})")
+        if ratio < min_ratio:
+            f["flags"].append("regressed")
+            f["notes"].append(f"regressed: {said} < {min_ratio:g}")
+        else:
+            f["notes"].append(said)

@@ -19,6 +19,7 @@ from provision.errors import EXIT_BENCH_FLAGGED, EXIT_FAILED, EXIT_NOTHING, EXIT
 from provision.host.protocol import BenchAnswer, BenchRequest
 from provision.output import benchfigures as bf
 from provision.output.results import HostResult
+from provision.tasks import recorded
 
 RECORD_KEYS = ("decode_tok_s", "decode_tok_s_p10", "decode_tok_s_p90", "ttft_s", "accept_length", "accept_rate",
                "speedup", "flags", "version")
@@ -112,7 +113,13 @@ def bench_fn(opts: BenchOptions, on_progress: Callable[[str, str, int, int], Non
             if text is not None and on_progress is not None:
                 on_progress(host.name, text, event["step"], event["steps"])
 
-        req: BenchRequest = {"op": "bench", "port": port_for(host, opts), "warmup": opts.warmup,
+        port, note = port_for(host, opts), ""
+        if not recorded.named(host, None, opts.port):  # nothing names the server: the one recorded here
+            got = recorded.port_for(host, session, port, fleet.uses_sudo(host, session))
+            if isinstance(got, HostResult):
+                return got
+            port, note = got
+        req: BenchRequest = {"op": "bench", "port": port, "warmup": opts.warmup,
                              "requests": opts.requests, "max_new_tokens": opts.max_new_tokens, "force": opts.force,
                              "read_timeout": opts.read_timeout}
         if opts.secrets.get("args"):
@@ -120,7 +127,12 @@ def bench_fn(opts: BenchOptions, on_progress: Callable[[str, str, int, int], Non
         answer: BenchAnswer = session.call(
             req, timeout=call_timeout(opts), sudo=fleet.uses_sudo(host, session),
             on_event=on_event if on_progress else None)
-        return result_from_answer(host.name, answer)
+        res = result_from_answer(host.name, answer)
+        if note:  # (a measured row's notes are its figures' notes, said again after the judge)
+            res.notes.append(note)
+            if isinstance(res.data.get("notes"), list):
+                res.data["notes"].append(note)
+        return res
 
     return fn
 
@@ -152,10 +164,14 @@ def result_from_answer(host: str, answer: BenchAnswer) -> HostResult:
     return HostResult(host, "measured", "", version=version, data=fig)
 
 
-def judge(results: list[HostResult], baseline: dict | None, *, min_speedup: float, min_accept_length: float) -> None:
-    """Speedups, flags and their notes, across this run's measured hosts (in place)."""
+def judge(results: list[HostResult], baseline: dict | None, *, min_speedup: float, min_accept_length: float,
+          last: dict | None = None, min_ratio: float = bf.DEFAULT_MIN_RATIO) -> None:
+    """Speedups, flags and their notes, across this run's measured hosts (in place); `last` (host ->
+    its last journaled bench: --compare-last): each host against its own past too."""
     figs = {r.host: r.data for r in results if r.verdict == "measured"}
     bf.judge(figs, baseline, min_speedup=min_speedup, min_accept_length=min_accept_length)
+    if last is not None:
+        bf.flag_regressions(figs, last, min_ratio)
     for r in results:
         if r.verdict == "measured":
             r.notes = list(r.data["notes"])

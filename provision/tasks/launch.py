@@ -231,7 +231,9 @@ class Launch:
                         f"profile {rec.get('profile_digest')})")
         elif isinstance(launch, dict):
             prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
-            note = (f"restart: replaying the recorded launch (playbook {name})"
+            kept = {k: v for k, v in (rec.get("overrides") or {}).items() if k != "port" and k not in mine}
+            note = (f"restart: replaying the recorded launch (playbook {name}"
+                    + (f"; its --arg {', '.join(f'{k}={v}' for k, v in kept.items())}" if kept else "") + ")"
                     + (f", with --arg {said} over it" if said else ""))
             spec, why = recorded_spec(launch, spec)
             if why:
@@ -496,6 +498,10 @@ class Launch:
         change = "restarted" if replaced else "started"
         res.data.setdefault("pid", rec["pid"])
         res.data["server_change"] = change
+        if replaced and res.verdict not in ("ready", "running"):  # the old server is gone too: say so
+            res.detail += (f"; the server it replaced was stopped first ({len(replaced)} processes"
+                           + (", --force: started past a refused preflight" if self.opts.force else "")
+                           + f"): nothing provision started serves on port {plan.prof.port} now")
         res.data.setdefault("journal_extra", []).append({
             "command": "launch", "verdict": change,
             "detail": (f"{change} pid {rec['pid']} port {plan.prof.port} profile {plan.prof.name}"

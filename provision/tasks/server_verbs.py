@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from provision.config.inventory import Host
 from provision.control.router import RouterError
 from provision.output.results import HostResult
-from provision.tasks import routing
+from provision.tasks import recorded, routing
 from provision.tasks.follow import follow
 from provision.tasks.options import LaunchOptions, overlay_package, resolve, secret_values
 
@@ -71,29 +71,44 @@ def stop_fn(opts: LaunchOptions, grace: float | None = None):
     def fn(host: Host, session, fleet) -> HostResult:
         prof, _ = resolve(host, opts)
         g = prof.grace if grace is None else grace
-        place = routing.place_of(host, prof.port, opts.router, fleet)
-        steps, out_words = routing.Steps(), ""
-        if place is not None:
-            try:
-                out_words = routing.take_out(place, steps) + "; "
-            except RouterError as exc:
-                if not opts.force:
-                    return HostResult(host.name, "refused", f"{exc}: the server was not stopped and stays in the "
-                                      "router (--force stops it without the router)", error_kind="router")
-                out_words, place = f"{exc}: stopped without the router (--force); ", None
-        began = time.monotonic()
-        ans: StopAnswer = session.call({"op": "stop", "port": prof.port, "grace": g}, timeout=g + 60,
-                           sudo=fleet.uses_sudo(host, session))
-        res = _stop_row(host, ans, g)
-        if out_words:
-            res.detail = out_words + res.detail
-        if place is not None:
-            if ans.get("stopped"):
-                routing.stop_steps(steps, ans, began)
-            routing.record(res, place, steps, False)
+        port, note = prof.port, ""
+        if not recorded.named(host, opts.profile, opts.overrides.get("port")):  # the server recorded here
+            got = recorded.port_for(host, session, prof.port, fleet.uses_sudo(host, session))
+            if isinstance(got, HostResult):
+                return got
+            port, note = got
+        res = _stop(host, port, g, opts, session, fleet)
+        if note:
+            res.notes.append(note)
         return res
 
     return fn
+
+
+def _stop(host: Host, port: int, g: float, opts: LaunchOptions, session, fleet) -> HostResult:
+    """The stop of the server on `port`: out of the router first (when one is named), then the
+    host's stop (drained for the grace, SIGTERM, SIGKILL), back in the router's words."""
+    place = routing.place_of(host, port, opts.router, fleet)
+    steps, out_words = routing.Steps(), ""
+    if place is not None:
+        try:
+            out_words = routing.take_out(place, steps) + "; "
+        except RouterError as exc:
+            if not opts.force:
+                return HostResult(host.name, "refused", f"{exc}: the server was not stopped and stays in the "
+                                  "router (--force stops it without the router)", error_kind="router")
+            out_words, place = f"{exc}: stopped without the router (--force); ", None
+    began = time.monotonic()
+    ans: StopAnswer = session.call({"op": "stop", "port": port, "grace": g}, timeout=g + 60,
+                       sudo=fleet.uses_sudo(host, session))
+    res = _stop_row(host, ans, g)
+    if out_words:
+        res.detail = out_words + res.detail
+    if place is not None:
+        if ans.get("stopped"):
+            routing.stop_steps(steps, ans, began)
+        routing.record(res, place, steps, False)
+    return res
 
 
 def _stop_row(host: Host, ans: "StopAnswer", g: float) -> HostResult:

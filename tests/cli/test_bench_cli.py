@@ -202,3 +202,34 @@ def test_a_server_with_an_admin_key_is_flushed_with_it(fleet):
         assert "admin-key-2" not in proc.stdout + proc.stderr and "wrong-admin" not in proc.stdout + proc.stderr
     finally:
         run("launch", "-i", inv, "--limit", good, "--restart", "--poll", "0.5", timeout=300)
+
+
+def test_compare_last_flags_a_host_slower_than_its_own_last_bench_and_save_baseline_of_eagle3_hosts_is_an_error(
+        fleet, tmp_path):
+    """issue 63: a canary on a new release at 69.9 tok/s against 96 before exited 0 unflagged (the
+    outlier rule compares hosts of one release only); `--save-baseline` on EAGLE-3 hosts printed "not
+    written" and exited 0. Here the good host is benched, restarted at 60% of its speed, and
+    `bench --compare-last` flags it `regressed` (exit 8) against its own journaled figure."""
+    inv, names, tmp = fleet
+    good = names["good"]
+    proc, doc = run_json("bench", "-i", inv, "--limit", good, *BENCH, timeout=300)
+    assert proc.returncode == 0, doc
+    slower = json.loads(open(inv).read())
+    slower["hosts"][good]["env"]["PROVISION_STANDIN_DECODE_TOK_S"] = str(RATES["good"] * 0.6)
+    inv2 = tmp_path / "slower.yaml"
+    inv2.write_text(json.dumps(slower))
+    try:
+        run("launch", "-i", inv2, "--limit", good, "--restart", "--playbook", "kimi-k25-eagle3", "--poll", "0.5",
+            check_rc=0, timeout=300)
+        proc, doc = run_json("bench", "-i", inv2, "--limit", good, *BENCH, "--compare-last", timeout=300)
+        row = doc["hosts"][0]
+        print(f"\n--compare-last: {row['flags']} {row['notes']}")
+        assert proc.returncode == 8 and "regressed" in row["flags"], row
+        assert any(n.startswith("regressed: ") and "x its last bench" in n for n in row["notes"]), row["notes"]
+        proc = run("bench", "-i", inv, "--limit", good, *BENCH, "--save-baseline", tmp_path / "b.json", timeout=300)
+        assert proc.returncode == 2 and "nothing was written" in proc.stderr and "--compare-last" in proc.stderr, \
+            proc.stderr
+        assert not (tmp_path / "b.json").exists()
+    finally:
+        run("launch", "-i", inv, "--limit", good, "--restart", "--playbook", "kimi-k25-eagle3", "--poll", "0.5",
+            timeout=300)

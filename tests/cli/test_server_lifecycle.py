@@ -414,3 +414,44 @@ def test_a_restart_without_a_playbook_replays_the_recorded_launch(tmp_path, ssh_
     fourth = _proc(host, record(host)["pid"], "cmdline")
     assert fourth[fourth.index("--mem-fraction-static") + 1] == "0.8" and "--enable-metrics" in fourth
     run("stop", "-i", inv_path, env=env, check_rc=0)
+
+
+def test_stop_and_bench_without_a_port_act_on_the_server_recorded_on_the_host(tmp_path, ssh_env, host, env):
+    """issue 63: a server started on another port (`launch --arg port=8000`; a vLLM profile's 8000) was
+    never found by `stop` (`not-running - no server recorded on port 30000`, exit 0, the server still
+    running) nor `bench` (`down`). With nothing naming the port they act on the one provision recorded
+    there, and say so."""
+    inv = inventory(tmp_path, ssh_env, host)
+    proc, doc = run_json("launch", "-i", inv, "--patch", "--arg", "port=8000", "--poll", "0.5", env=env, timeout=300)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    rec8000 = host.hostpath("/var/lib/provision/server/server-8000.json")
+    pid = json.loads(rec8000.read_text())["pid"]
+    proc, doc = run_json("bench", "-i", inv, "-n", "2", "--warmup", "0", "--max-new-tokens", "16", env=env, timeout=300)
+    row = doc["hosts"][0]
+    assert row["verdict"] == "measured" and any("port 8000" in n for n in row["notes"]), row
+    proc, doc = run_json("stop", "-i", inv, env=env, timeout=200)
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["verdict"] == "stopped", row
+    assert any("the one provision recorded on this host, port 8000" in n for n in row["notes"]), row
+    assert host.run(f"kill -0 {pid}", check=False).returncode != 0  # the server is gone
+    # nothing recorded live anywhere now: as before, nothing to stop on the default port
+    proc, doc = run_json("stop", "-i", inv, env=env, timeout=200)
+    assert doc["hosts"][0]["verdict"] == "not-running", doc
+
+
+def test_a_forced_restart_that_dies_says_the_old_server_was_stopped_and_the_replay_names_its_arguments(
+        tmp_path, ssh_env, host, env):
+    """issue 63: `launch --restart --force --arg mem-fraction-statc=0.8` (a typo preflight refused)
+    stops the healthy server and the new one dies; the row said neither. It says both now, and the
+    next `launch --restart` names the recorded argument it replays (and is refused on it)."""
+    inv = inventory(tmp_path, ssh_env, host)
+    run("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, check_rc=0, timeout=240)
+    proc, doc = run_json("launch", "-i", inv, "--restart", "--force", "--arg", "mem-fraction-statc=0.8",
+                         "--poll", "0.5", "--deadline", "60", env=env, timeout=240)
+    row = doc["hosts"][0]
+    print(f"\nforced: {row['verdict']}: {row['detail']}")
+    assert row["verdict"] in ("crashed", "failed"), row
+    assert "the server it replaced was stopped first" in row["detail"] and "--force" in row["detail"], row
+    proc = run("launch", "-i", inv, "--restart", "--poll", "0.5", env=env, timeout=240)
+    print(proc.stdout + proc.stderr)
+    assert "its --arg mem-fraction-statc=0.8" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

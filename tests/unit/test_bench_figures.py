@@ -276,3 +276,31 @@ def test_gpu_name_from_nvidia_smi_output():
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 8)
     assert parse_names("NVIDIA H100\nNVIDIA A100\n") == ("NVIDIA H100 + NVIDIA A100", 2)
     assert parse_names("\n") == ("unknown", 0)
+
+
+def test_a_host_is_compared_with_its_own_last_bench_across_releases():
+    """issue 63: `bench --compare-last`."""
+    from provision.output.benchfigures import flag_regressions, last_figures
+
+    key9, key10 = "/m|tp8|0.5.9|GPU", "/m|tp8|0.5.10|GPU"
+    journal = [{"command": "bench", "verdict": "measured", "host": "canary", "time": "2026-12-07T06:10:00",
+                "bench": {"decode_tok_s": 96.0, "accept_length": 3.1, "version": "0.5.9", "key": key9}},
+               {"command": "bench", "verdict": "failed", "host": "canary", "bench": {"decode_tok_s": 1.0}},
+               {"command": "patch", "verdict": "patched", "host": "other"}]
+    last = last_figures(journal)
+    assert list(last) == ["canary"] and last["canary"]["decode_tok_s"] == 96.0
+    figs = {"canary": {"decode_tok_s": 69.9, "spec_on": True, "version": "0.5.10", "key": key10, "flags": [],
+                       "notes": []},
+            "new": {"decode_tok_s": 90.0, "spec_on": True, "key": key10, "flags": [], "notes": []}}
+    flag_regressions(figs, last, 0.9)
+    assert figs["canary"]["flags"] == ["regressed"] and figs["canary"]["vs_last"] == 0.728
+    assert figs["canary"]["notes"] == ["regressed: 69.9 tok/s on 0.5.10 is 0.73x its last bench (96.0 tok/s on "
+                                       "0.5.9, 2026-12-07 06:10) < 0.9"]
+    assert figs["new"]["flags"] == [] and "nothing to compare with" in figs["new"]["notes"][0]
+    same = {"canary": {"decode_tok_s": 95.0, "spec_on": True, "version": "0.5.10", "key": key10, "flags": [],
+                       "notes": []}}
+    flag_regressions(same, last, 0.9)
+    assert same["canary"]["flags"] == [] and "0.99x its last bench" in same["canary"]["notes"][0]
+    other = {"canary": {"decode_tok_s": 10.0, "spec_on": False, "key": key10, "flags": [], "notes": []}}
+    flag_regressions(other, last, 0.9)  # the last one ran EAGLE-3, this one does not: not compared
+    assert other["canary"]["flags"] == [] and "not compared" in other["canary"]["notes"][0]

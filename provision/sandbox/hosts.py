@@ -55,6 +55,12 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 SSHD = "/usr/sbin/sshd"
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LAYOUTS = ("source", "venv", "none")
+ENGINES = ("sglang", "vllm")
+# A vLLM host (`sandbox up --engine vllm`): where it sees the cached venv and the tiny models, and the
+# shipped playbook its inventory line names
+VLLM_VENV_IN_HOST = "/opt/vllm-env"
+VLLM_MODELS_IN_HOST = "/data/models/tiny-vllm"
+VLLM_PLAYBOOK = "sandbox-vllm"
 KINDS = ("namespaces", "systemd")  # systemd: a podman container booted by systemd (sandbox/systemd.py)
 
 # In-host mount point -> per-host directory name under hosts/<name>/fs/.
@@ -410,6 +416,10 @@ class HostSpec:
     # (in-host dir, this machine's dir) pairs bind-mounted read-only into the host, e.g. the realimport
     # tier's cached venv (realimport_venv.py), which the host's own venv builds on, or the real-vLLM venv
     ro_binds: tuple = ()
+    # the engine its servers run: "sglang" (the stand-in server, behind the real release's files) or
+    # "vllm" (a REAL vLLM on this machine's CPU: the cached venv and tiny models bound read-only,
+    # sandbox/vllm_venv.py; the inventory names the shipped sandbox-vllm playbook for it)
+    engine: str = "sglang"
 
     def __post_init__(self) -> None:
         self.ro_binds = tuple((str(t), str(s)) for t, s in self.ro_binds)
@@ -432,6 +442,8 @@ class HostSpec:
             raise SandboxError(f"host {self.name}: vllm is installed only into a venv layout host")
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise SandboxError(f"bad host name {self.name!r}")
+        if self.engine not in ENGINES:
+            raise SandboxError(f"host {self.name}: engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
 
 
 # --------------------------------------------------------------------------- processes
@@ -1225,14 +1237,18 @@ class Sandbox:
         """The inventory for all hosts, or only for ``names`` (in that order)."""
         hosts = ([self.hosts[n] for n in names] if names is not None
                  else sorted(self.hosts.values(), key=lambda h: h.name))
+        vllm = {h.name for h in hosts if h.spec is not None and h.spec.engine == "vllm"}
         lines = ["# written by `provision sandbox up`", "defaults:", "  user: root",
-                 f"  identity: {self.key_path}", f"  known_hosts: {self.known_hosts_path}",
-                 "  args:  # the sandbox's stand-in weights (safetensors shards: real headers, tiny tensors) instead of hub ids",
-                 f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}",
-                 "hosts:"]
+                 f"  identity: {self.key_path}", f"  known_hosts: {self.known_hosts_path}"]
+        if len(vllm) < len(hosts) or not hosts:  # SGLang's flags: never on a vLLM host's launch
+            lines += ["  args:  # the sandbox's stand-in weights (safetensors shards: real headers, tiny tensors) "
+                      "instead of hub ids",
+                      f"    model-path: {SANDBOX_MODEL}", f"    speculative-draft-model-path: {SANDBOX_DRAFTER}"]
+        lines.append("hosts:")
         for h in hosts:
             # A systemd host shares this machine's network: its server binds its own address.
             extra = f", args: {{host: {h.address}}}" if h.spec is not None and h.spec.kind == "systemd" else ""
+            extra += f", profile: {VLLM_PLAYBOOK}" if h.name in vllm else ""  # a real vLLM, the tiny models
             lines.append(f"  {h.name}: {{address: {h.address}, port: {h.port}{extra}}}")
         if not hosts:
             lines[-1] = "hosts: {}"

@@ -65,8 +65,8 @@ def cached() -> Path | None:
     return venv if (venv / ".complete").exists() else None
 
 
-def _run(cmd: list[str], timeout: float = 1800) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+def _run(cmd: list[str], timeout: float = 1800, cwd: str | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise VenvUnavailable(f"{' '.join(cmd[:7])} ... failed (exit {proc.returncode}):\n{tail}")
@@ -141,3 +141,28 @@ def ensure_previous(log: Callable[[str], object] | None = None) -> tuple[Path, f
                 shutil.rmtree(old, ignore_errors=True)
 
     return venv, locked_build(venv, root / f".lock-previous-{PREVIOUS}", build, PREVIOUS)
+
+
+def models_dir() -> Path:
+    """Where the tiny models `sandbox up --engine vllm` serves are cached (built with the venv's own
+    torch and transformers: a new venv, new models)."""
+    return cache_root() / f"models-{venv_dir().name}"
+
+
+def ensure_models(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
+    """The tiny target and its EAGLE-3 drafter (vllm_models.py: built here, nothing from a hub), in
+    ``models_dir()/target`` and ``/draft``, built once per machine: (dir, seconds spent, 0 when cached)."""
+    venv, _ = ensure_venv(log)
+    out = models_dir()
+
+    def build() -> None:
+        if log:
+            log(f"building the tiny models into {out} (a few seconds, once per machine)")
+        out.mkdir(parents=True)
+        _run([str(venv / "bin" / "python"), str(Path(__file__).with_name("vllm_models.py")), str(out)], timeout=600,
+             cwd=str(out))
+        for old in cache_root().glob("models-*"):  # an older venv's models
+            if old != out:
+                shutil.rmtree(old, ignore_errors=True)
+
+    return out, locked_build(out, cache_root() / ".lock-models", build, VERSION)

@@ -347,3 +347,40 @@ def test_the_shipped_vllm_playbooks_argv_is_what_vllms_own_parser_reads(vllm_ven
     ns = json.loads(p.stdout.strip().splitlines()[-1])
     assert ns == {"model": "moonshotai/Kimi-K2.5", "tp": 8, "trust": True, "host": "127.0.0.1", "port": 30000,
                   "spec": {"method": "eagle3", "model": "AQ-MedAI/Kimi-K25-eagle3", "num_speculative_tokens": 3}}, ns
+
+
+def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sandbox_factory, vllm_venv):
+    """`provision sandbox up --engine vllm` (issue 63): a host that sees the cached vLLM venv and the tiny
+    models built here, and an inventory naming the shipped sandbox-vllm playbook, so the README's
+    `provision launch -i INVENTORY` starts a real vLLM there, ready, and `stop` ends it."""
+    base = tmp_path / "vllm-sbx"
+    addr = sandbox_factory._address()
+    up = subprocess.run(["provision", "sandbox", "up", "--engine", "vllm", "--first-address", addr,
+                         "--port", str(sandbox_factory.port), "--base-dir", str(base)],
+                        capture_output=True, text=True, timeout=1800)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr[-3000:]
+        print(f"\n{up.stdout}")
+        assert "sbx1" in up.stdout and "vllm 0.32.0 (real" in up.stdout, up.stdout
+        inv = str(base / "inventory.yaml")
+        text = open(inv).read()
+        assert "profile: sandbox-vllm" in text and "model-path" not in text, text  # no SGLang flag for vLLM
+        assert f"try:        provision launch -i {inv}" in up.stdout, up.stdout
+        t0 = time.monotonic()
+        proc, doc = run_json("launch", "-i", inv, "--deadline", DEADLINE, "--poll", "1", timeout=900)
+        row = doc["hosts"][0]
+        print(f"launch on the vLLM sandbox: {row['verdict']} in {time.monotonic() - t0:.1f} s")
+        assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
+        proc, doc = run_json("stop", "-i", inv, timeout=300)
+        assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", doc
+    finally:
+        subprocess.run(["provision", "sandbox", "down", "--base-dir", str(base)], capture_output=True, timeout=300)
+
+
+def test_a_command_for_the_engine_the_host_lacks_names_the_engine_it_has(ssh_env, vhost):
+    """issue 63: on a host whose only engine is vLLM, `audit` (SGLang by default) answered "no SGLang
+    install found (looked at ...)" and never mentioned the host's vLLM."""
+    proc, doc = run_json("audit", *ssh_env.cli_args, "--host", vhost.name, timeout=300)
+    detail = doc["hosts"][0]["detail"]
+    assert proc.returncode != 0 and "no SGLang install found" in detail, doc
+    assert "this host has vLLM 0.32.0 at /opt/vllm-env/" in detail and "--engine vllm" in detail, detail

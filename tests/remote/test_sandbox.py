@@ -367,6 +367,9 @@ def test_cli_up_never_rebuilds_or_drops_running_hosts_behind_the_users_back(tmp_
         r = runner.invoke(sandbox_cli, ["up", *args])
         assert r.exit_code == 2 and "already run with other options" in r.output, r.output
         assert "--gpu-capability 12.0" in r.output and "provision sandbox down" in r.output, r.output
+        # the commands to paste act on this sandbox, not the default one (issue 63)
+        assert f"--gpu-capability 12.0 --base-dir {base}`" in r.output, r.output
+        assert f"`provision sandbox down --base-dir {base}` first" in r.output, r.output
         fewer = [a if a != "3" else "2" for a in args]
         r = runner.invoke(sandbox_cli, ["up", *fewer, "--gpu-capability", "12.0"])
         assert r.exit_code == 2 and "would stop listing sbx3" in r.output, r.output

@@ -63,6 +63,8 @@ def test_decode_rate_excludes_the_first_chunk_and_needs_an_interval():
     assert bf.decode_rate(req(101, 1.0, first_chunk_tokens=5)) == pytest.approx(96)
     assert bf.decode_rate(req(1, 0.0)) is None and bf.decode_rate(req(10, 0)) is None
     assert bf.decode_rate({"completion_tokens": "12", "decode_s": 1}) is None
+    # a burst (every chunk read at once: CI once saw 172,349 tok/s) is no decode interval
+    assert bf.decode_rate(req(32, 0.00018)) is None and bf.decode_rate(req(32, 0.0021)) == pytest.approx(31 / 0.0021)
     assert bf.decode_rate({"completion_tokens": True, "decode_s": 1}) is None
 
 

@@ -144,6 +144,11 @@ def _run_with_display(ctx, command, make_fn, columns):
                    "0.16+: a general plugin, the overlay first on PYTHONPATH), as the profile's `fix: overlay`.")
 @click.option("--force", is_flag=True, help="Start even when preflight checks fail.")
 @click.option("--restart", is_flag=True, help="Replace a server provision started earlier.")
+@click.option("--check", is_flag=True,
+              help="Show the plan, change nothing: per host, preflight's verdict, the exact command line it "
+                   "would run, what it would stop first (--restart) and the router it would take it out of; "
+                   "with --serial, the batches. Exit 4 when something would start, 3 when a host would be "
+                   "refused, 0 when nothing is to do.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="Give up following after S seconds (a 550 GB load takes long); the server keeps running.")
 @click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")
@@ -160,7 +165,7 @@ def _run_with_display(ctx, command, make_fn, columns):
                    "that hold GPU memory) before it kills them; the watcher records that it did.")
 @_router_option
 def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do_patch, gpu_capability, overlay, force, restart,
-           deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace,
+           check, deadline, poll, smoke, persistent, health_url, serial, max_fail, stop_on_interrupt, max_outage, rank_grace,
            router):
     """Start the playbook's server (SGLang, or vLLM with `engine: vllm`) with its
     EAGLE-3 drafter and follow it until healthy.
@@ -194,11 +199,13 @@ def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do
                     restart=restart,
                     deadline=deadline, poll=poll, smoke=smoke, persistent=persistent, health_url=health_url,
                     max_outage=max_outage, tree_grace=rank_grace, stop_on_interrupt=stop_on_interrupt,
-                    gpu_capability=gpu_capability, router=router)
+                    gpu_capability=gpu_capability, router=router, check=check)
     check_profiles(ctx, opts, multinode)
     from provision.tasks.options import secret_values
 
     ctx.secrets = secret_values(opts.secrets)  # --api-key-file's too: never in a --json document
+    if check:
+        sys.exit(_check_plan(ctx, opts, multinode, serial))
     biggest = max((len(v) for v in multinode.members.values()), default=1)
     if ctx.conn.forks < biggest:  # every rank of a server must start together
         ctx.conn.forks = biggest
@@ -214,6 +221,30 @@ def launch(ctx, profile, server_port, args, api_key_file, admin_api_key_file, do
     except KeyboardInterrupt:
         _interrupted(ctx, opts, run, stop_fn)
     sys.exit(code)
+
+
+def _check_plan(ctx, opts, multinode, serial) -> int:
+    """launch --check: the batches --serial would run (said first), then every host's plan at once
+    (preflight only, nothing started, stopped or journaled); exit 4 when something would start."""
+    from provision.cli.main import run_fleet, selected_hosts
+    from provision.control import plan
+    from provision.tasks.launch import launch_fn
+
+    hosts = selected_hosts(ctx)
+    if serial and hosts:
+        groups = plan.batches(hosts, serial)
+        ctx.check_batches = [[h.name for h in b] for b in groups]
+        if not ctx.as_json:
+            click.echo(f"plan: {len(groups)} batch{'es' if len(groups) != 1 else ''} (--serial {serial}), each "
+                       "ready before the next:")
+            for i, b in enumerate(groups, 1):
+                click.echo(f"  batch {i}/{len(groups)}: {', '.join(h.name for h in b)}")
+    from provision.output.progress import Display
+
+    with Display(plain=_plain(ctx), stream=sys.stderr if ctx.as_json else sys.stdout) as display:
+        return run_fleet(ctx, "launch", launch_fn(opts, display, multinode), check=True,
+                         columns=["host", "verdict", "detail"],
+                         extra={"check": True, "batches": getattr(ctx, "check_batches", None)})
 
 
 def _interrupted(ctx, opts, run, stop_fn) -> None:

@@ -261,7 +261,7 @@ def print_summary(ctx: Ctx, command: str, results, code: int, columns: list[str]
 
 
 def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: bool = False,
-              columns: list[str] | None = None, journal: bool = True, exit_code=None) -> int:
+              columns: list[str] | None = None, journal: bool = True, exit_code=None, extra: dict | None = None) -> int:
     """Run fn on the selected hosts, print as results arrive, return the exit code."""
     from provision.output import report
     from provision.control.runner import Fleet, run_hosts
@@ -289,7 +289,7 @@ def run_fleet(ctx: Ctx, command: str, fn, *, check: bool = False, show_diff: boo
     for w in dict.fromkeys(fleet.warnings):
         click.echo(f"warning: {w}", err=True)
     code = exit_code(results) if exit_code else report.exit_code(results, check=check)
-    print_summary(ctx, command, results, code, columns, check=check)
+    print_summary(ctx, command, results, code, columns, extra=extra, check=check)
     return code
 
 

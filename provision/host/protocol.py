@@ -370,6 +370,8 @@ class PreflightAnswer(Answer, total=False):
     fix: str                   # "edited file" | "overlay" | "native" | "none": what the server will use
     overlay: Optional["OverlayStage"]  # launch --overlay: what was staged
     image: Dict[str, Any]      # container hosts: the image's SGLang (ContainerImage, without the file)
+    argv: List[str]            # the command line the start would run (before the secrets' --config FILE)
+    config_file: str           # ... and where that file would be: launch --check shows both
 
 
 class StartAnswer(Answer, total=False):

@@ -162,7 +162,8 @@ class Launch:
     def one(self, host: Host, session, fleet) -> HostResult:
         plan = self.select(host, session, fleet)
         self.state.stages[host.name] = "preflight"
-        failed = self.patch(plan, plan.checked, "") if self.opts.patch and plan.checked else None
+        failed = (self.patch(plan, plan.checked, "") if self.opts.patch and plan.checked and not self.opts.check
+                  else None)
         if failed is not None:
             return failed
         pre = self.preflight(plan)
@@ -171,6 +172,8 @@ class Launch:
         row = self.admit(plan, pre)
         if row is not None:
             return row
+        if self.opts.check:
+            return self.planned(plan, pre)
         return self.start(plan, pre)
 
     # -- select ------------------------------------------------------------------------------------
@@ -280,7 +283,7 @@ class Launch:
         pre = self.ask_preflight(plan)
         covering = [c.get("spec") for c in pre.get("checks") or [] if c.get("check") == "eagle3"
                     and c.get("level") == "fail" and c.get("spec")]
-        if self.opts.patch and covering and plan.prof.container is None and pre.get("ok"):
+        if self.opts.patch and covering and plan.prof.container is None and pre.get("ok") and not self.opts.check:
             found = [s for s in candidate_objects(plan.spec) if s.name in covering]
             failed = self.patch(plan, found, ", which covers the model's class")
             if failed is not None:
@@ -328,6 +331,13 @@ class Launch:
         if pre.get("running") and not opts.restart:
             return self._running(plan, pre.get("record") or {})
         fails = [c for c in fails if c.get("check") != "survivors"]  # --restart stops them first
+        if opts.check and opts.patch:  # --patch would put these in place first: the plan says so
+            fixable = {s.name for s in candidate_objects(plan.spec)} | {s.name for s in plan.checked}
+            patched = sorted({str(c["spec"]) for c in fails if c.get("check") in ("patch", "eagle3")
+                              and c.get("spec") in fixable})
+            if patched:
+                plan.notes.append(f"would patch {', '.join(patched)} first (--patch)")
+                fails = [c for c in fails if c.get("spec") not in patched or c.get("check") not in ("patch", "eagle3")]
         if fails and not opts.force:
             for c in fails:  # one line per reason (the row joins them)
                 self.display.message(name, f"preflight fail: {c['message']}")
@@ -347,6 +357,10 @@ class Launch:
         if rec.get("profile_digest") != prof.digest():
             return HostResult(name, "refused", f"a server started by provision with another profile is "
                               f"running (pid {rec.get('pid')}); use --restart to replace it")
+        if self.opts.check:  # nothing asked of it: no probe, no router, no smoke
+            return HostResult(name, "running", f"a server with this profile runs (pid {rec.get('pid')}, port "
+                              f"{prof.port}): nothing would be started (--restart replaces it)",
+                              data={"pid": rec.get("pid")})
         status: ServerStatusAnswer = plan.session.call({"op": "server_status", "port": prof.port},
                                                        timeout=prof.health_timeout + 30, sudo=plan.sudo)
         if status.get("health") == 200:
@@ -357,6 +371,33 @@ class Launch:
         self.display.message(name, "already starting with this profile: following it")
         return self.router_in(plan, self.smoke(plan, follow(plan.session, plan.host, prof, self.opts, self.display,
                                                             offset=0, sudo=plan.sudo)))
+
+    # -- check -------------------------------------------------------------------------------------
+    def planned(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult:
+        """launch --check: the row a start would be ("would-start", "would-restart"), with the exact
+        command line the host would run (preflight's, the one function the start uses), what it
+        would stop first and the router it would take it out of; nothing is changed."""
+        import shlex
+
+        opts, name, prof = self.opts, plan.host.name, plan.prof
+        argv = list(pre.get("argv") or [])
+        if argv and engine_secrets(opts.secrets, prof.engine).get("args"):
+            argv += [inference.get(prof.engine).config_flag, str(pre.get("config_file"))]
+        rec = pre.get("record") or {}
+        restart = bool(opts.restart and pre.get("running"))
+        words = []
+        if restart:
+            words.append(f"would stop pid {rec.get('pid')} (playbook {rec.get('profile') or 'unnamed'}) first: "
+                         f"SIGTERM drains it for up to {prof.grace:g} s")
+            place = routing.place_of(plan.host, prof.port, opts.router, plan.fleet)
+            if place is not None:
+                words.append(f"{place.worker} taken out of {place.said} before, put back once ready")
+        where = f"in container {prof.container.image}" if prof.container is not None else f"port {prof.port}"
+        words.append(f"would run ({where}): " + (shlex.join(argv) if argv else "the container's command"))
+        return HostResult(name, "restarted" if restart else "started", "; ".join(words),
+                          notes=list(plan.notes),
+                          data={"argv": argv, "port": prof.port, "engine": prof.engine, "playbook": prof.name,
+                                "stops": rec.get("pid") if restart else None, "fix": pre.get("fix")})
 
     # -- start -------------------------------------------------------------------------------------
     def start(self, plan: HostPlan, pre: "PreflightAnswer") -> HostResult:

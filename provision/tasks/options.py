@@ -45,6 +45,7 @@ class LaunchOptions:
     gpu_capability: str | None = None   # for required specs' `applies:` (tasks/specs.py)
     router: str | None = None   # --router: the router in front of every selected host (over `router:`)
     secret_files: tuple = ()    # the secrets given as --*-file (an engine without that flag refuses them)
+    check: bool = False         # launch --check: each host's plan (its argv, what it stops), nothing started
 
 
 def resolve(host: Host, opts: LaunchOptions, multinode: "MultiNode | None" = None):

@@ -131,3 +131,40 @@ def test_a_ctrl_c_in_a_later_batch_prints_every_hosts_row_and_the_summary(tmp_pa
             p.kill()
         two[1].hostpath("/root/gate").unlink()
         run("stop", "-i", inv, timeout=200)
+
+
+def test_launch_check_shows_the_batches_and_each_hosts_exact_command_line_and_starts_nothing(tmp_path, ssh_env, hosts):
+    inv = write_inventory(tmp_path, ssh_env, hosts)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = run_json("launch", "-i", inv, "--serial", "2", "--check", timeout=300)
+    assert proc.returncode == 4, doc  # something would start: a check that would change something is 4
+    assert doc["batches"] == [[hosts[0].name, hosts[1].name], [hosts[2].name, hosts[3].name]]
+    assert [h["verdict"] for h in doc["hosts"]] == ["started"] * 4
+    planned = {h["host"]: h["data"]["argv"] for h in doc["hosts"]}
+    for h in hosts:
+        argv = planned[h.name]
+        assert argv[1:3] == ["-m", "sglang.launch_server"], argv
+        assert "--model-path" in argv and argv[argv.index("--model-path") + 1] == "/data/models/Kimi-K2.5"
+        assert not h.hostpath("/var/lib/provision/server/server-30000.json").exists(), "a check starts nothing"
+    # the lines say it too, the batches first
+    proc = run("launch", "-i", inv, "--serial", "2", "--check", timeout=300)
+    assert proc.returncode == 4
+    assert f"batch 1/2: {hosts[0].name}, {hosts[1].name}" in proc.stdout, proc.stdout
+    assert f"{hosts[2].name}  would-start" in proc.stdout and "would run (port 30000): " in proc.stdout
+    assert "4 hosts: 4 would-start" in proc.stdout
+    # what --check showed is the command line the start runs
+    run("launch", "-i", inv, "--limit", hosts[0].name, "--poll", "0.5", check_rc=0, timeout=300)
+    logs = sorted(hosts[0].hostpath("/var/log/provision").glob("*30000*"))
+    started = next(ln for ln in logs[-1].read_text().splitlines() if ln.startswith("[provision] starting: "))
+    assert started == "[provision] starting: " + " ".join(planned[hosts[0].name])
+    pid = json.loads(hosts[0].hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"]
+    # a restart's plan names the server it would stop, which keeps running
+    proc, doc = run_json("launch", "-i", inv, "--limit", hosts[0].name, "--restart", "--check", timeout=300)
+    assert proc.returncode == 4, doc
+    row = doc["hosts"][0]
+    assert row["verdict"] == "restarted" and f"would stop pid {pid}" in row["detail"], row
+    assert json.loads(hosts[0].hostpath("/var/lib/provision/server/server-30000.json").read_text())["pid"] == pid
+    # nothing to do: a running server with this profile, exit 0
+    proc, doc = run_json("launch", "-i", inv, "--limit", hosts[0].name, "--check", timeout=300)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "running", doc
+    run("stop", "-i", inv, check_rc=0)

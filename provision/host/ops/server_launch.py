@@ -72,8 +72,7 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
     log = new_log(logdir, engine, port, stamp)
     sroot = state_root(req)
     os.makedirs(sroot, mode=0o700, exist_ok=True)
-    # the flags were rendered on the control side (profile.render_flags)
-    argv = engine.start_argv(python, prof.get("module"), prof["flags"]) + drain_flags(req, inst, python, engine)
+    argv = start_argv(req, inst, python, engine)
     cfg, token, files = server_secrets.write_host_files(req, port, secrets)
     if cfg:
         argv += [engine.config_flag, cfg]  # the separate-token form: SGLang silently ignores `--config=FILE`
@@ -102,6 +101,14 @@ def host_launch(req: dict, port: int, secrets: dict) -> dict:
         fh.write(("[provision] starting: " + " ".join(argv) + "\n").encode())
     return {"ok": True, "spec": spec, "port": port, "grace": float(prof.get("grace", 30)), "inst": inst,
             "engine": engine.name, "title": engine.title, "python": python, "argv": argv, "config": cfg, "files": files, "logdir": logdir}
+
+
+def start_argv(req: dict, inst: dict, python: str, engine) -> list:
+    """The server's command line as the start runs it, before the secrets' `--config FILE`: the
+    flags rendered on the control side (profile.render_flags), then the drain flag the install has.
+    What the start runs and what `launch --check` shows (preflight's `argv`): one function."""
+    prof = req["profile"]
+    return engine.start_argv(python, prof.get("module"), prof["flags"]) + drain_flags(req, inst, python, engine)
 
 
 def drain_flags(req: dict, inst: dict, python: str, engine) -> list:

@@ -22,9 +22,9 @@ from provision.host.lib.paths import default_state_dir
 from provision.host.ops import preflight_model
 from provision.host.ops.backends import identity, select
 from provision.host.ops.backends.base import port_open
-from provision.host.ops.backends.record import log_root, other_ports, state_root
+from provision.host.ops.backends.record import log_root, other_ports, side_file, state_root
 from provision.host.ops.checks import check_model as _check_model
-from provision.host.ops.server_launch import server_env
+from provision.host.ops.server_launch import server_env, start_argv
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
     from provision.host.protocol import Check, ErrorInfo, PreflightAnswer, ServerRequest
@@ -167,7 +167,9 @@ def op_preflight(req: ServerRequest, bundle: bytes) -> PreflightAnswer:
     du = shutil.disk_usage(probe)
     checks.append({"level": "info", "check": "disk", "message": f"{du.free / 2**30:.1f} GiB free on {probe}"})
     return {"ok": True, "facts": facts, "checks": checks, "running": ours_running,
-            "record": st["record"], "install": inst, "survivors": left, "fix": fix, "overlay": staged}
+            "record": st["record"], "install": inst, "survivors": left, "fix": fix, "overlay": staged,
+            "argv": start_argv(req, inst, installs.server_python(inst, prof)[0], eng),  # type: ignore[arg-type]
+            "config_file": side_file(req, port, "secrets.yaml")}
 
 
 def _start_checks(req: ServerRequest, python: str, old: dict | None) -> list:

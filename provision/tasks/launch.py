@@ -222,6 +222,15 @@ class Launch:
         rec = st.get("record") or {}
         if not rec or rec.get("stopped_at"):
             return prof, spec, opts.persistent, None
+        bad = ""
+        good = st.get("good")
+        if good and not st.get("running") and opts.profile is None and isinstance(good.get("launch"), dict):
+            # the record's server never answered ready (a forced start past a refused flag, dead at
+            # once): the last launch that did is what the restart replays
+            mine_said = ", ".join(f"{k}={v}" for k, v in (rec.get("overrides") or {}).items() if k != "port")
+            bad = (f"the last launch (pid {rec.get('pid')}" + (f", --arg {mine_said}" if mine_said else "")
+                   + f") never answered ready: its record is not replayed; ")
+            rec = dict(rec, **{k: good.get(k) for k in ("launch", "overrides", "profile", "profile_digest", "fix")})
         mine = {k: v for k, v in opts.overrides.items() if k != "port"}  # --server-port finds; it changes nothing
         if self.multinode is not None:
             mine.update(self.multinode.args_for(host, prof.engine))
@@ -235,7 +244,7 @@ class Launch:
         elif isinstance(launch, dict):
             prof = from_record(launch, name, f"{host.name}: the record of port {prof.port}", mine)
             kept = {k: v for k, v in (rec.get("overrides") or {}).items() if k != "port" and k not in mine}
-            note = (f"restart: replaying the recorded launch (playbook {name}"
+            note = (f"restart: {bad}replaying the {'last good' if bad else 'recorded'} launch (playbook {name}"
                     + (f"; its --arg {', '.join(f'{k}={v}' for k, v in kept.items())}" if kept else "") + ")"
                     + (f", with --arg {said} over it" if said else ""))
             spec, why = recorded_spec(launch, spec)

@@ -443,7 +443,8 @@ def test_a_forced_restart_that_dies_says_the_old_server_was_stopped_and_the_repl
         tmp_path, ssh_env, host, env):
     """issue 63: `launch --restart --force --arg mem-fraction-statc=0.8` (a typo preflight refused)
     stops the healthy server and the new one dies; the row said neither. It says both now, and the
-    next `launch --restart` names the recorded argument it replays (and is refused on it)."""
+    next `launch --restart` replays the last launch that reached ready, not the dead one's typo,
+    and says so, naming it."""
     inv = inventory(tmp_path, ssh_env, host)
     run("launch", "-i", inv, "--patch", "--poll", "0.5", env=env, check_rc=0, timeout=240)
     proc, doc = run_json("launch", "-i", inv, "--restart", "--force", "--arg", "mem-fraction-statc=0.8",
@@ -452,6 +453,12 @@ def test_a_forced_restart_that_dies_says_the_old_server_was_stopped_and_the_repl
     print(f"\nforced: {row['verdict']}: {row['detail']}")
     assert row["verdict"] in ("crashed", "failed"), row
     assert "the server it replaced was stopped first" in row["detail"] and "--force" in row["detail"], row
-    proc = run("launch", "-i", inv, "--restart", "--poll", "0.5", env=env, timeout=240)
-    print(proc.stdout + proc.stderr)
-    assert "its --arg mem-fraction-statc=0.8" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    proc, doc = run_json("launch", "-i", inv, "--restart", "--poll", "0.5", env=env, timeout=240)
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["verdict"] == "ready", row
+    said = " ".join(row["notes"])
+    assert "--arg mem-fraction-statc=0.8) never answered ready: its record is not replayed" in said, said
+    assert "replaying the last good launch" in said, said
+    rec = json.loads(host.hostpath("/var/lib/provision/server/server-30000.json").read_text())
+    assert "mem-fraction-statc" not in " ".join(rec["argv"]) and "mem-fraction-statc" not in rec["overrides"], rec
+    run("stop", "-i", inv, env=env, check_rc=0, timeout=200)

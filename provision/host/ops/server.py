@@ -22,7 +22,8 @@ from provision.host import inference
 from provision.host.ops import server_secrets, server_transaction
 from provision.host.ops.backends import identity, lock, select
 from provision.host.ops.backends.base import health, port_open
-from provision.host.ops.backends.record import read_record, state_root, write_record  # noqa: F401 - bench reads
+from provision.host.ops.backends.record import (forget_good, note_ready, read_good, read_record, state_root,  # noqa: F401
+                                                write_record)  # (read_record: bench reads)
 from provision.host.ops.backends.systemd import RESTART_SEC, render_server_unit, systemd_quote  # noqa: F401 - units
 from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher, for its tests
 from provision.host.ops.server_launch import (host_launch, old_files, put_back_files,  # noqa: F401
@@ -103,6 +104,7 @@ def _stop_locked(req: ServerRequest, port: int) -> dict:
         rec["stopped_at"] = time.time()
         write_record(req, port, rec)
         server_secrets.remove_host_files(req, port)
+        forget_good(req, port)  # type: ignore[arg-type]
     return res
 
 
@@ -120,6 +122,9 @@ def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
         q["offset"] = int(rec.get("log_offset") or 0)
     out = select.for_record(rec).probe(q, rec, st)
     out["log_changed"] = changed
+    if out.get("running") and out.get("health") == 200 and out.get("confirm") in (None, 200) \
+            and not rec.get("stopped_at"):
+        note_ready(req, port, rec, time.time())  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 
@@ -151,6 +156,11 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
         out["health"] = health(host, port, float(req.get("health_timeout", 30)), None,
                                inference.get(inference.of_record(rec)).health_path) if out["port_open"] else None
         out["uptime"] = round(time.time() - rec["started_at"], 1)
+        if out["health"] == 200:
+            note_ready(req, port, rec, time.time())  # type: ignore[arg-type]
+    good = read_good(req, port)  # type: ignore[arg-type]
+    if good and rec and (good.get("pid"), good.get("started_at")) != (rec.get("pid"), rec.get("started_at")):  # the record's server never answered ready
+        out["good"] = good
     return out  # type: ignore[return-value]
 
 

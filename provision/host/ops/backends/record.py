@@ -59,6 +59,46 @@ def mark_stopped(req: dict, port: int, rec: dict, when: float) -> dict:
     return rec
 
 
+# What a restart replays, kept from the last server on a port that answered ready: a later launch
+# that never got there (a forced start past a refused flag, dead at once) does not take its place.
+GOOD_FIELDS = ("pid", "started_at", "launch", "overrides", "profile", "profile_digest", "fix", "backend", "unit",
+               "engine")
+
+
+def read_good(req: dict, port: int) -> dict | None:
+    """The port's last good launch (``server-PORT.good.json``), or None."""
+    try:
+        with open(side_file(req, port, "good.json")) as fh:
+            good = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return good if isinstance(good, dict) else None
+
+
+def note_ready(req: dict, port: int, rec: dict, when: float) -> None:
+    """The record's server answered ready (a probe or a status saw /health 200): its launch is the
+    port's last good one. Written once per server (its pid and start time), beside the record,
+    never into it (a stop writes the record meanwhile)."""
+    good = read_good(req, port) or {}
+    if good.get("pid") == rec.get("pid") and good.get("started_at") == rec.get("started_at"):
+        return
+    try:
+        os.makedirs(state_root(req), mode=0o700, exist_ok=True)
+        atomic.write_json(side_file(req, port, "good.json"),
+                          dict({k: rec.get(k) for k in GOOD_FIELDS}, ready_at=when))
+    except OSError:  # a read-only state dir: the record alone is replayed, as before
+        pass
+
+
+def forget_good(req: dict, port: int) -> None:
+    """A server provision stopped: the next launch on the port is a new one, and no older launch is
+    replayed in its place."""
+    try:
+        os.unlink(side_file(req, port, "good.json"))
+    except OSError:
+        pass
+
+
 def other_ports(req: dict, port: int) -> dict[int, dict]:
     """The records of provision's servers on the host's other ports ({port: record}): a process
     of one of those trees is that server's, never a leftover of this one."""

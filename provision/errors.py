@@ -23,7 +23,8 @@ EXIT_CODES = {
     EXIT_OK: "success: every selected host is in the wanted state",
     EXIT_INTERNAL: "internal error in provision (a bug: please report the traceback)",
     EXIT_USAGE: "usage or configuration error: nothing was touched",
-    EXIT_FAILED: "at least one host failed, or its outcome is unknown; status: a server provision started is down",
+    EXIT_FAILED: "at least one host failed, or its outcome is unknown; status: a server provision started is down "
+                 "or unhealthy",
     EXIT_CHANGES: "--check: changes would be made (none were: a file to patch, a server to restart); status: a "
                   "host is missing, stale or hand-patch",
     EXIT_NOTHING: "no host matched the selection: nothing was done",

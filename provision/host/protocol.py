@@ -433,6 +433,7 @@ class ServerStatusAnswer(Answer, total=False):
     stopped: bool              # the record is of a server `provision stop` stopped
     elsewhere: List[Dict[str, Any]]  # (asked, when none is recorded on the port) provision's live servers on the
                                      # host's other ports: port, pid, profile, engine (tasks/recorded.py)
+    was_ready: bool            # the record's server answered ready once (a health other than 200 is unhealthy)
     good: Dict[str, Any]       # the port's last launch that answered ready, when the record's server never did
                                # (backends/record.py GOOD_FIELDS): what a restart replays then
 

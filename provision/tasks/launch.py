@@ -91,6 +91,10 @@ def required_specs(spec, prof: Profile) -> list:
     return out
 
 
+# What preflight answers for a host without the profile's engine (or its pinned path): a refusal,
+# as any failed check, never a failure of the run (docs/preflight.md).
+NO_INSTALL = ("not-found", "pinned-missing")
+
 # Seconds a start or stop waits for the host's port lock (held by another launch or stop there).
 START_LOCK_WAIT = 60.0
 
@@ -299,7 +303,11 @@ class Launch:
                 return failed
             pre = self.ask_preflight(plan)
         if not pre.get("ok"):
-            return HostResult(plan.host.name, "failed", (pre.get("error") or {}).get("message", "preflight failed"))
+            err = pre.get("error") or {}
+            if err.get("kind") in NO_INSTALL:  # preflight's answer, as any check it fails: nothing was started
+                return HostResult(plan.host.name, "refused", f"preflight: {err.get('message')}; nothing was started",
+                                  error_kind=err.get("kind"))
+            return HostResult(plan.host.name, "failed", err.get("message", "preflight failed"))
         if pre.get("image"):
             img = pre["image"]
             self.display.message(plan.host.name, f"image {img.get('image')}: {inference.get(plan.prof.engine).title} "

@@ -217,8 +217,12 @@ def server_part(answer: StatusAnswer, facts: dict, inst: dict) -> dict:
         server += (f"; persistent: {unit['unit']} {unit.get('active')} ({unit.get('sub')}), "
                    f"{unit.get('enabled')}, {n} restart{'' if n == 1 else 's'} by systemd")
     short_server = "none"
+    # a server that answered ready once and answers otherwise now (503, no answer): unhealthy, exit 3
+    unhealthy = bool(ours.get("running") and ours.get("was_ready") and ours.get("health") != 200)
+    if unhealthy:
+        server += "; unhealthy: it answered ready before and does not now"
     if ours.get("running"):
-        short_server = "up" if ours.get("health") == 200 else "starting"
+        short_server = "up" if ours.get("health") == 200 else "unhealthy" if unhealthy else "starting"
     elif ours.get("survivors"):
         short_server = f"dead, {len(ours['survivors'])} left"
     elif servers:
@@ -239,7 +243,7 @@ def server_part(answer: StatusAnswer, facts: dict, inst: dict) -> dict:
     down = bool(rec) and not rec.get("stopped_at") and not ours.get("running") and (
         ours.get("exit") is not None or bool(ours.get("survivors")) or (unit or {}).get("sub") == "auto-restart")
     return {"server": server, "short": short_server, "unit": unit, "servers": servers, "ours": ours, "rec": rec,
-            "fixes": fixes, "down": down}
+            "fixes": fixes, "down": down, "unhealthy": unhealthy}
 
 
 def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
@@ -290,7 +294,7 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
         notes.append(f"restart needed: the running server (pid {', '.join(map(str, stale_pids))}) started "
                      "before the file last changed")
     data = {"persistent": unit, "patch_state": state, "patch": verdict, "server_state": short_server,
-            "server_down": sp["down"],
+            "server_down": sp["down"], "server_unhealthy": sp["unhealthy"],
             "fix": (fixes.get(str(rec.get("pid"))) or rec.get("fix")) if ours.get("running") else
             (fixes.get(str(servers[0]["pid"])) if servers else None), "overlay": ov,
             "server_survivors": list(ours.get("survivors") or []), "install_kind": inst.get("kind"),
@@ -310,12 +314,13 @@ def status_from_answer(host: str, answer: StatusAnswer) -> HostResult:
 def status_exit_code(results: list[HostResult]) -> int:
     """0: every host patched or native; 4: some host would be changed by `provision patch`;
     3: a host failed, was unreachable, or its file could not be judged (error), or a server provision
-    started there is down (exited, dead with ranks left, or systemd restarting it)."""
+    started there is down (exited, dead with ranks left, or systemd restarting it) or unhealthy (it
+    answered ready once and its health check fails now)."""
     from provision.errors import EXIT_CHANGES, EXIT_FAILED, EXIT_NOTHING, EXIT_OK
 
     if not results:
         return EXIT_NOTHING
-    if any(r.failed or r.data.get("server_down") for r in results):
+    if any(r.failed or r.data.get("server_down") or r.data.get("server_unhealthy") for r in results):
         return EXIT_FAILED
     if any(r.verdict not in STATUS_WANTED for r in results):
         return EXIT_CHANGES

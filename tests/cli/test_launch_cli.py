@@ -281,3 +281,58 @@ def test_an_offline_host_with_the_hub_id_in_its_cache_is_not_refused(tmp_path, s
     assert proc.returncode == 3 and r["verdict"] == "refused", r
     assert "model moonshotai/Kimi-K2.5 is a hub id: the host downloads it at start but is marked offline and hub id " \
            "moonshotai/Kimi-K2.5 is not in this host's Hugging Face cache (/root/.cache/huggingface/hub)" in r["detail"], r
+
+
+def test_a_vllm_playbook_on_a_host_without_vllm_is_refused_naming_the_engine_it_has(tmp_path, ssh_env, host):
+    """issue 63: the vLLM playbook on an SGLang-only host was `failed` (a failure of the run), not the
+    `refused` preflight documents for what it finds missing; it is refused now, and says what the host has."""
+    inv = inventory(tmp_path, ssh_env, host)
+    proc, doc = launch(inv, "--playbook", "kimi-k25-eagle3-vllm", "--arg", "model=/data/models/Kimi-K2.5")
+    assert proc.returncode == 3, doc
+    row = doc["hosts"][0]
+    assert row["verdict"] == "refused", row
+    assert "no vLLM install" in row["detail"] and "this host has SGLang 0.5.9" in row["detail"], row
+    assert "nothing was started" in row["detail"] and not sglang_procs(host)
+
+
+def test_status_after_an_upgrade_in_place_says_the_running_server_has_the_old_code(tmp_path, ssh_env, host):
+    """issue 63: after the release's file was replaced under a running server (an upgrade in place),
+    status said `fix: native` for a server still running the code it loaded at its start."""
+    from provision.sandbox.wheels import models_file
+
+    inv = inventory(tmp_path, ssh_env, host)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0, doc
+    proc, doc = run_json("status", "-i", inv, timeout=120)
+    row = doc["hosts"][0]
+    assert row["data"]["fix"] == "edited file", row
+    host.hostpath(row["file"]).write_bytes(models_file("0.5.10").read_bytes())  # 0.5.10 has the methods natively
+    proc, doc = run_json("status", "-i", inv, timeout=120)
+    row = doc["hosts"][0]
+    assert row["verdict"] == "native" and row["data"]["fix"] == "old code", row
+    assert "fix: old code" in row["detail"] and any("restart needed" in n for n in row["notes"]), row
+    run("stop", "-i", inv, check_rc=0)
+
+
+def test_status_exits_3_on_a_server_that_answered_ready_and_is_unhealthy_now(tmp_path, ssh_env, host):
+    """issue 63: `status` exited 0 while a server provision started failed its health check."""
+    import time
+
+    env = {"PROVISION_STANDIN_FAULT": "flap", "PROVISION_STANDIN_FLAP_SECONDS": "3"}
+    inv = inventory(tmp_path, ssh_env, host, env=env)
+    run("patch", "-i", inv, check_rc=0)
+    proc, doc = launch(inv)
+    assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", doc
+    seen = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline:  # its health alternates 200 / 503 every 3 s
+        proc, doc = run_json("status", "-i", inv, timeout=120)
+        row = doc["hosts"][0]
+        seen[row["data"]["server_state"]] = (proc.returncode, row)
+    assert set(seen) == {"up", "unhealthy"}, seen
+    code, row = seen["unhealthy"]
+    assert code == 3 and row["data"]["server_unhealthy"], row
+    assert "health 503" in row["detail"] and "unhealthy: it answered ready before" in row["detail"], row
+    assert seen["up"][0] == 0, seen["up"]
+    run("stop", "-i", inv, check_rc=0)

@@ -78,7 +78,8 @@ def test_a_profile_that_owns_the_variable_is_refused_by_name():
     ({"SGLANG_EXTERNAL_MODEL_PACKAGE": "acme"}, {"a": "missing"}, False, "none"),
     ({}, {"a": "native", "b": "native"}, False, "native"),
     ({}, {"a": "ours", "b": "native"}, False, "edited file"),
-    ({}, {"a": "ours"}, True, "none"),                   # started before the file was patched
+    ({}, {"a": "ours"}, True, "old code"),               # started before the file was patched
+    ({}, {"a": "native", "b": "native"}, True, "old code"),  # ... or upgraded in place: not "native" (issue 63)
     ({}, {"a": "missing", "b": "ours"}, False, "none"),
     ({}, {}, False, "none"),
 ])

@@ -307,9 +307,13 @@ def runs_overlay(env: dict | None, engine) -> bool:
 def fix_in_use(server_env: dict, methods: dict, restart_needed: bool, engine) -> str:
     """Which fix a running server uses (pure): "overlay" (its environment names our package),
     "native" (the release has every method), "edited file" (the file holds provision's methods
-    and the server started after they were written), else "none"."""
+    and the server started after they were written), "old code" (the file changed after the server
+    started: it runs what the file held then, an upgrade in place or a patch it has not restarted
+    onto; status says `restart needed`), else "none"."""
     if runs_overlay(server_env, engine):
         return "overlay"
+    if restart_needed:
+        return "old code"
     states = set((methods or {}).values())
     if states and states == {"native"}:
         return "native"

@@ -159,8 +159,11 @@ def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:
         if out["health"] == 200:
             note_ready(req, port, rec, time.time())  # type: ignore[arg-type]
     good = read_good(req, port)  # type: ignore[arg-type]
-    if good and rec and (good.get("pid"), good.get("started_at")) != (rec.get("pid"), rec.get("started_at")):  # the record's server never answered ready
-        out["good"] = good
+    if good and rec:
+        if (good.get("pid"), good.get("started_at")) != (rec.get("pid"), rec.get("started_at")):
+            out["good"] = good  # the record's server never answered ready
+        else:
+            out["was_ready"] = True  # ... it did: a health other than 200 now is a server gone unhealthy
     return out  # type: ignore[return-value]
 
 

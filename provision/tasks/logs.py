@@ -31,6 +31,15 @@ def follow_logs(host, conn, opts, lines: int) -> int:
     session = fleet.session(host).open()
     try:
         sudo = fleet.uses_sudo(host, session)
+        from provision.tasks import recorded
+
+        got = recorded.server_of(host, session, prof, opts, sudo)
+        if not isinstance(got, tuple):
+            click.echo(f"error: {got.detail}", err=True)
+            return 2
+        prof, note = got
+        if note:
+            click.echo(f"note: {note}", err=True)
         ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60, sudo=sudo)
         if not ans.get("ok"):
             click.echo(f"error: {ans['error']['message']}", err=True)

@@ -19,7 +19,12 @@ if TYPE_CHECKING:  # the typed messages (provision/host/protocol.py), checked by
 def wait_fn(opts: LaunchOptions, display):
     def fn(host: Host, session, fleet) -> HostResult:
         sudo = fleet.uses_sudo(host, session)
-        prof, _ = resolve(host, opts)
+        got = recorded.server_of(host, session, resolve(host, opts)[0], opts, sudo)
+        if isinstance(got, HostResult):
+            return got
+        prof, note = got
+        if note:
+            display.message(host.name, note)
         st: ServerStatusAnswer = session.call({"op": "server_status", "port": prof.port}, timeout=prof.health_timeout + 30, sudo=sudo)
         if not st.get("record"):
             return HostResult(host.name, "failed", f"no server started by provision on port {prof.port}")
@@ -28,6 +33,8 @@ def wait_fn(opts: LaunchOptions, display):
         # ones (and their crash) above it in the same log.
         res = follow(session, host, prof, opts, display, offset=int(st["record"].get("log_offset") or 0),
                      sudo=sudo, t_start=t_start, overlay_package=overlay_package(st["record"]))
+        if note:
+            res.notes.append(note)
         return back_in_router(res, host, prof.port, opts, session, fleet, sudo, display)
 
     return fn
@@ -139,14 +146,18 @@ def logs_fn(opts: LaunchOptions, lines: int):
     from provision.logs.redact import redact
 
     def fn(host: Host, session, fleet) -> HostResult:
-        prof, _ = resolve(host, opts)
-        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60,
-                           sudo=fleet.uses_sudo(host, session))
+        sudo = fleet.uses_sudo(host, session)
+        got = recorded.server_of(host, session, resolve(host, opts)[0], opts, sudo)
+        if isinstance(got, HostResult):
+            return got
+        prof, note = got
+        ans: LogsAnswer = session.call({"op": "logs", "port": prof.port, "lines": lines}, timeout=60, sudo=sudo)
         if not ans.get("ok"):
             return HostResult(host.name, "failed", ans["error"]["message"])
         text = redact(ans["text"], secret_values(opts.secrets))
-        return HostResult(host.name, "ok", ans["log"], data={"text": text, "offset": ans["offset"],
-                                                              "engine": ans.get("engine"), "version": ans.get("version")})
+        return HostResult(host.name, "ok", ans["log"], notes=[note] if note else [],
+                          data={"text": text, "offset": ans["offset"], "engine": ans.get("engine"),
+                                "version": ans.get("version")})
 
     return fn
 

@@ -416,7 +416,8 @@ def test_a_restart_without_a_playbook_replays_the_recorded_launch(tmp_path, ssh_
     run("stop", "-i", inv_path, env=env, check_rc=0)
 
 
-def test_stop_and_bench_without_a_port_act_on_the_server_recorded_on_the_host(tmp_path, ssh_env, host, env):
+def test_stop_bench_logs_and_wait_without_a_port_act_on_the_server_recorded_on_the_host(tmp_path, ssh_env, host,
+                                                                                        env):
     """issue 63: a server started on another port (`launch --arg port=8000`; a vLLM profile's 8000) was
     never found by `stop` (`not-running - no server recorded on port 30000`, exit 0, the server still
     running) nor `bench` (`down`). With nothing naming the port they act on the one provision recorded
@@ -429,6 +430,14 @@ def test_stop_and_bench_without_a_port_act_on_the_server_recorded_on_the_host(tm
     proc, doc = run_json("bench", "-i", inv, "-n", "2", "--warmup", "0", "--max-new-tokens", "16", env=env, timeout=300)
     row = doc["hosts"][0]
     assert row["verdict"] == "measured" and any("port 8000" in n for n in row["notes"]), row
+    proc, doc = run_json("logs", "-i", inv, "-n", "5", env=env, timeout=200)
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and "-8000-" in row["detail"], row  # the log of the server on 8000
+    assert any("port 8000" in n for n in row["notes"]), row
+    proc, doc = run_json("wait", "-i", inv, "--poll", "0.5", env=env, timeout=200)
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["verdict"] == "ready", row
+    assert any("port 8000" in n for n in row["notes"]), row
     proc, doc = run_json("stop", "-i", inv, env=env, timeout=200)
     row = doc["hosts"][0]
     assert proc.returncode == 0 and row["verdict"] == "stopped", row

@@ -14,8 +14,9 @@ def engine_option(fn):
     """--engine: whose install the command reads (sglang, the default, or vllm)."""
     from provision.host import inference
 
-    return click.option("--engine", type=click.Choice(list(inference.KNOWN)), default=inference.DEFAULT,
-                        show_default=True, help="The inference engine whose install to audit.")(fn)
+    return click.option("--engine", type=click.Choice(list(inference.KNOWN)), default=None,
+                        help="The inference engine whose install to read. Default: the host's own (the one "
+                             "installed there); a host with both is refused, naming each install.")(fn)
 
 
 @click.command()
@@ -52,7 +53,6 @@ def audit(ctx, spec, install_path, python_, engine):
     collected: list = []
     one = audit_fn(known_specs(spec, engine), install_path=install_path, python=python_,
                    timeout=ctx.conn.command_timeout, engine=engine)
-    title = inference.get(engine).title
 
     def fn(host, session, fleet):
         r = one(host, session, fleet)
@@ -69,6 +69,7 @@ def audit(ctx, spec, install_path, python_, engine):
             rows = [[g["class"], g["verdict"], g["attr"] or "", ", ".join(g["missing"]), g["covered_by"] or "-",
                      g["patch_state"] or "-", g["reason"]]
                     for g in sorted(r.data["gaps"], key=lambda g: (g["verdict"] != "fixable", g["class"]))]
+            title = inference.get(r.data.get("engine") or inference.DEFAULT).title
             print_table(cols, rows, fmt=ctx.fmt, title=f"{r.host}: {title} {r.version} ({r.install})",
                         wrap=("missing", "why"))
             if r.data["uncovered_fixable"]:
@@ -106,14 +107,13 @@ def spec_new(ctx, class_name, allow_conditional, install_path, python_, engine):
 
     from provision.host import inference
 
-    title = inference.get(engine).title
     hosts = selected_hosts(ctx)
     if len(hosts) != 1:
-        raise UsageError(f"spec new reads one host's {title}: select exactly one with --host")
+        raise UsageError("spec new reads one host's install: select exactly one with --host")
     fleet = Fleet(ctx.conn)
     try:
         with fleet.session(hosts[0]).open() as session:
-            ans = session.call({"op": "audit", "engine": engine, "specs": [],
+            ans = session.call({"op": "audit", "engine": engine or inference.FROM_HOST, "specs": [],
                                 "install_path": hosts[0].install_path(install_path),
                                 "python": python_ or hosts[0].get("python")},
                                timeout=ctx.conn.command_timeout, sudo=fleet.uses_sudo(hosts[0], session))
@@ -121,6 +121,7 @@ def spec_new(ctx, class_name, allow_conditional, install_path, python_, engine):
         fleet.close()
     if not ans.get("ok"):
         raise UsageError((ans.get("error") or {}).get("message", "audit failed"))
+    title = inference.get(ans.get("engine") or engine or inference.DEFAULT).title
     gaps = {g["class"]: g for g in ans["audit"]["wrappers"]}
     if class_name not in gaps:
         ok = class_name in (ans["audit"].get("ok_wrappers") or [])

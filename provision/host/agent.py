@@ -53,7 +53,10 @@ def dispatch(req: dict, bundle: bytes) -> dict:
     fn = handler(req.get("op"))
     if fn is None:
         return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
-    out: dict = fn(resolve_engine(req), bundle)
+    resolved = resolve_engine(req)
+    if "error" in resolved:
+        return {"ok": False, "error": resolved["error"]}
+    out: dict = fn(resolved, bundle)
     return out
 
 
@@ -66,7 +69,15 @@ def resolve_engine(req: dict) -> dict:
     from provision.host import inference
 
     name = inference.of_request(req)
-    if name is None:
+    if name is None and req.get("engine") == inference.FROM_HOST:  # the host's one engine; several: say which
+        from provision.host.facts import installs
+
+        found = installs.installed_engines(req)
+        err = installs.ambiguous_engine(found)
+        if err is not None:
+            return {"error": err}
+        name = found[0][0] if found else inference.KNOWN[0]
+    elif name is None:
         from provision.host.facts import installs
 
         name = installs.installed_engine(req)

@@ -305,6 +305,7 @@ class AuditRequest(Request, total=False):
 class AuditAnswer(Answer, total=False):
     audit: Dict[str, Any]
     spec_states: Dict[str, Dict[str, Any]]
+    engine: str                # whose install was audited (the host's one engine, when none was asked)
 
 
 # --------------------------------------------------------------------------- server ops

@@ -16,12 +16,12 @@ def known_specs(extra: str | None = None, engine: str | None = None) -> list:
     from provision.config.playbook import PACKAGE_PLAYBOOKS, load_playbook
     from provision.host import inference
 
-    package = inference.PACKAGES[engine or inference.DEFAULT]
+    packages = [inference.PACKAGES[engine]] if engine else list(inference.PACKAGES.values())  # None: each engine's
     specs = []
     paths = sorted(PACKAGE_PLAYBOOKS.glob("*.yaml")) + ([extra] if extra else [])
     for p in paths:
         pb = load_playbook(str(p))
-        if pb.patch is not None and pb.patch.package == package:
+        if pb.patch is not None and pb.patch.package in packages:
             specs.append(pb.patch)
     return specs
 
@@ -62,19 +62,22 @@ def uncovered_fixable(rows: list[dict]) -> list[dict]:
 
 
 def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0, engine: str | None = None):
-    """The per-host audit of `engine`'s install (default SGLang): one remote call, the answer as a
-    HostResult (gaps or ok)."""
+    """The per-host audit of `engine`'s install (None: the host's one engine; a host with several is
+    refused, naming each): one remote call, the answer as a HostResult (gaps or ok)."""
     from provision.host import inference
 
-    engine = engine or inference.DEFAULT
-
     def fn(host, session, fleet) -> HostResult:
-        ans: AuditAnswer = session.call({"op": "audit", "engine": engine, "specs": [s.to_engine() for s in specs],
+        ans: AuditAnswer = session.call({"op": "audit", "engine": engine or inference.FROM_HOST,
+                                         "specs": [s.to_engine() for s in specs],
                             "install_path": host.install_path(install_path),
                             "python": python or host.get("python")},
                            timeout=timeout, sudo=fleet.uses_sudo(host, session))
         if not ans.get("ok"):
-            return HostResult(host.name, "failed", (ans.get("error") or {}).get("message", "audit failed"))
+            err = ans.get("error") or {}
+            if err.get("kind") == "engine-ambiguous":
+                return HostResult(host.name, "refused", err.get("message", ""), error_kind="usage")
+            return HostResult(host.name, "failed", err.get("message", "audit failed"))
+        used = ans.get("engine") or engine or inference.DEFAULT
         broken = (ans.get("audit") or {}).get("error")
         if broken:  # a tree it could not read is judged by nobody: failed (exit 3), naming the file
             return HostResult(host.name, "failed", broken.get("message", "the audit could not read the install"),
@@ -91,8 +94,8 @@ def audit_fn(specs: list, *, install_path=None, python=None, timeout=300.0, engi
         return HostResult(host.name, "gaps" if unc else "ok",
                           f"{len(rows)} wrapper gaps, {len(unc)} fixable and uncovered",
                           version=inst.get("version"), install=inst.get("path"),
-                          data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc], "engine": engine,
-                                "engine_package": inference.PACKAGES[engine],
+                          data={"gaps": rows, "uncovered_fixable": [x["class"] for x in unc], "engine": used,
+                                "engine_package": inference.PACKAGES[used],
                                 "files_scanned": ans["audit"].get("files_scanned")})
 
     return fn

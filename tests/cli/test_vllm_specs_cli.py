@@ -297,3 +297,32 @@ def test_patch_overlay_on_032_stages_the_plugin_status_and_reconcile_count_it_an
     run("unpatch", *cli, "--playbook", "qwen2-audio-eagle3-vllm", "--overlay", check_rc=0)
     assert not host.hostpath(root).exists()
     assert {rel: vllm_file(host, rel).read_bytes() for rel in (q2a, proposer)} == before
+
+
+def test_audit_and_spec_new_use_the_hosts_one_engine_and_refuse_a_host_with_two_naming_both(v032, ssh_env):
+    """issue 63: on a host whose only engine is vLLM, `audit` and `spec new` answered `no SGLang install
+    found` (exit 3 and 2) and never mentioned the vLLM there. Without --engine, the host's one engine is
+    read; a host with both is refused, naming each install and the option that picks one."""
+    host = v032
+    host.reset()
+    sglang = host.hostpath(host.site_packages) / "sglang"
+    moved = sglang.with_name("sglang-moved-away")
+    try:
+        proc, doc = run_json("audit", *ssh_env.cli_args, "--host", host.name)
+        row = doc["hosts"][0]
+        assert proc.returncode == 3 and row["verdict"] == "refused", row
+        assert "this host has SGLang 0.5.9 at" in row["detail"] and "vLLM 0.32.0 at" in row["detail"], row
+        assert "--engine sglang or --engine vllm" in row["detail"], row
+        proc = run("spec", "new", "Qwen2VLForConditionalGeneration", *ssh_env.cli_args, "--host", host.name)
+        assert proc.returncode == 2 and "--engine sglang or --engine vllm" in proc.stderr, proc.stderr
+        sglang.rename(moved)  # now vLLM is the host's one engine
+        proc, doc = run_json("audit", *ssh_env.cli_args, "--host", host.name)
+        row = doc["hosts"][0]
+        assert row["data"]["engine"] == "vllm" and row["version"] == "0.32.0", row
+        assert "Qwen2VLForConditionalGeneration" in row["data"]["uncovered_fixable"], row
+        proc = run("spec", "new", "Qwen2VLForConditionalGeneration", *ssh_env.cli_args, "--host", host.name, check_rc=0)
+        assert "written by `provision spec new` from vLLM 0.32.0" in proc.stdout
+    finally:
+        if moved.exists():
+            moved.rename(sglang)
+        host.reset()

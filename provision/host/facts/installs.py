@@ -364,7 +364,7 @@ def _others_here(eng, named: list) -> str:
             for inst in got.get("installs") or []:
                 out.append(f"{other.title} {inst.get('version') or '?'} at {inst['path']}")
             if got.get("installs"):
-                out[-1] += f" (--engine {other.name}, or a profile with engine: {other.name})"
+                out[-1] += f" (--engine {other.name}, or a playbook of engine: {other.name})"
     finally:
         _probing_others.pop()
     return f"; this host has {', '.join(out)}" if out else ""
@@ -529,16 +529,37 @@ def installed_engine(req: Mapping[str, Any]) -> str:
     """The engine of a request that names none: the first engine provision knows whose install this
     host has (discovery as the request asks it), else the first engine (whose discovery then says
     what is missing)."""
+    found = installed_engines(req, first=True)
+    return found[0][0] if found else inference.KNOWN[0]
+
+
+def installed_engines(req: Mapping[str, Any], first: bool = False) -> list:
+    """[(engine name, its chosen install)] for each engine provision knows whose install this host
+    has (discovery as the request asks it); `first`: stop at the first."""
+    out = []
     _probing_others.append(True)  # (each engine is tried here: a miss need not look for the others)
     try:
         for eng in inference.engines():
             facts = discover(extra_interpreters=req.get("interpreters") or [], pinned=req.get("install_path"),
                              configured_python=req.get("python"), engine=eng.name)
             if facts.get("chosen"):
-                return eng.name
+                out.append((eng.name, chosen_install(facts)))
+                if first:
+                    break
     finally:
         _probing_others.pop()
-    return inference.KNOWN[0]
+    return out
+
+
+def ambiguous_engine(found: list) -> dict | None:
+    """The error of a command that names no engine on a host with several (pure): each install
+    named, and the option that picks one; None with one or none."""
+    if len(found) < 2:
+        return None
+    said = " and ".join(f"{inference.get(n).title} {(i or {}).get('version') or '?'} at {(i or {}).get('path')}"
+                        for n, i in found)
+    return {"kind": "engine-ambiguous", "message": f"this host has {said}: name the engine with "
+            + " or ".join(f"--engine {n}" for n, _ in found)}
 
 
 def for_request(req: Mapping[str, Any]) -> Any:

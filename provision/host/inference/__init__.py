@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from provision.host.inference.base import InferenceEngine
 
 DEFAULT = "sglang"
+# A request's `engine` that leaves the choice to the host: its one engine's install (agent.py);
+# several: the request is refused, naming each (a command given no --engine: audit, spec new).
+FROM_HOST = "host"
 # name -> the module holding its implementation (ENGINE): the one list of the engines provision knows
 _MODULES = {"sglang": "provision.host.inference.sglang", "vllm": "provision.host.inference.vllm"}
 KNOWN = tuple(_MODULES)
@@ -107,6 +110,8 @@ def of_request(req: object) -> str | None:
     if not isinstance(req, dict):
         return None
     name = req.get("engine") or (req.get("profile") or {}).get("engine")
+    if name == FROM_HOST:
+        return None
     if isinstance(name, str):
         return name
     specs = ([req["spec"]] if isinstance(req.get("spec"), dict) else []) + list(req.get("specs") or [])

@@ -57,7 +57,7 @@ def op_audit(req: AuditRequest, bundle: bytes) -> AuditAnswer:
         if info.get("error"):
             entry["state"] = "error: " + (info.get("error") or {}).get("message", "")
         states[spec["class"]] = entry
-    return {"ok": True, "facts": facts, "audit": result, "spec_states": states}
+    return {"ok": True, "facts": facts, "audit": result, "spec_states": states, "engine": eng.name}
 
 
 OPS = {"audit": op_audit}

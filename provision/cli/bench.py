@@ -22,11 +22,14 @@ from provision.errors import EXIT_NOTHING, EXIT_USAGE, ConfigError
 @click.option("--warmup", type=click.IntRange(0, 100), default=2, show_default=True,
               help="Requests sent first and not measured.")
 @click.option("--baseline", "baseline_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Baseline figures (from --save-baseline): each host gets a speedup against the entry with its "
-                   "model path, tp-size, SGLang version and GPU name.")
+              help="Baseline figures (from --save-baseline): each EAGLE-3 host gets a speedup against the entry "
+                   "without speculative decoding of its model path, tp-size, engine version and GPU name, and is "
+                   "held to the file's EAGLE-3 entry of its model, tp-size and GPU on ANY release (its own "
+                   "release's if saved): flagged `regressed` below --min-ratio.")
 @click.option("--save-baseline", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Write the figures of the hosts measured WITHOUT speculative decoding as baseline entries "
-                   "(entries of other keys already in FILE are kept).")
+              help="Write the measured hosts' figures as baseline entries: those without speculative decoding "
+                   "(the speedup's denominator) and the EAGLE-3 ones (what a later release is held to); "
+                   "entries of other keys already in FILE are kept.")
 @click.option("--min-speedup", type=click.FloatRange(min=0), default=1.3, show_default=True,
               help="Flag a host `underperforming` below this speedup (needs --baseline).")
 @click.option("--min-accept-length", type=click.FloatRange(min=0), default=1.8, show_default=True,
@@ -37,7 +40,8 @@ from provision.errors import EXIT_NOTHING, EXIT_USAGE, ConfigError
                    "speculative setting, any release): flag it `regressed` below --min-ratio. A canary on a new "
                    "release is caught here; the outlier rule compares only hosts of one release.")
 @click.option("--min-ratio", type=click.FloatRange(min=0, min_open=True), default=0.9, show_default=True,
-              help="With --compare-last: the lowest decode tok/s, as a share of the host's last bench, not flagged.")
+              help="With --compare-last or --baseline: the lowest decode tok/s, as a share of the host's last "
+                   "bench or of the baseline's EAGLE-3 figure, not flagged.")
 @click.option("--force", is_flag=True,
               help="Measure a server that is serving traffic (/flush_cache answers 400); the figures then "
                    "include that traffic, and say so.")
@@ -71,7 +75,9 @@ def bench(ctx, server_port, requests, max_new_tokens, warmup, baseline_file, sav
 
     \b
     A baseline is a server launched without --speculative-*: measure those with
-    --save-baseline FILE, then the EAGLE-3 hosts with --baseline FILE.
+    --save-baseline FILE, then the EAGLE-3 hosts with --baseline FILE. EAGLE-3
+    hosts saved too are what a later release is held to: `regressed` below
+    --min-ratio of their saved figure, on any release.
     Flags: no-spec (speculation on, but no spec_verify_ct or drafts counted),
     net-negative (speedup < 1), underperforming (< --min-speedup or accept
     length < --min-accept-length), outlier (< 0.85 x the median of this run's
@@ -173,17 +179,14 @@ def save_baseline_file(path: str, old_entries: dict, results) -> bool:
     from provision.output import benchfigures as bf
     from provision.output.prometheus import write_atomic
 
-    entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"})
+    now = datetime.now().astimezone().isoformat(timespec="seconds")
+    entries, notes = bf.baseline_entries({r.host: r.data for r in results if r.verdict == "measured"}, now)
     for n in notes:
         click.echo(f"note: {n}", err=True)
     if not entries:  # asked for and not done: never exit 0 on it
-        click.echo(f"error: --save-baseline {path}: no host without speculative decoding was measured, so nothing "
-                   "was written (a baseline is a server launched without --speculative-*, for the speedup); to "
-                   "compare EAGLE-3 hosts with their own earlier figures, across releases too: --compare-last",
-                   err=True)
+        click.echo(f"error: --save-baseline {path}: no host was measured, so nothing was written", err=True)
         return False
-    text = bf.render_baseline(bf.merge_baseline(old_entries, entries),
-                              datetime.now().astimezone().isoformat(timespec="seconds"))
+    text = bf.render_baseline(bf.merge_baseline(old_entries, entries), now)
     try:
         write_atomic(path, text)
     except OSError as exc:

@@ -293,23 +293,54 @@ def judge(figs: dict[str, dict], baseline: dict | None, *, min_speedup: float = 
 
 # --------------------------------------------------------------------------- the baseline file
 
-def baseline_entries(figs: dict[str, dict]) -> tuple[dict, list[str]]:
-    """(entries keyed by bench_key, notes) from hosts measured without speculative decoding. Hosts
-    with it are left out, named: a baseline is a server launched without --speculative-*."""
+def spec_key(fig: dict) -> str:
+    """A speculative server's baseline key: its bench key and its algorithm (`...|EAGLE3`). Pure."""
+    algo = (fig.get("speculative") or {}).get("speculative_algorithm") or "spec"
+    return f"{fig.get('key')}|{algo}"
+
+
+def baseline_entries(figs: dict[str, dict], saved_at: str = "") -> tuple[dict, list[str]]:
+    """(entries, notes) from the measured hosts: those without speculative decoding keyed by
+    bench_key (the speedup's denominator), those with it by spec_key (the figure a later bench of
+    the same model, tp-size, GPU and algorithm is held to, on any release: `--baseline`). Pure."""
     entries: dict[str, dict] = {}
-    notes = []
+    notes: list[str] = []
     for host, f in sorted(figs.items()):
-        if f.get("spec_on"):
-            notes.append(f"{host}: runs speculative decoding; not a baseline (launch it without --speculative-*)")
-            continue
         if f.get("decode_tok_s") is None:
             continue
-        e = entries.setdefault(f["key"], {"model_path": f.get("model_path"), "tp_size": f.get("tp_size"),
-                                          "version": f.get("version"), "gpu": f.get("gpu"), "hosts": {}})
+        on = bool(f.get("spec_on"))
+        e = entries.setdefault(spec_key(f) if on else f["key"], {
+            "model_path": f.get("model_path"), "tp_size": f.get("tp_size"), "version": f.get("version"),
+            "gpu": f.get("gpu"), "speculative": on, "saved_at": saved_at, "hosts": {}, "accept_lengths": {}})
         e["hosts"][host] = f["decode_tok_s"]
+        if on and f.get("accept_length") is not None:
+            e["accept_lengths"][host] = f["accept_length"]
     for e in entries.values():
         e["decode_tok_s"] = round(median(e["hosts"].values()) or 0.0, 2)
+        lengths = e.pop("accept_lengths")
+        if lengths:
+            e["accept_length"] = round(median(lengths.values()) or 0.0, 3)
     return entries, notes
+
+
+def spec_baseline(fig: dict, baseline: dict | None) -> dict | None:
+    """The baseline entry a speculative host is held to (pure): of the same model, tp-size, GPU and
+    algorithm, on any release; its own release's when the file has one, else the last saved. As
+    flag_regressions reads an earlier figure: {decode_tok_s, version, key, time}."""
+    if not baseline or not fig.get("spec_on"):
+        return None
+    mine = spec_key(fig).split("|")
+    found = []
+    for key, e in baseline.items():
+        parts = str(key).split("|")
+        if len(parts) == 5 and len(mine) == 5 and parts[0] == mine[0] and parts[1] == mine[1] and \
+                parts[3] == mine[3] and parts[4] == mine[4] and _num(e.get("decode_tok_s")):
+            found.append((parts[2] == mine[2], str(e.get("saved_at") or ""), key, e))
+    if not found:
+        return None
+    _, when, key, e = max(found, key=lambda t: (t[0], t[1]))
+    return {"decode_tok_s": float(e["decode_tok_s"]), "version": e.get("version"), "accept_length": e.get("accept_length"),
+            "key": "|".join(str(key).split("|")[:4]), "time": when, "source": "baseline"}
 
 
 def render_baseline(entries: dict, saved_at: str) -> str:
@@ -367,15 +398,28 @@ def last_figures(records: list[dict]) -> dict[str, dict]:
 
 def flag_regressions(figs: dict[str, dict], last: dict[str, dict], min_ratio: float = DEFAULT_MIN_RATIO) -> None:
     """`bench --compare-last`: each host's decode against its own last bench of the same model,
-    tp-size, GPU and speculative setting, whatever the release: below `min_ratio` it is flagged
-    `regressed` (a canary on a new release slower than it was; the outlier rule compares only
-    hosts of one release). In place. Pure."""
+    tp-size, GPU and speculative setting, whatever the release (`--baseline FILE`: against the
+    file's speculative entry, `spec_baseline`, given in `last` with "source": "baseline"): below
+    `min_ratio` it is flagged `regressed` (a canary on a new release slower than it was; the outlier
+    rule compares only hosts of one release). In place. Pure."""
     for host, f in figs.items():
         before = last.get(host)
         now = f.get("decode_tok_s")
         if before is None or now is None:
             if now is not None:
                 f["notes"].append("no earlier bench of this host in the journal: nothing to compare with")
+            continue
+        if before.get("source") == "baseline":
+            ratio = now / before["decode_tok_s"]
+            f["vs_baseline"] = round(ratio, 3)
+            said = (f"{now:.1f} tok/s on {f.get('version') or '?'} is {ratio:.2f}x the baseline's "
+                    f"{before['decode_tok_s']:.1f} tok/s on {before.get('version') or '?'} (saved "
+                    f"{str(before.get('time') or '?')[:16].replace('T', ' ')})")
+            if ratio < min_ratio:
+                f["flags"].append("regressed")
+                f["notes"].append(f"regressed: {said} < {min_ratio:g}")
+            else:
+                f["notes"].append(said)
             continue
         if not _same_server(f.get("key") or "", before.get("key") or "") or \
                 bool(f.get("spec_on")) != (before.get("accept_length") is not None):

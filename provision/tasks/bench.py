@@ -166,10 +166,15 @@ def result_from_answer(host: str, answer: BenchAnswer) -> HostResult:
 
 def judge(results: list[HostResult], baseline: dict | None, *, min_speedup: float, min_accept_length: float,
           last: dict | None = None, min_ratio: float = bf.DEFAULT_MIN_RATIO) -> None:
-    """Speedups, flags and their notes, across this run's measured hosts (in place); `last` (host ->
-    its last journaled bench: --compare-last): each host against its own past too."""
+    """Speedups, flags and their notes, across this run's measured hosts (in place); a speculative
+    host against the baseline file's figure of the same model, tp-size, GPU and algorithm (any
+    release); `last` (host -> its last journaled bench: --compare-last): each host against its own
+    past too."""
     figs = {r.host: r.data for r in results if r.verdict == "measured"}
     bf.judge(figs, baseline, min_speedup=min_speedup, min_accept_length=min_accept_length)
+    if baseline:  # a speculative host against the file's figure of its kind, on any release
+        held = {h: b for h, b in ((h, bf.spec_baseline(f, baseline)) for h, f in figs.items()) if b is not None}
+        bf.flag_regressions({h: figs[h] for h in held}, held, min_ratio)
     if last is not None:
         bf.flag_regressions(figs, last, min_ratio)
     for r in results:

@@ -200,16 +200,39 @@ def test_outlier_below_085_of_its_keys_median_with_at_least_two_hosts():
 # --------------------------------------------------------------------------- baseline file
 
 
-def test_baseline_entries_round_trip_and_leave_speculative_hosts_out():
+def test_baseline_entries_round_trip_and_keep_speculative_hosts_under_their_algorithm():
     figs = figs_for({"b1": 54.0, "b2": 56.0}, spec=False)
     figs.update(figs_for({"s1": 96.0}))
-    entries, notes = bf.baseline_entries(figs)
-    assert list(entries) == ["/m/Kimi|tp8|0.5.9|RTX"] and entries["/m/Kimi|tp8|0.5.9|RTX"]["decode_tok_s"] == 55.0
-    assert notes and notes[0].startswith("s1: runs speculative decoding")
+    entries, notes = bf.baseline_entries(figs, "2026-12-01T00:00:00+00:00")
+    assert sorted(entries) == ["/m/Kimi|tp8|0.5.9|RTX", "/m/Kimi|tp8|0.5.9|RTX|EAGLE3"] and not notes
+    assert entries["/m/Kimi|tp8|0.5.9|RTX"]["decode_tok_s"] == 55.0
+    spec = entries["/m/Kimi|tp8|0.5.9|RTX|EAGLE3"]
+    assert spec["speculative"] and spec["decode_tok_s"] == pytest.approx(96.0, rel=0.01) and spec["accept_length"]
     text = bf.render_baseline(entries, "2026-12-01T00:00:00+00:00")
     assert bf.parse_baseline(text, "b.json") == json.loads(text)["entries"]
     merged = bf.merge_baseline({"other": {"decode_tok_s": 1}}, entries)
-    assert set(merged) == {"other", "/m/Kimi|tp8|0.5.9|RTX"}
+    assert set(merged) == {"other", "/m/Kimi|tp8|0.5.9|RTX", "/m/Kimi|tp8|0.5.9|RTX|EAGLE3"}
+
+
+def test_a_speculative_host_is_held_to_the_baseline_of_its_kind_on_any_release():
+    """issue 63: --save-baseline keeps EAGLE-3 figures; --baseline holds a canary on a new release to them."""
+    key9, key10 = "/m|tp8|0.5.9|GPU|EAGLE3", "/m|tp8|0.5.10|GPU|EAGLE3"
+    base = {key9: {"decode_tok_s": 96.0, "version": "0.5.9", "saved_at": "2026-12-01T00:00:00"},
+            "/m|tp8|0.5.9|GPU": {"decode_tok_s": 54.0},
+            "/m|tp4|0.5.9|GPU|EAGLE3": {"decode_tok_s": 50.0, "saved_at": "2026-12-02T00:00:00"}}
+    fig = {"decode_tok_s": 69.9, "spec_on": True, "version": "0.5.10", "key": "/m|tp8|0.5.10|GPU",
+           "speculative": {"speculative_algorithm": "EAGLE3"}, "flags": [], "notes": []}
+    held = bf.spec_baseline(fig, base)
+    assert held is not None and held["decode_tok_s"] == 96.0 and held["version"] == "0.5.9"
+    bf.flag_regressions({"canary": fig}, {"canary": held}, 0.9)
+    assert fig["flags"] == ["regressed"] and fig["vs_baseline"] == 0.728
+    assert fig["notes"] == ["regressed: 69.9 tok/s on 0.5.10 is 0.73x the baseline's 96.0 tok/s on 0.5.9 (saved "
+                            "2026-12-01 00:00) < 0.9"]
+    # its own release's entry, when saved, is the one it is held to
+    own = dict(base, **{key10: {"decode_tok_s": 70.0, "version": "0.5.10", "saved_at": "2026-11-01T00:00:00"}})
+    assert bf.spec_baseline(fig, own)["decode_tok_s"] == 70.0
+    assert bf.spec_baseline(dict(fig, spec_on=False), base) is None  # a server without EAGLE-3: the speedup's side
+    assert bf.spec_baseline(dict(fig, key="/m|tp2|0.5.10|GPU"), base) is None  # no entry of its kind
 
 
 @pytest.mark.parametrize("text,words", [

@@ -41,6 +41,9 @@ def _shipped_playbooks() -> Path:
 
 PACKAGE_PLAYBOOKS = _shipped_playbooks()
 DEFAULT_PLAYBOOK = "kimi-k25-eagle3.yaml"
+# The default playbook's counterpart for a host whose only engine is another (status with no
+# --playbook on a vLLM host judges vLLM's Kimi-K2.5 wrapper: issue 63).
+ENGINE_DEFAULT_PLAYBOOKS = {"vllm": "kimi-k25-eagle3-vllm.yaml"}
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

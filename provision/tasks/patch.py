@@ -411,6 +411,12 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass
         answer = session.call_read(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        engine_note = ""
+        if given is None and "engine" not in req and not (host.get("specs") or host.get("spec")) and \
+                (answer.get("error") or {}).get("kind") == "not-found":
+            found = _other_engine_status(req, session, fleet, host, timeout)
+            if found is not None:
+                req, hspecs, answer, engine_note = found
         no: dict[str, str] = dict(other)
         if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
             no.update(multi.split([s for s in hspecs if s.name not in other],
@@ -439,6 +445,8 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
             rows.append(r)
         for r in rows:  # which engine the install and version are (the host's profile's)
             r.data["engine"] = req.get("engine") or inference.DEFAULT
+        if rows and engine_note:
+            rows[0].notes.insert(0, engine_note)
         if rows and host.get("router"):  # where the server stands in the router in front, said once
             from provision.tasks import routing
 
@@ -453,6 +461,27 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
         return rows
 
     return fn
+
+
+def _other_engine_status(req: dict, session, fleet, host: Host, timeout: float):
+    """status with no --playbook on a host without the default engine: the first other engine with
+    an install there, judged with its default playbook's spec ((request, specs, answer, the note)),
+    or None (no other engine here either: the not-found answer stands, naming what it looked for)."""
+    from provision.config.playbook import ENGINE_DEFAULT_PLAYBOOKS, load_patch_spec
+
+    for eng in inference.engines():
+        book = ENGINE_DEFAULT_PLAYBOOKS.get(eng.name)
+        if book is None:
+            continue
+        spec = load_patch_spec(book)
+        specs = [spec] if spec is not None else []
+        again = dict(req, engine=eng.name, specs=[s.to_engine() for s in specs])
+        ans = session.call_read(again, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+        if ans.get("ok"):
+            return again, specs, ans, (f"no --playbook: this host's engine is {eng.title} (no "
+                                       f"{inference.get(inference.DEFAULT).title} install); judged with "
+                                       f"{book.removesuffix('.yaml')}")
+    return None
 
 
 def unfinished_upgrades() -> dict[str, str]:

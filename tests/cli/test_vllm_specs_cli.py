@@ -322,6 +322,12 @@ def test_audit_and_spec_new_use_the_hosts_one_engine_and_refuse_a_host_with_two_
         assert "Qwen2VLForConditionalGeneration" in row["data"]["uncovered_fixable"], row
         proc = run("spec", "new", "Qwen2VLForConditionalGeneration", *ssh_env.cli_args, "--host", host.name, check_rc=0)
         assert "written by `provision spec new` from vLLM 0.32.0" in proc.stdout
+        # status with no --playbook judges the host's vLLM with the vLLM counterpart of the default playbook
+        proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name)
+        row = doc["hosts"][0]
+        assert row["verdict"] != "error" and row["data"]["engine"] == "vllm" and row["version"] == "0.32.0", row
+        assert row["data"]["spec"] == "kimi-k25-eagle3-vllm", row
+        assert "this host's engine is vLLM" in row["notes"][0], row["notes"]
     finally:
         if moved.exists():
             moved.rename(sglang)

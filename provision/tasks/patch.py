@@ -417,6 +417,7 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
             found = _other_engine_status(req, session, fleet, host, timeout)
             if found is not None:
                 req, hspecs, answer, engine_note = found
+        recorded_elsewhere(answer, host)  # type: ignore[arg-type]
         no: dict[str, str] = dict(other)
         if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
             no.update(multi.split([s for s in hspecs if s.name not in other],
@@ -447,6 +448,8 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
             r.data["engine"] = req.get("engine") or inference.DEFAULT
         if rows and engine_note:
             rows[0].notes.insert(0, engine_note)
+        if rows and answer.get("server_from_record"):
+            rows[0].notes.insert(0, answer["server_from_record"])
         if rows and host.get("router"):  # where the server stands in the router in front, said once
             from provision.tasks import routing
 
@@ -461,6 +464,27 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
         return rows
 
     return fn
+
+
+def recorded_elsewhere(answer: dict, host: Host) -> None:
+    """Nothing names the host's server (no --server-port, profile or `args: port`) and none is
+    recorded on the default port, but provision started one on another port: that one is the
+    host's server in the row (its health decides the exit code), said in a note, as stop, bench,
+    logs and wait act on it (tasks/recorded.py). In place."""
+    from provision.tasks import recorded
+
+    ours = answer.get("server") or {}
+    live = [o for o in answer.get("other_servers") or [] if o.get("running") or o.get("survivors")]
+    if recorded.named(host, None, None) or ((ours.get("record") or {}) and not ours["record"].get("stopped_at")) \
+            or len(live) != 1:
+        return
+    one = live[0]
+    rec = one.get("record") or {}
+    answer["server"] = one
+    answer["other_servers"] = [o for o in answer.get("other_servers") or [] if o is not one]
+    answer["server_from_record"] = (f"no server named: the one provision recorded on this host, port {rec.get('port')} "
+                                    f"({(rec.get('launch') or {}).get('engine') or rec.get('engine') or 'sglang'}, "
+                                    f"playbook {rec.get('profile') or 'unnamed'})")
 
 
 def _other_engine_status(req: dict, session, fleet, host: Host, timeout: float):

@@ -438,6 +438,10 @@ def test_stop_bench_logs_and_wait_without_a_port_act_on_the_server_recorded_on_t
     row = doc["hosts"][0]
     assert proc.returncode == 0 and row["verdict"] == "ready", row
     assert any("port 8000" in n for n in row["notes"]), row
+    proc, doc = run_json("status", "-i", inv, env=env, timeout=200)
+    row = doc["hosts"][0]
+    assert proc.returncode == 0 and row["data"]["server_port"] == 8000 and row["data"]["server_state"] == "up", row
+    assert any("the one provision recorded on this host, port 8000" in n for n in row["notes"]), row
     proc, doc = run_json("stop", "-i", inv, env=env, timeout=200)
     row = doc["hosts"][0]
     assert proc.returncode == 0 and row["verdict"] == "stopped", row

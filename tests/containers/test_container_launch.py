@@ -249,6 +249,6 @@ def test_a_vllm_playbook_reads_the_images_vllm_and_refuses_an_image_that_has_onl
     pb.write_text(json.dumps(doc))
     proc, out = run_json("launch", "-i", inventory(tmp_path, ssh_env, host), "--playbook", str(pb), timeout=300)
     r = out["hosts"][0]
-    assert proc.returncode != 0 and r["verdict"] == "failed", r
+    assert proc.returncode == 3 and r["verdict"] == "refused", r  # preflight's refusal (docs/containers.md)
     assert f"image {sglang_images['0.5.10']} has no vLLM that python3 imports" in r["detail"], r["detail"]
     assert containers(ssh_env, host) == [], "nothing was started"

@@ -381,8 +381,12 @@ def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sa
 
 def test_a_command_for_the_engine_the_host_lacks_names_the_engine_it_has(ssh_env, vhost):
     """issue 63: on a host whose only engine is vLLM, `audit` (SGLang by default) answered "no SGLang
-    install found (looked at ...)" and never mentioned the host's vLLM."""
+    install found (looked at ...)" and never mentioned the host's vLLM. Without --engine it audits the
+    host's one engine now; asked for SGLang, it names the vLLM the host has."""
     proc, doc = run_json("audit", *ssh_env.cli_args, "--host", vhost.name, timeout=300)
+    row = doc["hosts"][0]
+    assert row["data"]["engine"] == "vllm" and row["version"] == "0.32.0", row
+    proc, doc = run_json("audit", *ssh_env.cli_args, "--host", vhost.name, "--engine", "sglang", timeout=300)
     detail = doc["hosts"][0]["detail"]
     assert proc.returncode != 0 and "no SGLang install found" in detail, doc
     assert "this host has vLLM 0.32.0 at /opt/vllm-env/" in detail and "--engine vllm" in detail, detail

@@ -151,6 +151,8 @@ _EXC_LINE = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning))"
     r"(?::\s?(?P<msg>.*))?$"
 )
+# an exception's line with no traceback above it: an error's type only (never a warning's)
+_BARE_EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s?(?P<msg>.*))?$")
 _ANY_EXC_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<msg>.*))?$")
 _MISSING_ATTR = re.compile(r"'(?P<cls>[\w.]+)' object has no attribute '(?P<attr>\w+)'")
 _TP_SIZE = re.compile(r"\btp_size=(\d+)")
@@ -383,6 +385,16 @@ class LoadLog:
             dead = _RANK_DEAD.match(line)
             if dead:
                 self._rank_dead(dead, line, [line], None, events)
+                return
+            if seg[:1].isspace() and line.startswith('File "'):  # its frames: collected as a traceback
+                self._tb = _Traceback(seg.rstrip(), None, "request" if self._after_request_error else "uncaught")
+                self._tb.awaiting_exc = True
+                return
+            bare = _BARE_EXC.match(line)
+            if bare and not self._after_request_error:  # an exception's line alone (its header above the tail)
+                self._tb = _Traceback(line, None, "uncaught")
+                self._tb.exc_type, self._tb.exc_msg = bare.group("type"), bare.group("msg") or ""
+                self._classify_traceback(events)
             return
         tb.lines.append(seg.rstrip())
         if seg[:1].isspace():

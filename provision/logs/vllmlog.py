@@ -35,14 +35,31 @@ _INDEX = {p: i for i, p in enumerate(PHASES)}
 MAX_CRASH_LINES = 30
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# what a log collector puts before vLLM's own line: docker compose's `vllm-1  | `, journald's
+# `Dec 07 10:00:00 gpu01 vllm[1234]: `
+_COLLECTOR = re.compile(r"^(?:[\w.-]+\s+\| ?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: )")
 _PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*)(?: pid=(?P<pid>\d+))?\)\s?")
 _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
                     r"\[[^\]]*\]\s?")
+# a process supervisor's one-line verdict (V1 engine): the start-up is over, whatever follows
+_FAILED_START = re.compile(r"\b(?:WorkerProc|EngineCore\w*|Engine core|Engine process|API server process)"
+                           r" (?:failed to start|initialization failed)")
+# the lines of a traceback that are not its message: source, carets, frames
+_CODE = re.compile(r"^\s*(?:File \"|\^+\s*$|~+[~^]*\s*$|raise\b|\s{4})")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+# pydantic's validation error of an engine config: the cause is on the lines after it
+_PYDANTIC = re.compile(r"ValidationError: \d+ validation errors? for (?P<cls>\w+)")
+_PYDANTIC_CAUSE = re.compile(r"^\s+(?:Value error, |Assertion failed, )?(?P<cause>.+?)(?: \[type=[^\]]*\])?$")
+# an older multi-process worker's header at the end of its message line
+_WORKER_EXC = re.compile(r"Exception in worker \S+ while processing method \w+: (?P<msg>.*)$")
 _PHASE_LINES = (
     (re.compile(r"Starting to load model\b"), "target-weights"),
     (re.compile(r"Loading drafter model\b"), "draft-weights"),
-    (re.compile(r"KV cache size:|Available KV cache memory|EAGLE drafter KV cache initialized"), "kv-cache"),
-    (re.compile(r"Capturing CUDA graphs|torch\.compile takes|init engine \(profile, create kv cache, warmup model\) "
+    (re.compile(r"Loading model weights took\b"), "target-weights"),  # (releases before "Starting to load model")
+    (re.compile(r"KV cache size:|Available KV cache memory|EAGLE drafter KV cache initialized|# GPU blocks: \d+|"
+                r"# cpu blocks: \d+"), "kv-cache"),
+    (re.compile(r"Capturing CUDA graphs|Capturing cudagraphs|Capturing the model for CUDA graphs|"
+                r"Graph capturing finished|torch\.compile takes|init engine \(profile, create kv cache, warmup model\) "
                 r"took"), "cuda-graphs"),
     (re.compile(r"Application startup complete\."), "ready"),
 )
@@ -71,15 +88,25 @@ _PLUGIN_FAILED = re.compile(r"Failed to load plugin (?P<name>\S+)")
 
 def strip(line: str) -> tuple[str, str]:
     """(process name or "", the message) of one log line: its process and level prefixes off."""
+    proc, msg, _ = split(line)
+    return proc, msg
+
+
+def split(line: str) -> tuple[str, str, str]:
+    """(process name or "", the message, its level or "") of one log line: a log collector's
+    prefix (docker compose, journald), then vLLM's process and level prefixes, off."""
     line = _ANSI.sub("", line).rstrip()
-    proc = ""
+    m = _COLLECTOR.match(line)
+    if m and not _PROC.match(line):
+        line = line[m.end():]
+    proc = level = ""
     m = _PROC.match(line)
     if m:
         proc, line = m.group("proc"), line[m.end():]
     m = _LEVEL.match(line)
     if m:
-        line = line[m.end():]
-    return proc, line
+        level, line = m.group("level"), line[m.end():]
+    return proc, line, level
 
 
 class LoadLog:
@@ -92,6 +119,8 @@ class LoadLog:
         self._partial = ""
         self._tail: deque[str] = deque(maxlen=200)
         self._tb: list[str] | None = None
+        self._pydantic = False       # the traceback's message is pydantic's: its cause lines follow it
+        self._tb_said = ""           # a worker's message on its traceback header's line
         self._archs: list[str] = []
         self._shutting_down = False
         self.version: str | None = None
@@ -118,7 +147,7 @@ class LoadLog:
 
     # ------------------------------------------------------------------ one line
     def _line(self, raw: str) -> list[Event]:
-        proc, msg = strip(raw)
+        proc, msg, level = split(raw)
         if not msg.strip():
             return []
         shown = redact(msg, self.secrets)
@@ -127,6 +156,12 @@ class LoadLog:
         events: list[Event] = []
         if _SHUTDOWN.search(msg) and self.state.phase in ("ready", "starting") and self.state.crashed is None:
             self._shutting_down = self._shutting_down or self.state.phase == "ready"
+        if self._tb is not None and self._pydantic:
+            # pydantic's cause lines: indented, or a field's name alone; anything else ends it
+            if msg.startswith((" ", "\t")) or re.fullmatch(r"[\w.\[\]]+", msg.strip()):
+                self._tb.append(shown)
+                return events
+            events += self._end_traceback()
         if self._tb is not None:
             if msg.startswith((" ", "\t")) or msg.startswith(_TB_HEAD) or not _EXC_LINE.match(msg.strip()):
                 if msg.startswith(_TB_HEAD) and len(self._tb) > 1:
@@ -136,11 +171,31 @@ class LoadLog:
                     self._tb.append(shown)
                 return events
             self._tb.append(shown)
+            if _PYDANTIC.search(msg):
+                self._pydantic = True
+                return events
             events += self._end_traceback()
             return events
         if msg.startswith(_TB_HEAD):
             self._tb = [shown]
             return events
+        if _TB_HEAD in msg:  # an older worker's message, then its traceback's header, on one line
+            head = shown[:shown.index(_TB_HEAD)].rstrip(" ,:")
+            m = _WORKER_EXC.search(head)
+            self._tb_said = (m.group("msg") if m else head).rstrip(" ,:")
+            self._tb = [head]
+            return events
+        if not level and re.match(r"\s+File \"", msg):  # a traceback whose header is above the tail read
+            self._tb = [shown]
+            return events
+        if level in ("", "ERROR", "CRITICAL") and not msg.startswith((" ", "\t")) and _EXC_LINE.match(msg.strip()):
+            # an exception's line with no traceback above it (above the tail, or logged alone)
+            if _PYDANTIC.search(msg):
+                self._tb, self._pydantic = [shown], True
+                return events
+            return events + self._crash([shown])
+        if level in ("ERROR", "CRITICAL") and _FAILED_START.search(msg) and not _CODE.match(msg):
+            return events + self._crash([shown], kind="child-failed")
         m = _VERSION.search(msg)
         if m and self.version is None and proc in ("APIServer", ""):
             self.version = m.group("v") or m.group("v2")
@@ -156,6 +211,8 @@ class LoadLog:
             if pattern.search(msg):
                 events += self._advance(phase, shown)
         m = _SHARDS.search(msg)
+        if m and self.state.phase == "starting":  # a release (or a tail) without "Starting to load model"
+            events += self._advance("target-weights", shown)
         if m and self.state.phase in ("target-weights", "draft-weights"):
             model = "draft" if self.state.phase == "draft-weights" else "target"
             prog = Progress(phase=self.state.phase, shards_done=int(m.group("done")), shards_total=int(m.group("total")),
@@ -171,7 +228,7 @@ class LoadLog:
                           lines=(shown,))
             self.state = replace(self.state, crashed=crash, phase=CRASHED)
             return events + [Event("crash", CRASHED, shown, crash=crash)]
-        if _EAGLE3.search(msg) or _OOM.search(msg) or _CORE_FAILED.search(msg):
+        if (_EAGLE3.search(msg) or _OOM.search(msg) or _CORE_FAILED.search(msg)) and not _CODE.match(msg):
             events += self._crash([shown])
         return events
 
@@ -183,13 +240,14 @@ class LoadLog:
 
     def _end_traceback(self) -> list[Event]:
         lines, self._tb = self._tb or [], None
-        return self._crash(lines)
+        said, self._tb_said, self._pydantic = self._tb_said, "", False
+        return self._crash(lines, said=said)
 
-    def _crash(self, lines: list[str]) -> list[Event]:
+    def _crash(self, lines: list[str], kind: str | None = None, said: str = "") -> list[Event]:
         if self._shutting_down:
             return []  # an ERROR while it shuts down (EngineDeadError after a stop) is not a crash
         text = "\n".join(lines)
-        last = next((ln.strip() for ln in reversed(lines) if _EXC_LINE.match(ln.strip())), lines[-1].strip())
+        last = message_of(lines, said)
         if self.overlay_package and f"/{self.overlay_package}/" in text:  # raised in the overlay's own code
             kind = "overlay-import"
             summary = f"provision's overlay plugin {self.overlay_package} failed under the server: {last}"
@@ -203,7 +261,7 @@ class LoadLog:
                        f"{self.state.target_class or 'the target model'}, whose config has none: {last}")
         elif _OOM.search(text):
             kind, summary = "oom", f"out of memory: {last}"
-        elif _CORE_FAILED.search(text):
+        elif kind == "child-failed" or _CORE_FAILED.search(text):
             kind, summary = "child-failed", last
         else:
             kind, summary = "exception", last
@@ -215,6 +273,39 @@ class LoadLog:
                       else None)
         self.state = replace(self.state, crashed=crash, phase=CRASHED)
         return [Event("crash", CRASHED, last, crash=crash)]
+
+
+def message_of(lines: list[str], said: str = "") -> str:
+    """The sentence a crash's lines say (pure): pydantic's cause (`ModelConfig: User-specified
+    max_model_len ...`), else the last exception line, else the worker's message on its header's
+    line (`said`), else the last line that is not source, a caret or a frame."""
+    for i, ln in enumerate(lines):
+        m = _PYDANTIC.search(ln)
+        if m:
+            field, cause = "", ""
+            for nxt in lines[i + 1:]:
+                if re.fullmatch(r"[\w.\[\]]+", nxt.strip()) and not nxt.startswith((" ", "\t")):
+                    field = nxt.strip()
+                    continue
+                c = _PYDANTIC_CAUSE.match(nxt)
+                if c and not c.group("cause").startswith("For further information"):
+                    cause = c.group("cause").strip()
+                    break
+            if cause:
+                return f"{m.group('cls')}{'.' + field if field else ''}: {cause}"
+    exc = next((ln.strip() for ln in reversed(lines) if _EXC_LINE.match(ln.strip())), None)
+    if exc:
+        return exc
+    if said:
+        return said
+    plain = next((ln.strip() for ln in reversed(lines) if not _CODE.match(ln)), None)
+    if plain is not None:
+        return plain
+    frame = next((m for m in (_FRAME.match(ln) for ln in reversed(lines)) if m), None)
+    if frame is not None:  # source lines only: where it was, never a quoted line or a caret
+        return (f"the log ends inside a traceback, without its exception line (last frame: "
+                f"{frame.group('file').rsplit('/', 1)[-1]} line {frame.group('line')}, in {frame.group('func')})")
+    return lines[-1].strip() if lines else ""
 
 
 def _seconds(text: str | None) -> float | None:

@@ -60,6 +60,8 @@ def check_profiles(ctx, opts, multinode=None) -> list:
 def _parse_overrides(args) -> dict:
     import yaml
 
+    from provision.config.bounded import load_yaml
+
     out = {}
     for a in args:
         if "=" not in a:
@@ -70,7 +72,7 @@ def _parse_overrides(args) -> dict:
             raise UsageError(f"--arg {a!r}: {k!r} is not a flag name (letters, digits, '-', '_'), "
                              "e.g. --arg mem-fraction-static=0.85")
         try:
-            out[k] = yaml.safe_load(v) if v else True
+            out[k] = load_yaml(v, f"--arg {a!r}") if v else True
         except yaml.YAMLError as exc:
             raise UsageError(f"--arg {a!r}: the value is not valid YAML "
                              f"({getattr(exc, 'problem', None) or exc}); quote it, e.g. --arg {k}='\"...\"'") from None

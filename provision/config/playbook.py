@@ -20,6 +20,7 @@ import yaml
 if TYPE_CHECKING:  # the engine's spec as the protocol types it (provision/host/protocol.py)
     from provision.host.protocol import Spec
 
+from provision.config.bounded import load_yaml
 from provision.config.keys import check_keys
 from provision.host import inference
 from provision.errors import ConfigError
@@ -221,7 +222,7 @@ def parse_patch(data: Any, path: str, name: str, engine: str | None = None) -> P
 
 def parse_playbook(text: str, path: str = "<playbook>") -> Playbook:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f" line {mark.line + 1}" if mark is not None else ""

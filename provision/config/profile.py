@@ -202,6 +202,10 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
             given[next(iter(_norm_args({k: v}, "--arg", eng)))] = f"--arg {k}={v}"
     for k, v in eng.implied_args.items():  # where the engine's own default is not provision's
         args.setdefault(k, v)
+    for k, v in {**env, **(hv.get("env") or {})}.items():
+        if isinstance(v, (dict, list, bytes)) or v is None:
+            raise ConfigError(f"{path}: env.{k}: expected a word or a number (an environment variable's value), "
+                              f"got {v!r}")
     env = {str(k): str(v) for k, v in {**env, **(hv.get("env") or {})}.items()}
     for k in env:
         if k.upper() in SECRET_ENV:
@@ -223,11 +227,18 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
         raise ConfigError(f"{path}: launch.fix: edit changes files on the host, and this profile's server runs in a "
                           "container: use overlay (the default for containers), or bake the fix into the image "
                           "(`RUN provision patch --local`)")
+    for key in ("module", "python", "log_dir"):
+        v = launch.get(key)
+        if v is not None and not (isinstance(v, str) and v.strip()):
+            raise ConfigError(f"{path}: launch.{key}: expected a word (a path or a module name), got {v!r}")
+    if launch.get("log_dir") is not None and not str(launch["log_dir"]).startswith("/"):
+        raise ConfigError(f"{path}: launch.log_dir: expected an absolute path, got {launch['log_dir']!r} (a relative "
+                          "one would be resolved against wherever the host's agent runs)")
     prof = Profile(name=name, engine=engine, module=str(launch.get("module") or eng.launch_module),
                    fix=fix,
                    python=hv.get("python") or launch.get("python"), args=args, env=env,
                    log_dir=launch.get("log_dir"), keep_logs=keep,
-                   health_timeout=float(launch.get("health_timeout", 30.0)), grace=float(launch.get("grace", 30.0)),
+                   health_timeout=_seconds(launch, "health_timeout", path), grace=_seconds(launch, "grace", path),
                    requires=tuple(requires))
     if launch.get("container") is not None:
         prof = Profile(**{**prof.__dict__, "container": build_container(launch["container"],
@@ -235,6 +246,14 @@ def build_profile(launch: dict, path: str, name: str, host_vars: dict | None = N
                                                                          prof.engine)})
     validate(prof, path, given)
     return prof
+
+
+def _seconds(launch: dict, key: str, path: str, default: float = 30.0) -> float:
+    """A profile's duration in seconds: a number above 0, else a sentence naming the key."""
+    v = launch.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 10**7):
+        raise ConfigError(f"{path}: launch.{key}: expected a number of seconds above 0, got {v!r}")
+    return float(v)
 
 
 def from_record(launch: dict, name: str, where: str, overrides: dict | None = None) -> Profile:
@@ -255,9 +274,10 @@ def validate(p: Profile, path: str = "profile", given: dict | None = None) -> No
         if given and flag in given:
             raise ConfigError(f"{given[flag]}: {why} (the playbook {path} is not the one to fix)")
         raise ConfigError(f"{path}: {why}")
-    port = p.args.get("port")
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or port < 0):
-        raise ConfigError(f"{path}: port must be a whole number, got {port!r}")
+    port = p.args.get("port", 30000)
+    if not isinstance(port, int) or isinstance(port, bool) or port < 0:
+        where = (given or {}).get("port") or path
+        raise ConfigError(f"{where}: port must be a whole number, got {port!r}")
     if not (0 < p.port < 65536):
         raise ConfigError(f"{path}: port {p.port} out of range")
 

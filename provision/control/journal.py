@@ -22,6 +22,8 @@ from datetime import datetime
 from typing import Iterable
 
 from provision import __version__
+from provision.config.bounded import load_json
+from provision.errors import ConfigError
 
 # Verdicts that mean the host changed.
 CHANGE_VERDICTS = {"patched", "repaired", "unpatched", "restored", "started", "stopped", "restarted",
@@ -208,8 +210,8 @@ def read(host: str | None = None, limit: int | None = None, where: str | None = 
             if not line:
                 continue
             try:
-                rec = json.loads(line)
-            except ValueError:
+                rec = load_json(line, f"{p} line {n}")
+            except (ValueError, ConfigError):  # not JSON, or nested past what is read: a bad line, said
                 bad.append(n)
                 continue
             if not isinstance(rec, dict):

@@ -177,3 +177,19 @@ def test_links_another_account_planted_in_the_out_dir_are_never_followed(tmp_pat
         assert list(victim_dir.iterdir()) == []
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+SHIPPED = sorted(p.stem for p in (__import__("pathlib").Path(__file__).resolve().parents[2] / "playbooks").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("book", SHIPPED)
+def test_overlay_write_of_every_shipped_playbook_writes_it_or_says_why_not(book, tmp_path):
+    """issue 64: `overlay write --playbook` of a shipped vLLM replace or interface spec was a KeyError.
+    Every shipped playbook now writes its overlay (exit 0, the two lines) or says in a sentence why it
+    cannot (exit 2): never a traceback."""
+    proc = run("overlay", "write", "--playbook", book, "--out", tmp_path / "o")
+    assert proc.returncode in (0, 2), (proc.returncode, proc.stderr)
+    if proc.returncode == 0:
+        assert "PYTHONPATH=" in proc.stdout and (tmp_path / "o" / "provision_overlay").is_dir()
+    else:
+        assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr

@@ -7,6 +7,8 @@ import os
 
 import yaml
 
+from provision.config.bounded import load_yaml
+
 from provision.config.inventory.formats import parse_inventory, read_text
 from provision.config.inventory.model import Host, Inventory, merge
 from provision.config.inventory.variables import Notes, ansible_vars
@@ -49,7 +51,7 @@ def _vars_file(base: str, notes: Notes, who: str) -> dict:
     for cand in (base, base + ".yml", base + ".yaml"):
         if os.path.isfile(cand):
             try:
-                data = yaml.safe_load(read_text(cand)) or {}
+                data = load_yaml(read_text(cand), cand) or {}
             except yaml.YAMLError as exc:
                 raise ConfigError(f"{cand}: not valid YAML ({exc})") from None
             if not isinstance(data, dict):

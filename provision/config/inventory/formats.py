@@ -40,9 +40,11 @@ def parse_inventory(text: str, path: str = "<inventory>", *, ini_fallback: bool 
 
 def is_ours(text: str) -> bool:
     """Whether a file is in our own format (Ansible's tools would not read it)."""
+    from provision.config.bounded import load_yaml
+
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = load_yaml(text, "<inventory>")
+    except (yaml.YAMLError, ConfigError):  # (too deep: ours reads it again and says so, naming the file)
         return False
     return isinstance(data, dict) and bool(data) and set(map(str, data)) <= OUR_TOP and (
         "hosts" in data or "groups" in data or "defaults" in data)

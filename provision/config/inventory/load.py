@@ -68,8 +68,10 @@ def _load(src: str, *, use_ansible: bool | None = None) -> Inventory:
         if is_ours(text):
             return parse_inventory(text, src)
         if src.endswith((".yaml", ".yml", ".json")):
+            from provision.config.bounded import load_yaml
+
             try:
-                yaml.safe_load(text)
+                load_yaml(text, src)
             except yaml.YAMLError:
                 return parse_inventory(text, src)  # raises, naming the line (as Ansible would fail too)
     exe = shutil.which("ansible-inventory") if use_ansible is not False else None

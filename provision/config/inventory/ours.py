@@ -49,12 +49,17 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 def load_yaml_with_lines(text: str, path: str) -> Any:
     """``text`` as YAML, every mapping a LineDict (duplicate keys are errors naming the line)."""
-    loader = _Loader(text)
-    loader.name = path
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+    from provision.config.bounded import load_yaml
+
+    def load(t: str) -> Any:
+        loader = _Loader(t)
+        loader.name = path
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+
+    return load_yaml(text, path, load)
 
 
 def _check_vars(path: str, mapping: Any, where: str, line: int | None) -> dict:

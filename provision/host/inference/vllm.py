@@ -40,7 +40,7 @@ def speculative_config(value: object) -> object:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past Python's recursion: not a config vLLM takes)
             return value
     return value
 

@@ -41,9 +41,10 @@ def candidate_objects(spec) -> list:
     or the playbook's), then the shipped ones, each name once."""
     from provision.config.playbook import COVERING_KINDS, shipped_patch_specs
 
-    out = [spec] if spec is not None and getattr(spec, "kind", "delegate") in COVERING_KINDS else []
+    kinds = COVERING_KINDS + ("replace",)  # (replace: a proposer's read of the class, preflight_model.proposer_rows)
+    out = [spec] if spec is not None and getattr(spec, "kind", "delegate") in kinds else []
     try:
-        shipped = shipped_patch_specs(COVERING_KINDS)
+        shipped = shipped_patch_specs(kinds)
     except Exception:  # noqa: BLE001 - the candidates only widen the check; none is fine
         shipped = []
     return out + [s for s in shipped if all(s.name != x.name for x in out)]

@@ -332,3 +332,27 @@ def test_audit_and_spec_new_use_the_hosts_one_engine_and_refuse_a_host_with_two_
         if moved.exists():
             moved.rename(sglang)
         host.reset()
+
+
+def test_qwen2_audio_with_the_interface_alone_is_refused_naming_the_proposer_spec(v032, ssh_env, tmp_path):
+    """issue 64: patched with the interface spec alone, a Qwen2-Audio EAGLE-3 launch passed preflight and
+    the real 0.32 server died in the drafter's load (`'Qwen2AudioConfig' object has no attribute
+    'image_token_index'`), after the weights. Preflight refuses it in seconds now, naming the proposer
+    spec; with it in place that reason is gone."""
+    host = v032
+    host.reset()
+    config = {"architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
+              "audio_token_index": 151646, "text_config": {"model_type": "qwen2", "num_hidden_layers": 4}}
+    run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "qwen2-audio-eagle3-vllm", check_rc=0)
+    try:
+        detail = refused(tmp_path, ssh_env, host, config)
+        assert "reads config.image_token_index of Qwen2AudioForConditionalGeneration" in detail, detail
+        assert "provision patch --playbook qwen2-audio-proposer-vllm" in detail, detail
+        run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "qwen2-audio-proposer-vllm", check_rc=0)
+        inv = str(tmp_path / "inv.yaml")
+        proc, doc = run_json("launch", "-i", inv, "--playbook", str(tmp_path / "my-vllm.yaml"), "--poll", "0.5",
+                             "--deadline", "30", timeout=240)
+        assert "image_token_index" not in doc["hosts"][0]["detail"], doc["hosts"][0]
+    finally:
+        run("stop", "-i", str(tmp_path / "inv.yaml"), "--host", host.name, timeout=120)
+        host.reset()

@@ -235,10 +235,46 @@ def _model_checks(req: dict, sglang_dir: str, version: str | None, env: dict, *,
     specs = list(req.get("candidate_specs") or [])
     specs += [s for s in (req.get("specs") or []) + ([req["spec"]] if req.get("spec") else []) if s not in specs]
     rows = modelcheck.check(found, specs, mode, in_place)
+    if eng.eagle3_protocol and str(found["spec_method"] or "").lower() == "eagle3":
+        rows += proposer_rows(found, specs, sglang_dir, in_place, eng.title, version)
     if overlay_err:  # the external package's classes are unknown: what it may register is not refused
         rows = [dict(r, level="warn") if r["level"] == "fail" and r["check"] in ("architecture", "eagle3") else r
                 for r in rows]
         rows.append({"level": "warn", "check": "architecture", "message": overlay_err})
+    return rows
+
+
+def proposer_rows(found: dict, specs: list, install_dir: str, in_place: set, title: str,
+                  version: str | None) -> list[dict]:
+    """The second half of EAGLE-3 on some multimodal targets (vLLM 0.32): the proposer copies
+    config.image_token_index for every class it does not name, and a config without it dies in the
+    drafter's load, after the weights. A `replace` spec whose `native_if` names the target's class
+    and whose `find` the install's proposer still holds is not in place: refused, naming it (it is
+    in place where the file holds `native_if`; a release without `find` does not read it)."""
+    cfg = (found.get("target") or {}).get("config")
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    if not (isinstance(archs, list) and archs and isinstance(archs[0], str)):
+        return []
+    cls = archs[0]
+    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    if "image_token_index" in cfg or "image_token_index" in text_cfg:
+        return []
+    rows = []
+    for s in specs:
+        if s.get("kind") != "replace" or s.get("native_if") != f'"{cls}"' or s.get("name") in in_place:
+            continue
+        try:
+            with open(os.path.join(install_dir, str(s.get("file"))), encoding="utf-8") as fh:
+                src = fh.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if str(s.get("native_if")) in src or str(s.get("find")) not in src or "image_token_index" not in src:
+            continue
+        rows.append({"level": "fail", "check": "eagle3", "spec": s.get("name"),
+                     "message": f"{title} {version or ''}'s EAGLE proposer ({s.get('file')}) reads "
+                                f"config.image_token_index of {cls}, whose config has none: the drafter's load "
+                                f"would die with AttributeError after the weights; spec {s.get('name')} fixes it: "
+                                f"`provision patch --playbook {s.get('name')}` (or launch --patch)"})
     return rows
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from provision.sandbox import vllm_venv as vv
 from provision.sandbox.hosts import HostSpec
+from tests.cli.helpers import run
 from tests.realvllm.tier import UPGRADE_FROM, UPGRADE_TO, VENV_IN_HOST, staged
 
 
@@ -100,6 +101,30 @@ def vsdhost(sandbox_factory, vllm_venv, request):
         yield host
     finally:
         sandbox_factory.remove(host)
+
+
+@pytest.fixture(autouse=True)
+def no_server_left(request):
+    """After every test of the tier, whatever its outcome (a test past its timeout too): a server
+    provision recorded on the module's host and never stopped is stopped through provision (its
+    whole tree, the record marked), so the module's next test starts from an idle host instead of
+    failing on the server this one left ("already running and healthy")."""
+    yield
+    for name in ("vhost", "vsdhost"):
+        if name not in request.fixturenames:
+            continue
+        host = request.getfixturevalue(name)
+        ssh_env = request.getfixturevalue("ssh_env")
+        for path in sorted(host.hostpath("/var/lib/provision/server").glob("server-*.json")):
+            try:
+                rec = json.loads(path.read_text())
+                port = int(path.name[len("server-"):-len(".json")])
+            except (OSError, ValueError):
+                continue  # (a side file, server-PORT.good.json: not a record)
+            if rec.get("stopped_at"):
+                continue
+            run("stop", *ssh_env.cli_args, "--host", host.name, "--server-port", port, "--grace", "2", "--force",
+                timeout=180)
 
 
 def host_name(request, prefix: str) -> str:

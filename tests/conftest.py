@@ -31,6 +31,11 @@ SANDBOX_FIXTURES = {"sandbox_factory", "three_hosts", "ssh_env", "reset_sglang",
 # The tiers that start hosts, containers, servers or real SGLang imports: `-m "not slow"` leaves
 # them out (the quick tier: tests/unit, tests/engine, tests/host; docs/TESTING.md).
 SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport", "realvllm"}
+# Modules of the quick tiers that start the stand-in server as a process (a real SGLang's parser, a
+# load, an HTTP server) or read every model file of several real vLLM releases: seconds a test, 350
+# test-seconds together, so they run in CI and not in the inner loop (issue 64: the quick tier <= 2 min).
+SLOW_MODULES = {"engine/test_standin.py", "engine/test_standin_generate.py", "engine/test_vllm_audit.py",
+                "engine/test_real_lines.py"}
 
 # Property tests are deterministic: a fixed seed (derandomize) and no example database, so a fresh
 # clone and CI draw the same examples every run; an example that ever found a bug stays as an
@@ -65,6 +70,16 @@ def sandbox_problems() -> list[str]:
     return _problems
 
 
+def _source_of(item) -> str:
+    """The test function's source (a test elsewhere that starts the stand-in says `Standin(`)."""
+    import inspect
+
+    try:
+        return inspect.getsource(item.function)
+    except (OSError, TypeError, AttributeError):
+        return ""
+
+
 def pytest_collection_modifyitems(config, items):
     marked = []
     tests_dir = Path(__file__).parent
@@ -76,7 +91,12 @@ def pytest_collection_modifyitems(config, items):
             tier = Path(str(item.fspath)).relative_to(tests_dir).parts[0]
         except ValueError:
             tier = ""
-        if tier in SLOW_TIERS or "ssh" in item.keywords or "realimport" in item.keywords:
+        try:
+            module = "/".join(Path(str(item.fspath)).relative_to(tests_dir).parts)
+        except ValueError:
+            module = ""
+        if tier in SLOW_TIERS or module in SLOW_MODULES or "ssh" in item.keywords or "realimport" in item.keywords \
+                or "Standin(" in _source_of(item):
             item.add_marker(pytest.mark.slow)
     if marked and sandbox_problems():
         skip = pytest.mark.skip(reason="sandbox hosts unavailable: " + "; ".join(sandbox_problems()))

@@ -410,29 +410,26 @@ def flag_regressions(figs: dict[str, dict], last: dict[str, dict], min_ratio: fl
                 f["notes"].append("no earlier bench of this host in the journal: nothing to compare with")
             continue
         if before.get("source") == "baseline":
-            ratio = now / before["decode_tok_s"]
-            f["vs_baseline"] = round(ratio, 3)
-            said = (f"{now:.1f} tok/s on {f.get('version') or '?'} is {ratio:.2f}x the baseline's "
-                    f"{before['decode_tok_s']:.1f} tok/s on {before.get('version') or '?'} (saved "
-                    f"{str(before.get('time') or '?')[:16].replace('T', ' ')})")
-            if ratio < min_ratio:
-                f["flags"].append("regressed")
-                f["notes"].append(f"regressed: {said} < {min_ratio:g}")
-            else:
-                f["notes"].append(said)
+            _held_to(f, now, before, min_ratio, "vs_baseline", "the baseline's {tok} tok/s on {ver} (saved {when})")
             continue
         if not _same_server(f.get("key") or "", before.get("key") or "") or \
                 bool(f.get("spec_on")) != (before.get("accept_length") is not None):
             f["notes"].append(f"its last bench ({before.get('key')}) was of another model, tp-size, GPU or "
                               "speculative setting: not compared")
             continue
-        ratio = now / before["decode_tok_s"]
-        f["vs_last"] = round(ratio, 3)
-        said = (f"{now:.1f} tok/s on {f.get('version') or '?'} is {ratio:.2f}x its last bench "
-                f"({before['decode_tok_s']:.1f} tok/s on {before.get('version') or '?'}, "
-                f"{str(before.get('time') or '')[:16].replace('T', ' ')})")
-        if ratio < min_ratio:
-            f["flags"].append("regressed")
-            f["notes"].append(f"regressed: {said} < {min_ratio:g}")
-        else:
-            f["notes"].append(said)
+        _held_to(f, now, before, min_ratio, "vs_last", "its last bench ({tok} tok/s on {ver}, {when})")
+
+
+def _held_to(f: dict, now: float, before: dict, min_ratio: float, field: str, words: str) -> None:
+    """A host's decode against an earlier figure (`before`): the ratio in `field`, the note (`words`
+    names the earlier figure), and `regressed` below `min_ratio`. In place. Pure."""
+    ratio = now / before["decode_tok_s"]
+    f[field] = round(ratio, 3)
+    earlier = words.format(tok=f"{before['decode_tok_s']:.1f}", ver=before.get("version") or "?",
+                           when=str(before.get("time") or "?")[:16].replace("T", " "))
+    said = f"{now:.1f} tok/s on {f.get('version') or '?'} is {ratio:.2f}x {earlier}"
+    if ratio < min_ratio:
+        f["flags"].append("regressed")
+        f["notes"].append(f"regressed: {said} < {min_ratio:g}")
+    else:
+        f["notes"].append(said)

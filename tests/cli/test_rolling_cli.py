@@ -100,7 +100,6 @@ def test_a_ctrl_c_in_a_later_batch_prints_every_hosts_row_and_the_summary(tmp_pa
     import os
     import signal
     import subprocess
-    import time
 
     two = hosts[:2]
     inv = write_inventory(tmp_path, ssh_env, two, load="1")
@@ -110,16 +109,28 @@ def test_a_ctrl_c_in_a_later_batch_prints_every_hosts_row_and_the_summary(tmp_pa
     run("patch", "-i", inv, check_rc=0)
     two[1].hostpath("/root/gate").write_text("")
     rec = two[1].hostpath("/var/lib/provision/server/server-30000.json")
+    import threading
+
     p = subprocess.Popen(["provision", "launch", "-i", inv, "--serial", "1", "--poll", "0.5"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    lines: list[str] = []
+    following = threading.Event()
+
+    def read_out() -> None:  # the run's lines as they come: "roll1: started pid N ..." is the follow's start
+        for ln in p.stdout:
+            lines.append(ln)
+            if ln.startswith(f"{two[1].name}: started pid "):
+                following.set()
+
+    reader = threading.Thread(target=read_out, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not rec.exists():
-            time.sleep(0.2)
+        assert following.wait(120), (p.poll(), "".join(lines))
         assert rec.exists(), p.poll()
-        time.sleep(1)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        p.wait(timeout=120)
+        reader.join(timeout=30)
+        out, err = "".join(lines), p.stderr.read()
         print(f"\n{out}\n{err}")
         assert p.returncode == 130, (out, err)
         assert f"{two[0].name}  ready" in out, out

@@ -198,6 +198,9 @@ def host_figures(answer: dict) -> dict:
            "version": version, "engine": engine, "speculative": settings, "spec_on": spec_on(settings),
            "model_path": model_path, "tp_size": tp, "gpu": gpu, "key": bench_key(model_path, tp, version, gpu, engine),
            "speedup": None, "baseline_decode_tok_s": None, "flags": [], "notes": []}
+    if reqs and not rates:  # said, never a made-up figure: each stream arrived at once (BURST_S)
+        fig["notes"].append("no request's stream could be timed (each arrived at once: buffered by a loaded "
+                            "machine or a proxy): no decode figure; bench again when the host is quieter")
     if counted is not None:
         fig["spec_drafts"] = counted["drafts"]
         if counted["drafts"] is None:

@@ -76,7 +76,9 @@ def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_no
     assert proc.returncode == 0 and b["verdict"] == "measured", (b, proc.stderr[-2000:])
     assert d["drafts"] > 0 and b["accept_length"] == round(1 + d["accepted_tokens"] / d["drafts"], 3) == 4.0, (b, d)
     assert b["accept_rate"] == round(d["accepted_tokens"] / d["draft_tokens"], 3) == 1.0, (b, d)
-    assert b["flags"] == [] and b["engine"] == "vllm" and b["version"] == "0.32.0" and b["decode_tok_s"] > 0, b
+    assert b["flags"] == [] and b["engine"] == "vllm" and b["version"] == "0.32.0", b
+    # a decode figure, or (every stream read at once on a loaded machine: CI once) the note saying why none
+    assert (b["decode_tok_s"] or 0) > 0 or any("could be timed" in n for n in b["notes"]), b
     assert b["spec"]["speculative_algorithm"] == "EAGLE3" and "|vllm 0.32.0|" in b["key"], b
 
     assert len(vllm_pids(vhost)) >= 3, "the API server, EngineCore and Worker run"

@@ -329,3 +329,10 @@ def test_a_host_is_compared_with_its_own_last_bench_across_releases():
     other = {"canary": {"decode_tok_s": 10.0, "spec_on": False, "key": key10, "flags": [], "notes": []}}
     flag_regressions(other, last, 0.9)  # the last one ran EAGLE-3, this one does not: not compared
     assert other["canary"]["flags"] == [] and "not compared" in other["canary"]["notes"][0]
+
+
+def test_streams_that_all_arrived_at_once_give_no_decode_figure_and_say_why():
+    reqs = [{"ok": True, "completion_tokens": 32, "decode_s": 0.0005, "ttft_s": 0.1} for _ in range(3)]
+    fig = bf.host_figures({"requests": reqs})
+    assert fig["decode_tok_s"] is None
+    assert any("no request's stream could be timed" in n for n in fig["notes"]), fig["notes"]

@@ -88,6 +88,7 @@ class HostView:
     gpu: tuple = ()
     gpu_unknown: str | None = None
     gpu_source: str = "nvidia-smi"
+    beside: str = "SGLang"  # the install whose neighbours `packages` are (the title of its engine)
 
 
 def needs_host(applies: dict | None, gpu_given: bool) -> bool:
@@ -98,10 +99,10 @@ def needs_host(applies: dict | None, gpu_given: bool) -> bool:
     return any(k != GPU_KEY for k in applies) or not gpu_given
 
 
-def _version_ok(name: str, spec: str, version: str | None, label: str) -> str | None:
+def _version_ok(name: str, spec: str, version: str | None, label: str, beside: str = "SGLang") -> str | None:
     """None when `version` satisfies `spec`; else why not (one phrase)."""
     if version is None:
-        return f"{label} is not installed beside this SGLang (the spec needs {name} {spec})"
+        return f"{label} is not installed beside this {beside} (the spec needs {name} {spec})"
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
@@ -133,14 +134,14 @@ def decide(applies: dict | None, view: HostView) -> tuple[bool, str]:
             held.append(f"GPU {hit[0]} ({view.gpu_source})")
             continue
         if key == "sglang":
-            why = _version_ok(key, want, view.sglang, "SGLang")
+            why = _version_ok(key, want, view.sglang, "SGLang", view.beside)
             version = view.sglang
         else:
             pkgs = view.packages or {}
             if key not in pkgs:
                 return False, f"the host did not report {key}'s version (the spec needs {key} {want})"
             version = pkgs[key]
-            why = _version_ok(key, want, version, key)
+            why = _version_ok(key, want, version, key, view.beside)
         if why:
             return False, why
         held.append(f"{'SGLang' if key == 'sglang' else key} {version} {want}")

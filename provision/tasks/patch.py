@@ -368,13 +368,15 @@ def do_patch(op: str, spec: "PatchSpec | list[PatchSpec] | None", *, check=False
         if op == "patch" and not decided:
             todo, rows, _ = multi.applicable(session, host, fleet, hspecs, gpu_capability, install_path=install_path,
                                              python=python)
-        if todo:
+        for engine, group in multi.by_engine(todo):  # each engine's specs to its own install, one call
             req = request_for(op, host, None, check=check, diff=diff, force=force, install_path=install_path,
                               python=python, verify_import=verify_import)
-            req["specs"] = [s.to_engine() for s in todo]
-            req["spec_block_shas"] = {s.name: list(multi.block_shas(s)) for s in todo}  # the fast path's check
+            req["specs"] = [s.to_engine() for s in group]
+            if engine:
+                req["engine"] = engine
+            req["spec_block_shas"] = {s.name: list(multi.block_shas(s)) for s in group}  # the fast path's check
             answer = call_light(session, req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-            rows += _spec_rows(host.name, answer, todo,
+            rows += _spec_rows(host.name, answer, group,
                                lambda h, part: result_from_answer(h, part, check=check))
         return multi.in_order(hspecs, rows)
 
@@ -410,60 +412,79 @@ def do_status(spec: "PatchSpec | list[PatchSpec] | None", *, install_path=None, 
                 req["specs"] = [s.to_engine() for s in hspecs if s.name not in other]
         except Exception:  # noqa: BLE001 - status works without a launch profile
             pass
-        answer = session.call_read(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
-        engine_note = ""
-        if given is None and "engine" not in req and not (host.get("specs") or host.get("spec")) and \
-                (answer.get("error") or {}).get("kind") == "not-found":
-            found = _other_engine_status(req, session, fleet, host, timeout)
-            if found is not None:
-                req, hspecs, answer, engine_note = found
-        recorded_elsewhere(answer, host)  # type: ignore[arg-type]
-        no: dict[str, str] = dict(other)
-        if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
-            no.update(multi.split([s for s in hspecs if s.name not in other],
-                                  multi.host_view(answer, host, gpu_capability))[1])
-        answered = iter(answer.get("patches") or [])
-        rows = []
-        for s in hspecs:
-            part: SpecStatus = next(answered, {}) if s.name not in other else {}
-            if s.name in no:
-                row = multi.not_applicable(host.name, s, no[s.name], answer.get("facts"))
-                if s.name in other and answer.get("ok"):  # the host's server is another engine's: say how it is
-                    sp = server_part(answer, answer.get("facts") or {}, _chosen(answer.get("facts")))
-                    row.detail += f"; server: {sp['server']}"
-                    row.data.update(persistent=sp["unit"], server_state=sp["short"], server=sp["server"])
-                rows.append(row)
-                continue
-            one: StatusAnswer = dict(answer)  # type: ignore[assignment]
-            one["patch"] = part.get("patch") or {}
-            one["restart_needed"] = part.get("restart_needed") or []
-            one["overlay"] = part.get("overlay")
-            one["server_fixes"] = part.get("server_fixes") or {}
-            if rows:  # the host's containers are said once, on its first row
-                one["containers"] = {}
-            r = status_from_answer(host.name, one)
-            r.data["spec"] = s.name
-            rows.append(r)
-        for r in rows:  # which engine the install and version are (the host's profile's)
-            r.data["engine"] = req.get("engine") or inference.DEFAULT
-        if rows and engine_note:
-            rows[0].notes.insert(0, engine_note)
-        if rows and answer.get("server_from_record"):
-            rows[0].notes.insert(0, answer["server_from_record"])
-        if rows and host.get("router"):  # where the server stands in the router in front, said once
-            from provision.tasks import routing
-
-            place = routing.place_of(host, int(req.get("port") or 30000), None, fleet)
-            if place is not None:
-                words, listed = routing.listed_words(place)
-                rows[0].notes.append(words)
-                rows[0].data["router"] = {"router": place.router.url, "worker": place.worker, "listed": listed}
-        if rows and host.name in unfinished:  # an upgrade this machine left mid-swap there
-            rows[0].notes.append(unfinished[host.name])
-            rows[0].data["upgrade_unfinished"] = unfinished[host.name]
-        return rows
+        groups = multi.by_engine([s for s in hspecs if s.name not in other])
+        if "engine" in req or len(groups) < 2:
+            return _status_rows(host, req, hspecs, other, given, session, fleet, timeout, gpu_capability, unfinished)
+        rows = []  # SGLang's and vLLM's specs on one host: each engine's specs asked of its own install
+        for n, (engine, group) in enumerate(groups):
+            greq: StatusRequest = dict(req, specs=[s.to_engine() for s in group])  # type: ignore[assignment]
+            if engine:
+                greq["engine"] = engine
+            rows += _status_rows(host, greq, group, {}, given, session, fleet, timeout, gpu_capability,
+                                 unfinished if n == 0 else {}, first=n == 0)
+        return multi.in_order(hspecs, rows)
 
     return fn
+
+
+def _status_rows(host: Host, req, hspecs: list, other: dict, given, session, fleet, timeout: float,
+                 gpu_capability, unfinished: dict, first: bool = True) -> list[HostResult]:
+    """The rows of one status call (one engine's install): one per spec; what is of the host, not of an
+    install (the router's place, an unfinished upgrade, the host's containers), said on the `first`."""
+    from provision.tasks import specs as multi
+
+    answer = session.call_read(req, timeout=timeout, sudo=fleet.uses_sudo(host, session))
+    engine_note = ""
+    if given is None and "engine" not in req and not (host.get("specs") or host.get("spec")) and \
+            (answer.get("error") or {}).get("kind") == "not-found":
+        found = _other_engine_status(req, session, fleet, host, timeout)
+        if found is not None:
+            req, hspecs, answer, engine_note = found
+    recorded_elsewhere(answer, host)  # type: ignore[arg-type]
+    no: dict[str, str] = dict(other)
+    if answer.get("ok") and any(multi.applies_of(s) for s in hspecs):
+        no.update(multi.split([s for s in hspecs if s.name not in other],
+                              multi.host_view(answer, host, gpu_capability))[1])
+    answered = iter(answer.get("patches") or [])
+    rows = []
+    for s in hspecs:
+        part: SpecStatus = next(answered, {}) if s.name not in other else {}
+        if s.name in no:
+            row = multi.not_applicable(host.name, s, no[s.name], answer.get("facts"))
+            if s.name in other and answer.get("ok"):  # the host's server is another engine's: say how it is
+                sp = server_part(answer, answer.get("facts") or {}, _chosen(answer.get("facts")))
+                row.detail += f"; server: {sp['server']}"
+                row.data.update(persistent=sp["unit"], server_state=sp["short"], server=sp["server"])
+            rows.append(row)
+            continue
+        one: StatusAnswer = dict(answer)  # type: ignore[assignment]
+        one["patch"] = part.get("patch") or {}
+        one["restart_needed"] = part.get("restart_needed") or []
+        one["overlay"] = part.get("overlay")
+        one["server_fixes"] = part.get("server_fixes") or {}
+        if rows or not first:  # the host's containers are said once, on its first row
+            one["containers"] = {}
+        r = status_from_answer(host.name, one)
+        r.data["spec"] = s.name
+        rows.append(r)
+    for r in rows:  # which engine the install and version are (the host's profile's)
+        r.data["engine"] = req.get("engine") or inference.DEFAULT
+    if rows and engine_note:
+        rows[0].notes.insert(0, engine_note)
+    if rows and answer.get("server_from_record"):
+        rows[0].notes.insert(0, answer["server_from_record"])
+    if rows and first and host.get("router"):  # where the server stands in the router in front, said once
+        from provision.tasks import routing
+
+        place = routing.place_of(host, int(req.get("port") or 30000), None, fleet)
+        if place is not None:
+            words, listed = routing.listed_words(place)
+            rows[0].notes.append(words)
+            rows[0].data["router"] = {"router": place.router.url, "worker": place.worker, "listed": listed}
+    if rows and host.name in unfinished:  # an upgrade this machine left mid-swap there
+        rows[0].notes.append(unfinished[host.name])
+        rows[0].data["upgrade_unfinished"] = unfinished[host.name]
+    return rows
 
 
 def recorded_elsewhere(answer: dict, host: Host) -> None:

@@ -104,10 +104,39 @@ def packages_wanted(specs: list[PatchSpec]) -> list[str]:
     return out
 
 
+def engine_of(spec: PatchSpec) -> str | None:
+    """The inference engine whose install the spec edits (its package's), or None (a package of no
+    engine's, flashinfer: the install beside which the host finds it)."""
+    from provision.host import inference
+
+    return inference.of_package(_package(spec))
+
+
+def by_engine(specs: list[PatchSpec]) -> list[tuple[str | None, list[PatchSpec]]]:
+    """The specs grouped by the engine whose install each edits, in the order each engine first
+    appears: one host call per group, so each spec is judged and written against its own engine's
+    install (a host may keep SGLang and vLLM in separate venvs). A spec of no engine's package joins
+    the first group (the host finds its package beside that engine's install, as it always has).
+    Pure."""
+    groups: dict[str | None, list[PatchSpec]] = {}
+    loose: list[PatchSpec] = []
+    for s in specs:
+        eng = engine_of(s)
+        (groups.setdefault(eng, []) if eng else loose).append(s)
+    if not groups:
+        return [(None, loose)] if loose else []
+    out = list(groups.items())
+    out[0] = (out[0][0], out[0][1] + loose)
+    return out
+
+
 def facts_request(host: Host, specs: list[PatchSpec], override: str | None, *, install_path=None,
-                  python=None) -> FactsRequest:
-    return {"op": "facts", "gpu": wants_gpu(specs, host, override), "packages": packages_wanted(specs),
-            "install_path": host.install_path(install_path), "python": python or host.get("python")}
+                  python=None, engine: str | None = None) -> FactsRequest:
+    req: FactsRequest = {"op": "facts", "gpu": wants_gpu(specs, host, override), "packages": packages_wanted(specs),
+                         "install_path": host.install_path(install_path), "python": python or host.get("python")}
+    if engine:
+        req["engine"] = engine  # the install of the engine the specs edit, not the host's first
+    return req
 
 
 def chosen_install(facts: dict | None) -> dict:
@@ -122,6 +151,7 @@ def host_view(answer: dict | Any, host: Host, override: str | None) -> HostView:
     versions (facts `packages`), and the GPUs (the stated capability, else nvidia-smi's)."""
     facts = answer.get("facts") or {}
     inst = chosen_install(facts)
+    beside = _title(inst.get("engine"))
     pkgs = {}
     for name, info in (facts.get("packages") or {}).items():
         info = info or {}
@@ -129,11 +159,22 @@ def host_view(answer: dict | Any, host: Host, override: str | None) -> HostView:
     stated = gpu_given(host, override)
     if stated:
         src = "--gpu-capability" if override else "inventory gpu_capability"
-        return HostView(sglang=inst.get("version"), packages=pkgs, gpu=(stated,), gpu_source=src)
+        return HostView(sglang=_sglang(inst), packages=pkgs, gpu=(stated,), gpu_source=src, beside=beside)
     gpu = answer.get("gpu") or {}
-    return HostView(sglang=inst.get("version"), packages=pkgs, gpu=tuple(gpu.get("capabilities") or ()),
+    return HostView(sglang=_sglang(inst), packages=pkgs, gpu=tuple(gpu.get("capabilities") or ()),
                     gpu_unknown=gpu.get("unknown") or ("not asked" if not gpu else None),
-                    gpu_source="nvidia-smi")
+                    gpu_source="nvidia-smi", beside=beside)
+
+
+def _title(engine: object) -> str:
+    from provision.host import inference
+
+    return inference.get(engine).title if engine in inference.KNOWN else "SGLang"
+
+
+def _sglang(inst: dict) -> str | None:
+    """The chosen install's version when it is SGLang's (an `applies: sglang` condition is of SGLang)."""
+    return inst.get("version") if inst.get("engine") in (None, "sglang") else None
 
 
 def split(specs: list[PatchSpec], view: HostView | None) -> tuple[list[PatchSpec], dict[str, str]]:
@@ -197,20 +238,32 @@ def applicable(session, host: Host, fleet, specs: list[PatchSpec], override: str
     `applies:` cannot be decided without it."""
     if not any(applies_of(s) for s in specs):
         return specs, [], None
-    answer: FactsAnswer | None = None
-    view = None
-    if must_ask(specs, host, override):
-        answer = session.call(facts_request(host, specs, override, install_path=install_path, python=python),
-                              timeout=timeout, sudo=fleet.uses_sudo(host, session), exclude=facts_exclude())
-        if not answer.get("ok"):  # no install to judge: the act call reports the same error per spec
-            return specs, [], answer
-        view = host_view(answer, host, override)
-    else:
+    if not must_ask(specs, host, override):
         view = HostView(gpu=(gpu_given(host, override),),
                         gpu_source="--gpu-capability" if override else "inventory gpu_capability")
-    ok, no = split(specs, view)
-    facts = (answer or {}).get("facts")
-    return ok, [not_applicable(host.name, s, no[s.name], facts) for s in specs if s.name in no], answer
+        ok, no = split(specs, view)
+        return ok, [not_applicable(host.name, s, no[s.name]) for s in specs if s.name in no], None
+    answer: FactsAnswer | None = None
+    ok, rows = [], []
+    for engine, group in by_engine(specs):  # each spec judged against its own engine's install
+        if not must_ask(group, host, override):
+            g_ok, g_no = split(group, HostView(gpu=(gpu_given(host, override),),
+                                               gpu_source="--gpu-capability" if override else
+                                               "inventory gpu_capability"))
+            ok += g_ok
+            rows += [not_applicable(host.name, s, g_no[s.name]) for s in group if s.name in g_no]
+            continue
+        answer = session.call(facts_request(host, group, override, install_path=install_path, python=python,
+                                            engine=engine),
+                              timeout=timeout, sudo=fleet.uses_sudo(host, session), exclude=facts_exclude())
+        if not answer.get("ok"):  # no install to judge: the act call reports the same error per spec
+            ok += group
+            continue
+        g_ok, g_no = split(group, host_view(answer, host, override))
+        ok += g_ok
+        facts = answer.get("facts")
+        rows += [not_applicable(host.name, s, g_no[s.name], facts) for s in group if s.name in g_no]
+    return [s for s in specs if s in ok], rows, answer
 
 
 def in_order(specs: list[PatchSpec], rows: list[HostResult]) -> list[HostResult]:

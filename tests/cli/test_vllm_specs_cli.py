@@ -356,3 +356,44 @@ def test_qwen2_audio_with_the_interface_alone_is_refused_naming_the_proposer_spe
     finally:
         run("stop", "-i", str(tmp_path / "inv.yaml"), "--host", host.name, timeout=120)
         host.reset()
+
+
+def test_specs_of_sglang_and_vllm_in_separate_venvs_are_each_judged_against_their_own_install(v032, ssh_env):
+    """issue 64: on a host whose SGLang and vLLM live in separate venvs (as most hosts that run both
+    keep them), a shipped vLLM spec was judged against the SGLang install ("vllm is not installed beside
+    this SGLang": not-applicable, nothing patched), and a patch of an SGLang and a vLLM spec together went
+    to one install. Each spec is judged, patched and unpatched against its own engine's install."""
+    host = v032
+    host.reset()
+    site = host.hostpath(host.site_packages)
+    own = "/opt/vllm-own"
+    host.run(f"rm -rf {own} && python3 -m venv --without-pip {own}")
+    own_site = next(host.hostpath(own).glob("lib/python3*/site-packages"))
+    moved = [p for p in site.iterdir() if p.name == "vllm" or (p.name.startswith("vllm-") and p.name.endswith(".dist-info"))]
+    assert len(moved) == 2, moved
+    for p in moved:
+        p.rename(own_site / p.name)
+    kimi_vl = own_site / "vllm" / KIMI_VL
+    sglang_file = site / "sglang/srt/models/kimi_k25.py"
+    vl_before, sg_before = kimi_vl.read_bytes(), sglang_file.read_bytes()
+    books = ["--playbook", "kimi-k25-eagle3", "--playbook", "kimi-vl-eagle3-vllm"]
+    try:
+        proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, *books)
+        got = rows(doc)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert {s: r["verdict"] for s, r in got.items()} == {
+            "kimi-k25-eagle3": "patched", "kimi-vl-eagle3-vllm": "patched"}, doc
+        assert got["kimi-vl-eagle3-vllm"]["version"] == "0.32.0" and got["kimi-k25-eagle3"]["version"] == "0.5.9", doc
+        assert kimi_vl.read_bytes() != vl_before and sglang_file.read_bytes() != sg_before
+        proc, doc = run_json("status", *ssh_env.cli_args, "--host", host.name, *books)
+        got = rows(doc)
+        assert {s: (r["verdict"], r["version"]) for s, r in got.items()} == {
+            "kimi-k25-eagle3": ("patched", "0.5.9"), "kimi-vl-eagle3-vllm": ("patched", "0.32.0")}, doc
+        run("unpatch", *ssh_env.cli_args, "--host", host.name, *books, check_rc=0)
+        assert kimi_vl.read_bytes() == vl_before and sglang_file.read_bytes() == sg_before
+    finally:
+        for p in moved:
+            if (own_site / p.name).exists():
+                (own_site / p.name).rename(p)
+        host.run(f"rm -rf {own}")
+        host.reset()

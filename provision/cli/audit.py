@@ -136,6 +136,9 @@ def spec_new(ctx, class_name, allow_conditional, install_path, python_, engine):
                                           f"on {hosts[0].name}")
     parse_playbook(text, "<generated>")  # validated like a hand-written spec
     click.echo(text, nl=False)
+    if gaps[class_name].get("proposer"):  # the second half vLLM 0.32 needs for some multimodal classes
+        click.echo(audit_mod.proposer_note(class_name, str(gaps[class_name]["proposer"]),
+                                           f"{title} {inst.get('version')}", spec_dict.get("name", "")), err=True)
 
 
 COMMANDS = [audit, spec]

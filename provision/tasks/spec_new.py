@@ -150,3 +150,21 @@ def _interface_yaml(spec: dict, source_note: str) -> str:
         f"  protocol: {_scalar(spec['protocol'])}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def proposer_note(cls: str, proposer: str, release: str, written: str) -> str:
+    """What `spec new` says on stderr when the release's EAGLE proposer (`proposer`, a file of the
+    package) reads config.image_token_index for `cls`: the shipped spec that fixes it for the class,
+    to be patched with the one just written, or how to write one."""
+    from provision.config.playbook import shipped_fixes
+
+    fix = next((name for name, kind in shipped_fixes("vllm").get(cls, []) if kind == "replace"), None)
+    where = (f"note: {release}'s EAGLE proposer ({proposer}) reads config.image_token_index of {cls} (it has no "
+             "branch of its own for the class): ")
+    if fix:
+        return (where + f"the shipped spec {fix} gives it one. Patch both halves: "
+                f"`provision patch --playbook {written or 'THIS-SPEC'} --playbook {fix}`; with this spec "
+                "alone, preflight refuses the launch naming it.")
+    return (where + "if the model's config has no image_token_index (its placeholder token is named otherwise), "
+            "the drafter's load dies with AttributeError after the weights. Write a `replace` spec of that file "
+            "that adds a branch for the class, as the shipped qwen2-audio-proposer-vllm does for Qwen2-Audio.")

@@ -229,6 +229,8 @@ def test_spec_new_writes_a_vllm_spec_that_patches_the_gap_it_was_written_for(v03
     proc = run("spec", "new", "Qwen2VLForConditionalGeneration", "--engine", "vllm", *ssh_env.cli_args,
                "--host", host.name, check_rc=0)
     assert "written by `provision spec new` from vLLM 0.32.0" in proc.stdout
+    # 0.32's proposer reads image_token_index of Qwen2-VL too (it names no branch for it): said, with how to fix
+    assert "reads config.image_token_index of Qwen2VLForConditionalGeneration" in proc.stderr, proc.stderr
     book = tmp_path / "qwen2-vl-eagle3-vllm.yaml"
     book.write_text(proc.stdout)
     proc, doc = run_json("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", str(book))
@@ -343,6 +345,11 @@ def test_qwen2_audio_with_the_interface_alone_is_refused_naming_the_proposer_spe
     host.reset()
     config = {"architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
               "audio_token_index": 151646, "text_config": {"model_type": "qwen2", "num_hidden_layers": 4}}
+    # `spec new` writes the interface half and says which shipped spec is the other
+    proc = run("spec", "new", "Qwen2AudioForConditionalGeneration", "--engine", "vllm", *ssh_env.cli_args,
+               "--host", host.name, check_rc=0)
+    assert "name: qwen2-audio-eagle3-vllm" in proc.stdout, proc.stdout
+    assert ("--playbook qwen2-audio-eagle3-vllm --playbook qwen2-audio-proposer-vllm" in proc.stderr), proc.stderr
     run("patch", *ssh_env.cli_args, "--host", host.name, "--playbook", "qwen2-audio-eagle3-vllm", check_rc=0)
     try:
         detail = refused(tmp_path, ssh_env, host, config)

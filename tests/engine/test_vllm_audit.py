@@ -110,3 +110,21 @@ def test_an_install_it_cannot_read_is_not_judged_and_nothing_blocks(tmp_path, re
         signal.alarm(0)
     assert got["wrappers"] == [] and got["error"]["kind"] == "unreadable", got
     assert says in got["error"]["message"] and "judges no install it cannot read" in got["error"]["message"], got
+
+
+def test_the_classes_whose_proposer_reads_image_token_index_are_marked_on_032_only():
+    """issue 64: vLLM 0.32's EAGLE proposer reads config.image_token_index of every multimodal class it
+    does not name; a class spec new writes the interface for may also need the proposer fix. The audit
+    marks exactly those rows, on the release whose proposer has that fallback (0.34 rewrote it)."""
+    from provision.tasks.spec_new import proposer_note
+
+    rows32 = {r["class"]: r for r in _audit("0.32.0")["wrappers"]}
+    assert rows32["Qwen2AudioForConditionalGeneration"].get("proposer") == "v1/spec_decode/llm_base_proposer.py"
+    for version in ("0.18.0", "0.34.0"):
+        assert not [r["class"] for r in _audit(version)["wrappers"] if r.get("proposer")], version
+    note = proposer_note("Qwen2AudioForConditionalGeneration", "v1/spec_decode/llm_base_proposer.py", "vLLM 0.32.0",
+                         "qwen2-audio-eagle3-vllm")
+    assert "qwen2-audio-proposer-vllm" in note and "--playbook qwen2-audio-eagle3-vllm" in note, note
+    note = proposer_note("Qwen2VLForConditionalGeneration", "v1/spec_decode/llm_base_proposer.py", "vLLM 0.32.0",
+                         "qwen2-vl-eagle3-vllm")
+    assert "AttributeError" in note and "replace" in note and "qwen2-audio-proposer-vllm" in note, note

@@ -36,6 +36,10 @@ from provision.host.lib.modules import make_resolver
 
 PACKAGE = "vllm"
 MODELS = "model_executor/models"  # where the registry and the model classes live (the engine's models_subdir)
+# vLLM 0.32's EAGLE proposer copies a multimodal target's placeholder token into the drafter's config, from
+# `config.image_token_index` for every class it does not name (qwen2-audio-proposer-vllm says more)
+PROPOSER = "v1/spec_decode/llm_base_proposer.py"
+_PROPOSER_FALLBACK = "target_model.config.image_token_index"
 LM_ATTRS = ("language_model", "llm", "lm", "text_model", "model")
 VERDICTS = ("fixable", "unknown")
 
@@ -216,9 +220,25 @@ def audit_registry(package_dir: str, protocol: str) -> dict:
         more = f" (and {len(a.unreadable) - 1} more)" if len(a.unreadable) > 1 else ""
         return _cannot_judge(f"{why}{more}: the audit judges no install it cannot read")
     rows.sort(key=lambda r: (r["verdict"] != "fixable", r["class"]))
+    for row in rows:
+        if proposer_reads_index(package_dir, row["class"]):
+            row["proposer"] = PROPOSER
     files = len([m for m in a.resolver.cache.values() if m is not None])
     return {"wrappers": rows, "registered": len(a.registry), "classes": len(seen), "files_scanned": files, "notes": a.notes[:20],
             "models_dir": os.path.join(package_dir, MODELS)}
+
+
+def proposer_reads_index(package_dir: str, cls: str) -> bool:
+    """Does the release's EAGLE proposer read `config.image_token_index` of a multimodal target of class
+    `cls` (a release whose proposer has the fallback and names no branch of its own for `cls`)? Such a
+    class also needs the proposer fix where its config has no image_token_index (Qwen2-Audio's
+    placeholder is audio_token_index): the drafter's load dies with AttributeError otherwise."""
+    try:
+        with open(os.path.join(package_dir, PROPOSER), encoding="utf-8") as fh:
+            src = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return _PROPOSER_FALLBACK in src and f'"{cls}"' not in src
 
 
 def architectures(package_dir: str, file: str, cls: str) -> list:

@@ -273,6 +273,7 @@ def test_a_ctrl_c_in_the_rollback_is_finished_by_the_next_run(tmp_path, ssh_env,
     import os
     import signal
     import subprocess
+    import threading
     import time
 
     doc = json.loads(open(_inv_speeds(tmp_path, ssh_env, uhost, "0.5.9=96,0.5.10=40")).read())
@@ -286,18 +287,30 @@ def test_a_ctrl_c_in_the_rollback_is_finished_by_the_next_run(tmp_path, ssh_env,
         p = subprocess.Popen(["provision", "upgrade", "-i", str(inv), "--to", "0.5.10", "--wheelhouse", str(wheelhouse),
                               *UPGRADE, "--json"], env=dict(os.environ, **env), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
+        said: list[str] = []
+        following = threading.Event()
+
+        def read_err() -> None:  # the run's progress (stderr with --json): the rollback's "started pid" line
+            for ln in p.stderr:
+                said.append(ln)
+                if ln.startswith(f"{uhost.name}: started pid ") and any("rolling back to 0.5.9" in s for s in said):
+                    following.set()
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and p.poll() is None and \
                 not (journal.exists() and '"rolling-back"' in journal.read_text()):
             time.sleep(0.05)
         uhost.hostpath("/root/gate").write_text("")  # the rollback's server holds in its load
         assert '"rolling-back"' in journal.read_text(), p.poll()
-        while time.monotonic() < deadline and record(uhost).get("version") != "0.5.9":
-            time.sleep(0.2)
+        assert following.wait(300), (p.poll(), "".join(said)[-3000:])  # it follows the old release's start
         assert record(uhost)["version"] == "0.5.9", p.poll()
-        time.sleep(1)
         p.send_signal(signal.SIGINT)
-        out_text, err = p.communicate(timeout=120)
+        out_text = p.stdout.read()
+        p.wait(timeout=120)
+        reader.join(timeout=30)
+        err = "".join(said)
         assert p.returncode == 130 and out_text.strip(), (out_text, err[-2000:])  # --json: the document all the same
         got = json.loads(out_text)
         row = got["hosts"][0]

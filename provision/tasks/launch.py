@@ -305,6 +305,13 @@ class Launch:
             pre = self.ask_preflight(plan)
         if not pre.get("ok"):
             err = pre.get("error") or {}
+            if self.opts.check and err.get("kind") == "not-pulled" and plan.prof.container is not None:
+                return HostResult(plan.host.name, "started",
+                                  f"would pull image {plan.prof.container.image} first (not on this host; --check "
+                                  "pulled nothing): preflight reads the image's install once it is there; would run "
+                                  "in its container", notes=list(plan.notes),
+                                  data={"port": plan.prof.port, "engine": plan.prof.engine, "playbook": plan.prof.name,
+                                        "pull": plan.prof.container.image})
             if err.get("kind") in NO_INSTALL:  # preflight's answer, as any check it fails: nothing was started
                 return HostResult(plan.host.name, "refused", f"preflight: {err.get('message')}; nothing was started",
                                   error_kind=err.get("kind"))
@@ -330,7 +337,8 @@ class Launch:
             server_request("preflight", plan.host, plan.prof, self.opts,
                            spec=plan.spec.to_engine() if plan.spec else None,
                            patch_specs=[s.to_engine() for s in plan.checked], overlay=plan.overlay,
-                           import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=plan.pull, no_pull=self.opts.no_pull,
+                           import_timeout=OVERLAY_IMPORT_TIMEOUT, pull_timeout=plan.pull,
+                           no_pull=self.opts.no_pull or self.opts.check,  # --check pulls no image
                            persistent=plan.persistent, **extra),
             timeout=120 + (OVERLAY_IMPORT_TIMEOUT if plan.overlay else 0) + plan.pull, sudo=plan.sudo)
 

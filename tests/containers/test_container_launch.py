@@ -252,3 +252,20 @@ def test_a_vllm_playbook_reads_the_images_vllm_and_refuses_an_image_that_has_onl
     assert proc.returncode == 3 and r["verdict"] == "refused", r  # preflight's refusal (docs/containers.md)
     assert f"image {sglang_images['0.5.10']} has no vLLM that python3 imports" in r["detail"], r["detail"]
     assert containers(ssh_env, host) == [], "nothing was started"
+
+
+def test_launch_check_on_a_host_without_the_image_says_it_would_pull_it_and_pulls_nothing(
+        tmp_path, ssh_env, podman_host, sglang_images):
+    """issue 64: `launch --check` asked podman to pull an image the host lacked (a check that changes the
+    host, and on an air-gapped host a failed row). It pulls nothing: the row says the pull would come
+    first, exit 4 (something would change), and the host's images are as before."""
+    host = podman_host
+    image = "localhost/provision-not-here:0.5.10"
+    pb, inv = playbook(tmp_path, image), inventory(tmp_path, ssh_env, host)
+    before = ssh_env.ssh(host, "podman images --format '{{.Repository}}:{{.Tag}}' | sort").stdout
+    proc, doc = run_json("launch", "-i", inv, "--playbook", pb, "--check", timeout=120)
+    r = doc["hosts"][0]
+    assert proc.returncode == 4 and f"would pull image {image} first" in r["detail"], (r, proc.stderr)
+    assert "pulled nothing" in r["detail"], r
+    assert ssh_env.ssh(host, "podman images --format '{{.Repository}}:{{.Tag}}' | sort").stdout == before
+    assert containers(ssh_env, host) == [] or all("running" not in c for c in containers(ssh_env, host))

@@ -103,6 +103,22 @@ def vsdhost(sandbox_factory, vllm_venv, request):
         sandbox_factory.remove(host)
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A real-vLLM test's pytest timeout scaled by the machine's measured pace (tier.pace: the worker's
+    first real start against the start the fixed timeouts were set for), set before pytest-timeout
+    reads it: a slow machine gets a slow run instead of a test cut off while its server still loads."""
+    from tests.realvllm import tier
+
+    mark = item.get_closest_marker("timeout") if item.get_closest_marker("realvllm") else None
+    if mark is not None and mark.args:
+        bound = float(mark.args[0])
+        # measured: scaled by the pace; not yet: room for the first start's generous deadline
+        bound = bound * tier.pace() if tier.started() else max(bound, tier.FIRST_DEADLINE + 300.0)
+        item.add_marker(pytest.mark.timeout(int(bound)), append=False)
+    yield
+
+
 @pytest.fixture(autouse=True)
 def no_server_left(request):
     """After every test of the tier, whatever its outcome (a test past its timeout too): a server

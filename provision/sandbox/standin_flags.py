@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -81,13 +82,22 @@ def _module_files(package_root: Path, module: str) -> list[Path]:
     return []
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module | None:
+    """A module file's syntax tree, parsed once per process (server_args.py imports a dozen names from
+    each of a few large modules: parsing them per name was most of a stand-in's start-up)."""
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def _own_function(package_root: Path, module: str, name: str):
     """`name`, a plain function defined in SGLang's `module` (or a module of that package), executed
     alone with its file's standard-library imports; None when there is none."""
     for path in _module_files(package_root, module):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        except (OSError, SyntaxError, ValueError):
+        tree = _tree(path)
+        if tree is None:
             continue
         hit = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
         if not hit:

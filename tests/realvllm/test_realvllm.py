@@ -19,7 +19,8 @@ import pytest
 
 from tests.cli.helpers import run, run_json
 from tests.promtool import lint
-from tests.realvllm.tier import (KEY, deadline, MODELS_IN_HOST, bench, curl, inventory, launch, playbook, put_models,
+from tests.realvllm import tier
+from tests.realvllm.tier import (KEY, MODELS_IN_HOST, bench, curl, inventory, launch, playbook, put_models,
                                  record, server_argv, spec_counters, vllm_pids)
 
 # each test starts a real vLLM (45-90 s alone, past 150 s with the other real-vLLM module and the rest
@@ -197,8 +198,8 @@ def test_an_upgrade_and_its_rollback_replay_the_recorded_launch_and_keep_the_api
             flags = [c["message"] for c in crow["data"]["plan"]["checks"] if c.get("check") == "flags"]
             assert flags == ["all 9 flags are taken by vLLM 0.32.0"], crow["data"]["plan"]  # 0.32's own parser
             up = run("upgrade", *cli, "--to", "0.32.0", "--min-speedup", "100", "--bench-requests", "2",
-                     "--bench-tokens", "32", "--deadline", deadline(), "--poll", "1", "--json", env=env,
-                     timeout=2 * int(deadline()) + 300)
+                     "--bench-tokens", "32", "--deadline", tier.deadline(), "--poll", "1", "--json", env=env,
+                     timeout=2 * int(tier.deadline()) + 300)
             assert up.stdout.strip(), up.stderr[-3000:]
             urow = json.loads(up.stdout)["hosts"][0]
             print(f"upgrade, an unreachable gate: {urow['detail']}; seconds {urow['data'].get('seconds')}")
@@ -306,8 +307,8 @@ def test_persistent_runs_vllm_as_an_enabled_unit_named_for_it_that_systemd_bring
         # `wait` asked for at once follows the new start-up (it is not reported as a crash)
         first = record(host)["pid"]
         host.run(["kill", "-9", str(first)])
-        proc = run("wait", *cli, "--playbook", pb, "--deadline", deadline(), "--poll", "1", "--json", env=env,
-                   timeout=int(deadline()) + 200)
+        proc = run("wait", *cli, "--playbook", pb, "--deadline", tier.deadline(), "--poll", "1", "--json", env=env,
+                   timeout=int(tier.deadline()) + 200)
         assert proc.stdout.strip(), (proc.returncode, proc.stderr[-3000:])
         doc = json.loads(proc.stdout)
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "ready", (doc, proc.stderr[-3000:])
@@ -373,7 +374,7 @@ def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sa
         assert "profile: sandbox-vllm" in text and "model-path" not in text, text  # no SGLang flag for vLLM
         assert f"try:        provision launch -i {inv}" in up.stdout, up.stdout
         t0 = time.monotonic()
-        proc, doc = run_json("launch", "-i", inv, "--deadline", deadline(), "--poll", "1", timeout=int(deadline()) + 300)
+        proc, doc = run_json("launch", "-i", inv, "--deadline", tier.deadline(), "--poll", "1", timeout=int(tier.deadline()) + 300)
         row = doc["hosts"][0]
         print(f"launch on the vLLM sandbox: {row['verdict']} in {time.monotonic() - t0:.1f} s")
         assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])

@@ -53,10 +53,13 @@ def dispatch(req: dict, bundle: bytes) -> dict:
     fn = handler(req.get("op"))
     if fn is None:
         return {"ok": False, "error": {"kind": "bad-request", "message": f"unknown op {req.get('op')!r}"}}
-    resolved = resolve_engine(req)
-    if "error" in resolved:
-        return {"ok": False, "error": resolved["error"]}
-    out: dict = fn(resolved, bundle)
+    from provision.host.facts import probed
+
+    with probed.once():  # an interpreter asked once per call, however many discoveries it makes
+        resolved = resolve_engine(req)
+        if "error" in resolved:
+            return {"ok": False, "error": resolved["error"]}
+        out: dict = fn(resolved, bundle)
     return out
 
 

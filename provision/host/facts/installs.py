@@ -185,7 +185,19 @@ def probe_interpreter(python: str, extra_paths: list | None = None, timeout: flo
                       *, package: str) -> dict | None:
     """Ask `python` (already checked with untrusted_reason, or named by the user) where it
     finds `package` (its "package"). Isolated: -I -S, PROBE_ENV only, cwd /; `extra_paths` travel
-    as data."""
+    as data. Asked once per host call (facts/probed.py)."""
+    from provision.host.facts import probed
+
+    key = (python, package, tuple(extra_paths or ()))
+    if probed.answers is not None and key in probed.answers:
+        return probed.answers[key]
+    got = _probe(python, extra_paths, timeout, package)
+    if probed.answers is not None:
+        probed.answers[key] = got
+    return got
+
+
+def _probe(python: str, extra_paths: list | None, timeout: float, package: str) -> dict | None:
     try:
         proc = subprocess.run([python, "-I", "-S", "-c", probe_text(package), json.dumps(list(extra_paths or []))],
                               capture_output=True, text=True, timeout=timeout, env=dict(PROBE_ENV), cwd="/",

@@ -2,7 +2,8 @@
 
 A host carries the specs given with `--playbook` (repeatable), else its inventory `specs:`
 (`spec:` is short for one), else the default spec. patch, unpatch, status and reconcile send
-all of a host's specs in ONE remote call and turn its answer into one row per host and spec.
+all of a host's specs in ONE remote call per engine (by_engine: SGLang's and vLLM's may be separate
+installs) and turn its answer into one row per host and spec.
 
 A spec with `applies:` is decided here, on the control machine, from the host's facts
 (config/applies.py, `packaging` specifiers). Where the host must be asked first (a version

@@ -149,8 +149,8 @@ def _run_with_display(ctx, command, make_fn, columns):
 @click.option("--check", is_flag=True,
               help="Show the plan, change nothing: per host, preflight's verdict, the exact command line it "
                    "would run, what it would stop first (--restart) and the router it would take it out of; "
-                   "with --serial, the batches; no image is pulled (a container host without it says so). Exit 4 when something would start, 3 when a host would be "
-                   "refused, 0 when nothing is to do.")
+                   "with --serial, the batches; no image is pulled (a container host without it says so). "
+                   "Exit 4 when something would start, 3 when a host would be refused, 0 when nothing is to do.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True, metavar="S",
               help="Give up following after S seconds (a 550 GB load takes long); the server keeps running.")
 @click.option("--poll", type=float, default=2.0, show_default=True, metavar="S", help="Seconds between polls.")

@@ -239,15 +239,10 @@ def applicable(session, host: Host, fleet, specs: list[PatchSpec], override: str
     `applies:` cannot be decided without it."""
     if not any(applies_of(s) for s in specs):
         return specs, [], None
-    if not must_ask(specs, host, override):
-        view = HostView(gpu=(gpu_given(host, override),),
-                        gpu_source="--gpu-capability" if override else "inventory gpu_capability")
-        ok, no = split(specs, view)
-        return ok, [not_applicable(host.name, s, no[s.name]) for s in specs if s.name in no], None
     answer: FactsAnswer | None = None
     ok, rows = [], []
     for engine, group in by_engine(specs):  # each spec judged against its own engine's install
-        if not must_ask(group, host, override):
+        if not must_ask(group, host, override):  # decided from the stated GPU alone: no call
             g_ok, g_no = split(group, HostView(gpu=(gpu_given(host, override),),
                                                gpu_source="--gpu-capability" if override else
                                                "inventory gpu_capability"))

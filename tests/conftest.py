@@ -80,6 +80,36 @@ def _source_of(item) -> str:
         return ""
 
 
+def pytest_configure(config):
+    """The controller measures the machine's pace once (tests/pace.py), before xdist starts its
+    workers: they inherit it in the environment. A value already set (PROVISION_TEST_PACE=1 to keep
+    the reference bounds) is kept."""
+    from tests import pace
+
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(pace.ENV):
+        os.environ[pace.ENV] = f"{pace.measure():.2f}"
+
+
+def pytest_report_header(config):
+    from tests import pace
+
+    return f"machine pace: {pace.pace():.2f} (time bounds x that; tests/pace.py)"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test's pytest timeout (its own mark, else pyproject's) scaled by the machine's pace,
+    set before pytest-timeout reads it. The real-vLLM tier scales its own (tests/realvllm/conftest.py)."""
+    from tests import pace
+
+    if pace.pace() > 1.0 and item.get_closest_marker("realvllm") is None:
+        mark = item.get_closest_marker("timeout")
+        bound = float(mark.args[0]) if mark is not None and mark.args else float(item.config.getini("timeout") or 0)
+        if bound > 0:
+            item.add_marker(pytest.mark.timeout(int(pace.seconds(bound))), append=False)
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     marked = []
     tests_dir = Path(__file__).parent

@@ -3,10 +3,13 @@ flags as at launch, and a window that closes during the roll stops it at a batch
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 
 import pytest
 
+from tests import pace
 from tests.cli.helpers import run, run_json
 from tests.cli.test_fleet_cli import install_release
 
@@ -84,16 +87,20 @@ def test_two_node_group_restarts_as_one_unit_with_its_rank_flags(tmp_path, ssh_e
 
 def test_a_window_closing_mid_roll_stops_at_a_batch_boundary(tmp_path, ssh_env, pair, env):
     a, b = pair
-    inv = write_inventory(tmp_path, ssh_env, pair, load="3")
+    # the window ends `margin` s after this run starts (3 on the reference machine, more on a slower
+    # one: the re-patch before the first restart must fit); the first restart alone takes longer (a
+    # load as long as the margin)
+    margin = math.ceil(pace.seconds(3))
+    inv = write_inventory(tmp_path, ssh_env, pair, load=str(margin))
     run("patch", "-i", inv, env=env, check_rc=0)
     proc, doc = run_json("launch", "-i", inv, "--poll", "0.5", env=env, timeout=240)
     assert proc.returncode == 0, doc
     pid_b = server(b)[0]
     for h in pair:
         install_release(h, "0.5.9")
-    # the window ends 3 s after this run starts; the first restart alone takes longer (a 3 s load)
+    start = datetime.datetime(2026, 1, 1, 5, 0, 0) - datetime.timedelta(seconds=margin)
     proc, doc = run_json("reconcile", "-i", inv, "--restart", "--serial", "1", "--window", "02:00-05:00",
-                         env=dict(env, PROVISION_NOW="2026-01-01T04:59:57"), timeout=300)
+                         env=dict(env, PROVISION_NOW=start.isoformat()), timeout=300)
     by = {h["host"]: h for h in doc["hosts"]}
     assert by[a.name]["data"]["restart"]["verdict"] == "restarted", by[a.name]
     skipped = by[b.name]["data"]["restart"]

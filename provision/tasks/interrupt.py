@@ -22,6 +22,9 @@ class RunState:
     patched: dict = field(default_factory=dict)
     # per host, the router it was taken out of (tasks/routing.py) and not put back in yet
     router_out: dict = field(default_factory=dict)
+    # per host, the server the start request started ({"pid", "log", "change"}): journaled from here
+    # when Ctrl-C comes before the worker's own row does
+    started: dict = field(default_factory=dict)
 
 
 def router_out_words(name: str, said: str) -> str:
@@ -65,16 +68,22 @@ def interrupt_report(hosts: list[Host], run: RunState, opts: LaunchOptions) -> l
                                   f"was started is unknown until `provision status {selector(h.name)}` looks",
                                   error_kind="interrupted"))
         elif stage == "started":  # the worker did not come back in time to say more
+            srv = run.started.get(h.name) or {}
             out.append(HostResult(h.name, "interrupted", "interrupted while following; the server was started "
-                                  "and " + ("is being stopped (--stop-on-interrupt)" if opts.stop_on_interrupt
-                                            else f"is left running: `provision wait {selector(h.name)}` "
-                                                 f"re-attaches, `provision stop {selector(h.name)}` stops it"),
-                                  error_kind="interrupted", data={"started": True}))
+                                  + (f"(pid {srv['pid']}, log {srv.get('log')}) " if srv.get("pid") else "")
+                                  + "and " + ("is being stopped (--stop-on-interrupt)" if opts.stop_on_interrupt
+                                              else f"is left running: `provision wait {selector(h.name)}` "
+                                                   f"re-attaches, `provision stop {selector(h.name)}` stops it"),
+                                  error_kind="interrupted", data={"started": True, "pid": srv.get("pid")}))
+            if srv.get("pid"):  # the start is a change on the host: its journal line, as the row would have had
+                change = srv.get("change") or "started"
+                out[-1].data["journal_extra"] = [{"command": "launch", "verdict": change,
+                                                  "detail": f"{change} pid {srv['pid']}; then interrupted"}]
         else:
             out.append(HostResult(h.name, "interrupted", "interrupted before a server was started there; nothing "
                                   "was started", error_kind="interrupted"))
         if run.router_out.get(h.name) and "out of the router" not in out[-1].detail:
             out[-1].detail += router_out_words(h.name, run.router_out[h.name])
         if run.patched.get(h.name):  # --patch edited files before the interrupt
-            out[-1].data["journal_extra"] = patch_journal(run.patched[h.name])
+            out[-1].data["journal_extra"] = patch_journal(run.patched[h.name]) + out[-1].data.get("journal_extra", [])
     return out

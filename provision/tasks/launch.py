@@ -459,6 +459,8 @@ class Launch:
                                                offset=int(rec.get("log_offset") or 0), sudo=plan.sudo,
                                                overlay_package=overlay_package(rec)))
         rec = start["record"]
+        self.state.started[name] = {"pid": rec.get("pid"), "log": rec.get("log"),
+                                    "change": "restarted" if start.get("replaced") else "started"}
         self.state.stages[name] = "started"
         if plan.steps is not None:
             if start.get("old_stop"):

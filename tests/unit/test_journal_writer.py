@@ -68,6 +68,24 @@ def test_an_interrupted_launch_still_carries_its_patch_edits():
         ("launch", "interrupted"), ("patch", "patched")]
 
 
+def test_ctrl_c_before_the_worker_says_started_still_journals_the_start():
+    """Ctrl-C after the start answer came back but before the worker's row did (a loaded machine, CI
+    seen): the journal still says a server was started, with its pid, beside the interrupt."""
+    from provision.config.inventory import Host
+    from provision.tasks.interrupt import RunState, interrupt_report
+    from provision.tasks.options import LaunchOptions
+
+    run = RunState()
+    run.stages["a"] = "started"
+    run.started["a"] = {"pid": 4242, "log": "/var/log/x.log", "change": "started"}
+    run.patched["a"] = [HostResult("a", "patched", "ok", file="/k.py", data={"spec": "kimi"})]
+    rows = interrupt_report([Host("a")], run, LaunchOptions(stop_on_interrupt=True))
+    assert "the server was started (pid 4242" in rows[0].detail
+    got = [(r["command"], r["verdict"], r.get("detail", "")) for r in journal.entries("launch", rows)]
+    # one line per attempt, as when the row comes back: the start's own, which says how it ended
+    assert got == [("patch", "patched", "ok"), ("launch", "started", "started pid 4242; then interrupted")]
+
+
 def test_every_launch_and_stop_attempt_is_a_line_refused_failed_unknown_included():
     rows = [HostResult("a", "refused", "preflight: model /m does not exist (--force to start anyway)"),
             HostResult("b", "failed", "start failed: no python3", error_kind="remote"),

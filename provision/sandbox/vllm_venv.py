@@ -143,26 +143,37 @@ def ensure_previous(log: Callable[[str], object] | None = None) -> tuple[Path, f
     return venv, locked_build(venv, root / f".lock-previous-{PREVIOUS}", build, PREVIOUS)
 
 
-def models_dir() -> Path:
-    """Where the tiny models `sandbox up --engine vllm` serves are cached (built with the venv's own
-    torch and transformers: a new venv, new models)."""
-    return cache_root() / f"models-{venv_dir().name}"
+# The tiny models vllm_models.py builds, by kind: what `sandbox up --engine vllm` serves ("good": every
+# draft token accepted) and the real-vLLM tier's other ends (a drafter that accepts nothing, one that
+# does not fit its target, a wrapper target that lacks vLLM's EAGLE-3 interface).
+MODEL_KINDS = {"good": (), "rejecting": ("--rejecting-draft",), "bad": ("--bad-draft",),
+               "qwen2-audio": ("--qwen2-audio",)}
 
 
-def ensure_models(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
-    """The tiny target and its EAGLE-3 drafter (vllm_models.py: built here, nothing from a hub), in
-    ``models_dir()/target`` and ``/draft``, built once per machine: (dir, seconds spent, 0 when cached)."""
+def models_dir(kind: str = "good") -> Path:
+    """Where the tiny models of `kind` are cached: keyed by the venv (its torch and transformers build
+    them) and by vllm_models.py's own text (a changed recipe, new models), one directory per kind."""
+    import hashlib
+
+    recipe = hashlib.sha256(Path(__file__).with_name("vllm_models.py").read_bytes()).hexdigest()[:10]
+    return cache_root() / f"models-{venv_dir().name}-{recipe}" / kind
+
+
+def ensure_models(log: Callable[[str], object] | None = None, kind: str = "good") -> tuple[Path, float]:
+    """The tiny target and its EAGLE-3 drafter of `kind` (vllm_models.py: built here, nothing from a
+    hub), in ``models_dir(kind)/target`` and ``/draft``, built once per machine: (dir, seconds spent,
+    0 when cached). Readers copy them; nothing writes into the cache."""
     venv, _ = ensure_venv(log)
-    out = models_dir()
+    out = models_dir(kind)
 
     def build() -> None:
         if log:
             log(f"building the tiny models into {out} (a few seconds, once per machine)")
         out.mkdir(parents=True)
-        _run([str(venv / "bin" / "python"), str(Path(__file__).with_name("vllm_models.py")), str(out)], timeout=600,
-             cwd=str(out))
-        for old in cache_root().glob("models-*"):  # an older venv's models
-            if old != out:
+        _run([str(venv / "bin" / "python"), str(Path(__file__).with_name("vllm_models.py")), str(out),
+              *MODEL_KINDS[kind]], timeout=600, cwd=str(out))
+        for old in cache_root().glob("models-*"):  # an older venv's or recipe's models
+            if old != out.parent:
                 shutil.rmtree(old, ignore_errors=True)
 
-    return out, locked_build(out, cache_root() / ".lock-models", build, VERSION)
+    return out, locked_build(out, cache_root() / f".lock-models-{kind}", build, VERSION)

@@ -10,13 +10,13 @@ Fixtures
                 0.31.0 and 0.32.0 side by side under /data/venvs, for the upgrade test)
   vsdhost       module: the same on a systemd-booted host (`--persistent`)
   vllm_models   session: the tiny target and EAGLE-3 drafter (vllm_models.py), one that accepts
-                nothing, and a drafter that does not fit the target (the real crash)
+                nothing, a drafter that does not fit the target (the real crash), a wrapper target:
+                built once per machine (vllm_venv.ensure_models, .ci/run's venvs phase)
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -37,19 +37,11 @@ def vllm_venv() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_models(vllm_venv, tmp_path_factory) -> dict:
+def vllm_models(vllm_venv) -> dict:
     """{"good": dir with target/ and a draft/ whose every token is accepted, "rejecting": one whose
-    none is, "bad": a drafter whose fc does not fit, "qwen2-audio": a tiny Qwen2Audio wrapper target}."""
-    out = {}
-    for kind, extra in (("good", []), ("rejecting", ["--rejecting-draft"]), ("bad", ["--bad-draft"]),
-                        ("qwen2-audio", ["--qwen2-audio"])):
-        root = tmp_path_factory.mktemp(f"vllm-models-{kind}")
-        proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(Path(vv.__file__).with_name("vllm_models.py")),
-                               str(root), *extra], capture_output=True, text=True, timeout=600, cwd=str(root))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        json.loads(proc.stdout.strip().splitlines()[-1])
-        out[kind] = root
-    return out
+    none is, "bad": a drafter whose fc does not fit, "qwen2-audio": a tiny Qwen2Audio wrapper target}:
+    built once per machine (vllm_venv.ensure_models; about 25 s each on 2 cores), copied into hosts."""
+    return {kind: vv.ensure_models(kind=kind)[0] for kind in vv.MODEL_KINDS}
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,14 @@ SLOW_TIERS = {"cli", "remote", "containers", "systemd", "realimport", "realvllm"
 # test-seconds together, so they run in CI and not in the inner loop (issue 64: the quick tier <= 2 min).
 SLOW_MODULES = {"engine/test_standin.py", "engine/test_standin_generate.py", "engine/test_vllm_audit.py",
                 "engine/test_real_lines.py"}
+# The modules that take longest (CI's machine, under the suite's load: test_realvllm.py ~40 min of
+# one worker, test_realvllm_eagle3.py ~26), handed out first: pytest-xdist's `--dist loadscope` gives
+# each worker the next module in the order it finds them, and by itself orders them by their number of
+# tests, so these few-test, long modules went out last and the run waited on them alone (longest
+# first: the tail is the suite's, not one module's). The rest: most tests first, as xdist would.
+FIRST_MODULES = ("realvllm/test_realvllm.py", "realvllm/test_realvllm_eagle3.py", "cli/test_upgrade_fleet.py",
+                 "remote/test_router_roll.py", "cli/test_upgrade.py", "realimport/test_realimport_local.py",
+                 "cli/test_upgrade_group.py", "realvllm/test_own_check.py")
 
 # Property tests are deterministic: a fixed seed (derandomize) and no example database, so a fresh
 # clone and CI draw the same examples every run; an example that ever found a bug stays as an
@@ -88,6 +96,8 @@ def pytest_configure(config):
 
     if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(pace.ENV):
         os.environ[pace.ENV] = f"{pace.measure():.2f}"
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # the modules' order is longest_first's (FIRST_MODULES)
 
 
 def pytest_report_header(config):
@@ -132,6 +142,25 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="sandbox hosts unavailable: " + "; ".join(sandbox_problems()))
         for item in marked:
             item.add_marker(skip)
+    items[:] = longest_first(items, tests_dir)
+
+
+def longest_first(items: list, tests_dir: Path) -> list:
+    """The items module by module (each module's own order kept): FIRST_MODULES in their order, then
+    the rest by their number of tests, most first (xdist's own order, which it no longer applies)."""
+    modules: dict[str, list] = {}
+    for item in items:
+        try:
+            key = "/".join(Path(str(item.fspath)).relative_to(tests_dir).parts)
+        except ValueError:
+            key = str(item.fspath)
+        modules.setdefault(key, []).append(item)
+
+    def rank(key: str) -> tuple:
+        first = FIRST_MODULES.index(key) if key in FIRST_MODULES else len(FIRST_MODULES)
+        return first, -len(modules[key])
+
+    return [item for key in sorted(modules, key=rank) for item in modules[key]]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # op -> the ops module (provision.host.ops.<name>) whose OPS table has it
 OP_MODULES = {
     "discover": "patch", "status": "patch", "facts": "hostfacts", "patch": "patch_fast", "unpatch": "patch",
-    "preflight": "server", "start": "server", "stop": "server", "probe": "server",
+    "preflight": "server", "start": "server", "stop": "server", "probe": "server_probe",
     "server_status": "server", "logs": "server", "smoke": "server",
     "audit": "audit",
     "reconcile": "reconcile",

@@ -35,7 +35,6 @@ import re
 import shutil
 import socket
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Mapping
 
 from provision.host import inference
@@ -324,6 +323,8 @@ def discover(extra_interpreters: list[str] | None = None, pinned: str | None = N
     named = ([configured_python] if configured_python else []) + (extra_interpreters or [])
     found = _Found(eng)
     interpreters = _interpreters(named, warnings, skipped)
+    from concurrent.futures import ThreadPoolExecutor  # here: (threading, logging) only a discovery pays for it
+
     with ThreadPoolExecutor(max_workers=8) as pool:
         probes = list(pool.map(lambda py: probe_interpreter(py, package=eng.package), interpreters))
     for python, res in zip(interpreters, probes):

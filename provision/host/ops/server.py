@@ -29,9 +29,10 @@ from provision.host.ops.backends.tree import WATCHER  # noqa: F401 - the watcher
 from provision.host.ops.server_launch import (host_launch, old_files, put_back_files,  # noqa: F401
                                               restore_old_files, snapshot_files)
 from provision.host.ops.server_preflight import describe_pids, op_preflight  # noqa: F401
+from provision.host.ops.server_probe import op_probe
 
 if TYPE_CHECKING:  # types only: protocol.py stays on the control machine
-    from provision.host.protocol import (LogsAnswer, ProbeAnswer, ServerRequest, ServerStatusAnswer, SmokeAnswer,
+    from provision.host.protocol import (LogsAnswer, ServerRequest, ServerStatusAnswer, SmokeAnswer,
                                          StartAnswer, StopAnswer)
 
 _server_state = select.server_state
@@ -106,26 +107,6 @@ def _stop_locked(req: ServerRequest, port: int) -> dict:
         server_secrets.remove_host_files(req, port)
         forget_good(req, port)  # type: ignore[arg-type]
     return res
-
-
-def op_probe(req: ServerRequest, bundle: bytes) -> ProbeAnswer:
-    """Where a start-up stands: alive?, new log bytes since offset, port, /health. A client
-    following another log (`log`) than the record's (a new launch) is given the new one from its start."""
-    port = int(req.get("port", 30000))
-    st = select.server_state(req, port)
-    rec = st["record"]
-    if not rec:
-        return {"ok": False, "error": {"kind": "no-server", "message": f"no server recorded on port {port}"}}
-    q = dict(req)
-    changed = bool(req.get("log")) and req.get("log") != rec.get("log")
-    if changed:
-        q["offset"] = int(rec.get("log_offset") or 0)
-    out = select.for_record(rec).probe(q, rec, st)
-    out["log_changed"] = changed
-    if out.get("running") and out.get("health") == 200 and out.get("confirm") in (None, 200) \
-            and not rec.get("stopped_at"):
-        note_ready(req, port, rec, time.time())  # type: ignore[arg-type]
-    return out  # type: ignore[return-value]
 
 
 def op_server_status(req: ServerRequest, bundle: bytes) -> ServerStatusAnswer:

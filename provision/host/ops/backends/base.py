@@ -10,8 +10,6 @@ container.py.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 from provision.host import inference
 from provision.host.facts import installs
@@ -27,6 +25,9 @@ def health(host: str, port: int, timeout: float, url: str | None = None, path: s
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     url = url or f"http://{host}:{port}{path}"
+    import urllib.error  # here: a follow's probes before the port opens (most of a load) never need it
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status
@@ -40,6 +41,9 @@ def serves(host: str, port: int, timeout: float, engine, rec: dict) -> int | Non
     """200 when the engine's `serves_path` names the model the record's launch serves, 503 when it
     answers without it, its own status otherwise (401: the key provision gave it was refused).
     The key is the launch's own, read from its 0600 --config file."""
+    import urllib.error
+    import urllib.request
+
     from provision.host.ops.server_secrets import parse_config
 
     if host in ("0.0.0.0", "::", ""):

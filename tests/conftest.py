@@ -96,6 +96,12 @@ def pytest_configure(config):
 
     if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(pace.ENV):
         os.environ[pace.ENV] = f"{pace.measure():.2f}"
+    if not os.environ.get("PYTEST_XDIST_WORKER") and os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        # A machine that writes no bytecode (CI's sets PYTHONDONTWRITEBYTECODE) had every `provision` a
+        # test runs compile provision from source again, ~0.1 s of CPU each, thousands of times a run:
+        # the bytecode goes to a cache of its own instead (never into the checkout or an install)
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(os.environ.get("XDG_CACHE_HOME")
+                                                              or Path.home() / ".cache") / "provision-pyc"))
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # the modules' order is longest_first's (FIRST_MODULES)
 

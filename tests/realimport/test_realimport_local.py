@@ -16,7 +16,9 @@ import pytest
 from tests.cli.helpers import KIMI, run, run_json
 from tests.realimport.conftest import KIMI_MODULE, METHODS, python_sees, sm120_sees
 
-pytestmark = pytest.mark.realimport
+# each test imports a real SGLang on CPU torch in a scratch venv of its own, some twice: 150-190 s
+# on CI's machine beside the real-vLLM modules, at the edge of the default 180 s x pace there
+pytestmark = [pytest.mark.realimport, pytest.mark.timeout(420)]
 
 ALL_OK = {m: "ok" for m in METHODS}
 BOUND = {m: True for m in METHODS}

@@ -133,14 +133,8 @@ def pytest_collection_modifyitems(config, items):
         if "ssh" in item.keywords or SANDBOX_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ssh)
             marked.append(item)
-        try:
-            tier = Path(str(item.fspath)).relative_to(tests_dir).parts[0]
-        except ValueError:
-            tier = ""
-        try:
-            module = "/".join(Path(str(item.fspath)).relative_to(tests_dir).parts)
-        except ValueError:
-            module = ""
+        module = _module_of(item, tests_dir)
+        tier = module.split("/")[0]
         if tier in SLOW_TIERS or module in SLOW_MODULES or "ssh" in item.keywords or "realimport" in item.keywords \
                 or "Standin(" in _source_of(item):
             item.add_marker(pytest.mark.slow)
@@ -151,16 +145,20 @@ def pytest_collection_modifyitems(config, items):
     items[:] = longest_first(items, tests_dir)
 
 
+def _module_of(item, tests_dir: Path) -> str:
+    """The item's module relative to tests/ ("cli/test_upgrade.py"); "" outside it."""
+    try:
+        return "/".join(Path(str(item.fspath)).relative_to(tests_dir).parts)
+    except ValueError:
+        return ""
+
+
 def longest_first(items: list, tests_dir: Path) -> list:
     """The items module by module (each module's own order kept): FIRST_MODULES in their order, then
     the rest by their number of tests, most first (xdist's own order, which it no longer applies)."""
     modules: dict[str, list] = {}
     for item in items:
-        try:
-            key = "/".join(Path(str(item.fspath)).relative_to(tests_dir).parts)
-        except ValueError:
-            key = str(item.fspath)
-        modules.setdefault(key, []).append(item)
+        modules.setdefault(_module_of(item, tests_dir) or str(item.fspath), []).append(item)
 
     def rank(key: str) -> tuple:
         first = FIRST_MODULES.index(key) if key in FIRST_MODULES else len(FIRST_MODULES)

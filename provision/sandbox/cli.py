@@ -123,6 +123,11 @@ def up(count: int, version: str, layout: str, first_address: str, port: int, sys
             sglang_image.ensure_sglang_image(version, log=lambda m: click.echo(m, err=True))
             image = sglang_image.alias(version)
         hosts = box.up(specs)
+        if engine == "vllm":
+            from provision.sandbox import vllm_venv
+
+            for h in hosts:  # vLLM's record of the models' classes, when this machine has one (.ci/run)
+                vllm_venv.seed_modelinfos(h.hostpath("/root/.cache/vllm"))
     except AddressInUse as exc:
         _fail(f"{exc} (another sandbox or sshd? try --first-address or --port)", EXIT_USAGE)
     except WheelUnavailable as exc:

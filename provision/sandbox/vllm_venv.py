@@ -65,8 +65,9 @@ def cached() -> Path | None:
     return venv if (venv / ".complete").exists() else None
 
 
-def _run(cmd: list[str], timeout: float = 1800, cwd: str | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd)
+def _run(cmd: list[str], timeout: float = 1800, cwd: str | None = None, env: dict | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
+                          env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise VenvUnavailable(f"{' '.join(cmd[:7])} ... failed (exit {proc.returncode}):\n{tail}")
@@ -177,3 +178,59 @@ def ensure_models(log: Callable[[str], object] | None = None, kind: str = "good"
                 shutil.rmtree(old, ignore_errors=True)
 
     return out, locked_build(out, cache_root() / f".lock-models-{kind}", build, VERSION)
+
+
+# The model classes the tier's and the sandbox's servers start: vLLM inspects each in a subprocess of
+# its own the first time a host starts it (importing vLLM and the class: ~15 s of CPU each here).
+MODELINFO_ARCHS = ("LlamaForCausalLM", "Eagle3LlamaForCausalLM", "Qwen2AudioForConditionalGeneration")
+_INSPECT = ("import sys\n"
+            "from vllm.model_executor.models.registry import ModelRegistry\n"
+            "for arch in sys.argv[1:]:\n"
+            "    ModelRegistry.models[arch].inspect_model_cls()\n")
+
+
+def modelinfos_dir() -> Path:
+    """Where vLLM's own record of each class above is kept for this machine (keyed by the venv)."""
+    return cache_root() / f"modelinfos-{venv_dir().name}"
+
+
+def ensure_modelinfos(log: Callable[[str], object] | None = None) -> tuple[Path, float]:
+    """vLLM's cache of what it learned of each class in MODELINFO_ARCHS (its ``modelinfos`` directory,
+    one JSON per class holding the hash of the class's file), written by vLLM's own registry once per
+    machine: (dir, seconds spent, 0 when cached). `seed_modelinfos` copies it into a host's cache, where
+    vLLM takes an entry only while the class's file still has that hash (a patched file is inspected
+    again, by vLLM, as on any host)."""
+    venv, _ = ensure_venv(log)
+    out = modelinfos_dir()
+
+    def build() -> None:
+        if log:
+            log(f"recording vLLM's inspection of the sandbox's model classes into {out} (once per machine)")
+        root = out.with_name(out.name + ".root")
+        shutil.rmtree(root, ignore_errors=True)
+        env = {**os.environ, "VLLM_CACHE_ROOT": str(root)}
+        _run([str(venv / "bin" / "python"), "-c", _INSPECT, *MODELINFO_ARCHS], timeout=900, cwd="/", env=env)
+        (root / "modelinfos").rename(out)
+        shutil.rmtree(root, ignore_errors=True)
+        for old in cache_root().glob("modelinfos-*"):  # an older venv's
+            if old != out and not old.name.endswith(".root"):
+                shutil.rmtree(old, ignore_errors=True)
+
+    return out, locked_build(out, cache_root() / ".lock-modelinfos", build, VERSION)
+
+
+def seed_modelinfos(host_cache: Path) -> int:
+    """Copy the machine's modelinfos (when built) into a host's ``~/.cache/vllm`` (`host_cache`, this
+    machine's path to it), as that host would have them after its first start of each class; an entry
+    the host already has is kept. How many were copied."""
+    src = modelinfos_dir()
+    if not (src / ".complete").exists():
+        return 0
+    dst = host_cache / "modelinfos"
+    dst.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for entry in src.glob("*.json"):
+        if not (dst / entry.name).exists():
+            shutil.copyfile(entry, dst / entry.name)
+            copied += 1
+    return copied

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from provision.sandbox import vllm_venv as vv
 from tests.cli.helpers import run, run_json
 from tests.promtool import lint
 from tests.realvllm import tier
@@ -168,7 +169,6 @@ def test_an_upgrade_and_its_rollback_replay_the_recorded_launch_and_keep_the_api
     replayed each time, the key off every command line all along. Then a stop without a drain
     (--shutdown-timeout 0, vLLM's own default, set in the playbook) aborts what is in flight. (A plain
     restart with --arg over the record: the stand-in's tests/cli/test_server_lifecycle.py.)"""
-    from provision.sandbox import vllm_venv as vv
     from tests.realvllm.tier import UPGRADE_FROM, UPGRADE_TO
 
     models = put_models(vhost, vllm_models["good"], "good")
@@ -356,7 +356,8 @@ def test_the_shipped_vllm_playbooks_argv_is_what_vllms_own_parser_reads(vllm_ven
                   "spec": {"method": "eagle3", "model": "AQ-MedAI/Kimi-K25-eagle3", "num_speculative_tokens": 3}}, ns
 
 
-def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sandbox_factory, vllm_venv):
+def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sandbox_factory, vllm_venv,
+                                                                      vllm_modelinfos):
     """`provision sandbox up --engine vllm` (issue 63): a host that sees the cached vLLM venv and the tiny
     models built here, and an inventory naming the shipped sandbox-vllm playbook, so the README's
     `provision launch -i INVENTORY` starts a real vLLM there, ready, and `stop` ends it."""
@@ -373,11 +374,17 @@ def test_the_vllm_sandbox_serves_a_real_vllm_from_its_own_inventory(tmp_path, sa
         text = open(inv).read()
         assert "profile: sandbox-vllm" in text and "model-path" not in text, text  # no SGLang flag for vLLM
         assert f"try:        provision launch -i {inv}" in up.stdout, up.stdout
+        # the host's vLLM cache holds vLLM's record of the model classes (.ci/run made it once)
+        infos = base / "hosts" / "sbx1" / "fs" / "root" / ".cache" / "vllm" / "modelinfos"
+        seeded = {p.name: p.stat().st_mtime_ns for p in infos.glob("*.json")}
+        assert len(seeded) == len(vv.MODELINFO_ARCHS), seeded
         t0 = time.monotonic()
         proc, doc = run_json("launch", "-i", inv, "--deadline", tier.deadline(), "--poll", "1", timeout=int(tier.deadline()) + 300)
         row = doc["hosts"][0]
         print(f"launch on the vLLM sandbox: {row['verdict']} in {time.monotonic() - t0:.1f} s")
         assert proc.returncode == 0 and row["verdict"] == "ready", (row, proc.stderr[-3000:])
+        # vLLM took its record (a miss inspects the class again in a subprocess and rewrites the entry)
+        assert {p.name: p.stat().st_mtime_ns for p in infos.glob("*.json")} == seeded
         proc, doc = run_json("stop", "-i", inv, timeout=300)
         assert proc.returncode == 0 and doc["hosts"][0]["verdict"] == "stopped", doc
     finally:

@@ -282,7 +282,8 @@ def test_spec_yaml_quotes_awkward_values():
 
 def test_audit_imports_only_stdlib_and_the_host_package():
     top, ours = set(), set()
-    files = [AUDIT_PY, AUDIT_PY.with_name("audit_index.py"), AUDIT_PY.with_name("audit_cli.py")]
+    files = [AUDIT_PY, AUDIT_PY.with_name("audit_index.py"), AUDIT_PY.with_name("audit_cli.py"),
+             AUDIT_PY.with_name("skeletons.py")]
     nodes = [node for f in files for node in ast.walk(ast.parse(f.read_text(), feature_version=(3, 10)))]
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -296,7 +297,8 @@ def test_audit_imports_only_stdlib_and_the_host_package():
     assert top, "expected some imports"
     assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
     assert "sglang" not in top
-    assert ours == {"provision.host.engine.pysource", "provision.host.engine.audit_index", "provision.host.engine.audit"}
+    assert ours == {"provision.host.engine.pysource", "provision.host.engine.audit_index", "provision.host.engine.audit",
+                    "provision.host.engine.skeletons", "provision.host.lib"}
 
 
 def test_audit_runs_as_a_module_of_the_host_package(tmp_path):

@@ -33,7 +33,7 @@ def read_flags(src):
     return {"--max-batch": {"default": 8}}, None
 
 
-def read_registry(install_dir, engine):
+def read_registry(install_dir, engine, state_dir=None):  # state_dir: where a reader may keep what it read
     SEEN.append(("registry", install_dir))
     return {"FakeForCausalLM": {"missing": [], "getattr": False}}, None
 

@@ -202,9 +202,16 @@ class IndexResolver(Resolver):
         return self.index.locate(name) is not None
 
 
+def parse_file(path: str) -> ast.Module:
+    with open(path, "rb") as fh:
+        return ast.parse(fh.read(), filename=path)  # bytes: honours BOMs and coding cookies
+
+
 class Index:
-    def __init__(self, package_root: str) -> None:
+    def __init__(self, package_root: str, parse=parse_file) -> None:
+        """`parse`: path -> tree (engine/skeletons.py's kept skeletons for a registry read)."""
         self.root = os.path.abspath(package_root)
+        self.parse = parse
         self.pkg = os.path.basename(self.root.rstrip(os.sep)) or "sglang"
         self.modules: dict = {}   # dotted name -> IndexedModule | None (parsed at most once)
         self.unparsable: list = []
@@ -250,8 +257,7 @@ class Index:
             mod = IndexedModule(dotted, self.rel(os.path.join(self.root, *dotted.split(".")[1:])), True)
         else:
             try:
-                with open(path, "rb") as fh:
-                    tree = ast.parse(fh.read(), filename=path)  # bytes: honours BOMs and coding cookies
+                tree = self.parse(path)
             except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as exc:
                 if record:
                     line = getattr(exc, "lineno", None)

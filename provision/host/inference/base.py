@@ -122,7 +122,7 @@ class InferenceEngine:
     flag_reader = ""              # "module:function" reading its flag declarations (source_files) into a
                                   # flag table, or OWN_PARSER; "": not read (its parser judges them at start)
     models_subdir = ""            # where an install keeps its model classes (the registry), relative to it
-    registry_reader = ""          # "module:function" reading which classes it serves (install dir, engine),
+    registry_reader = ""          # "module:function" reading which classes it serves (install dir, engine, state dir),
                                   # or OWN_PARSER; "": not read
     audit_reader = ""             # "module:function" finding its EAGLE-3 gaps (engine, install dir) for
                                   # `provision audit`; "": no audit

@@ -57,20 +57,23 @@ def sglang_flags(src: dict) -> tuple[dict | None, str | None]:
         return None, f"{src['server_args']}: not read ({type(exc).__name__}: {exc})"
 
 
-def entry_class_registry(install_dir: str, engine: "InferenceEngine") -> tuple[dict | None, str | None]:
-    """SGLang's registry: each module's EntryClass with the EAGLE-3 methods it lacks (engine/audit.py)."""
+def entry_class_registry(install_dir: str, engine: "InferenceEngine",
+                         state_dir: str | None = None) -> tuple[dict | None, str | None]:
+    """SGLang's registry: each module's EntryClass with the EAGLE-3 methods it lacks (engine/audit.py),
+    each file's skeleton kept in `state_dir` between reads."""
     from provision.host.engine import audit
 
     models_dir = os.path.join(install_dir, engine.models_subdir)
     try:
         reg = {k: {"missing": v["missing"], "getattr": v["getattr"]}
-               for k, v in audit.registry_of(models_dir, install_dir).items()}
+               for k, v in audit.registry_of(models_dir, install_dir, state_dir).items()}
     except (OSError, RecursionError, ValueError) as exc:
         return None, f"{models_dir}: not read ({exc})"
     return (reg, None) if reg else (None, f"{models_dir}: no EntryClass found")
 
 
-def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine", python: str | None, env: dict | None) -> dict:
+def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine", python: str | None, env: dict | None,
+                 state_dir: str | None = None) -> dict:
     out: dict = {"registry": None, "registry_error": None, "flags": None, "flags_error": None}
     asked: dict | None = None
     why = None
@@ -89,7 +92,7 @@ def _read_tables(install_dir: str, src: dict, engine: "InferenceEngine", python:
         out["registry"] = {a: {"missing": None, "getattr": False} for a in archs} if isinstance(archs, list) else None
         out["registry_error"] = why or (None if out["registry"] else f"{engine.title}'s registry did not say its classes")
     elif engine.registry_reader:
-        out["registry"], out["registry_error"] = inference.load(engine.registry_reader)(install_dir, engine)
+        out["registry"], out["registry_error"] = inference.load(engine.registry_reader)(install_dir, engine, state_dir)
     else:
         out["registry_error"] = (f"{engine.title}'s model registry is not read by preflight; it says itself "
                                  "at start whether it has the class")
@@ -117,7 +120,7 @@ def install_tables(install_dir: str, state_dir: str | None, engine: str, python:
                 return dict(doc["tables"], cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    tables = _read_tables(install_dir, src, eng, python, env)
+    tables = _read_tables(install_dir, src, eng, python, env, state_dir)
     if path and not (tables.get("flags") is None and eng.flag_reader == OWN_PARSER):
         try:  # an own-parser run that failed is asked again next time, not cached
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.ssh, pytest.mark.timeout(480)]
 def test_launch_follows_the_real_log_to_ready_then_status_logs_and_stop_leave_nothing(
         tmp_path, ssh_env, vhost, vllm_models, vrouter):
     models = put_models(vhost, vllm_models["good"], "good")
-    pb = playbook(tmp_path, models, grace=60)
+    pb = playbook(tmp_path, models, grace=60, processes=True)  # the whole tree: what stop must end
     cli = [*ssh_env.cli_args, "--host", vhost.name]
     # behind the real vllm-router: once ready, the server is warmed (one streamed /v1/completions)
     # and put in; the router lists it healthy

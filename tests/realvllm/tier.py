@@ -49,14 +49,20 @@ def deadline() -> str:
     return str(int(max(240.0, 6 * _measured["start"])))
 
 
-def playbook(tmp_path, models: str, grace: float = 20, **extra_args) -> str:
+def playbook(tmp_path, models: str, grace: float = 20, processes: bool = False, **extra_args) -> str:
+    """The tier's playbook. `processes`: vLLM's own process layout (API server, EngineCore, Worker,
+    each importing vLLM: ~12 s of CPU each here); else VLLM_ENABLE_V1_MULTIPROCESSING=0 (the Worker
+    runs in the EngineCore: 42-44 -> 30-31 s to ready here), for the tests that are not about the
+    process tree."""
     args = {"model": f"{models}/target", "dtype": "float32", "max-model-len": 512, "enforce-eager": True,
             "kv-cache-memory-bytes": "64M",
             "speculative-config": {"method": "eagle3", "model": f"{models}/draft", "num_speculative_tokens": 3},
             **extra_args}
     doc = {"name": "tiny-vllm", "engine": "vllm",
            "launch": {"args": args, "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}, "grace": grace}}
+                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                                            **({} if processes else {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})},
+                      "grace": grace}}
     path = tmp_path / "tiny-vllm.yaml"
     path.write_text(json.dumps(doc))
     return str(path)

@@ -64,6 +64,10 @@ VLLM_PLAYBOOK = "sandbox-vllm"
 KINDS = ("namespaces", "systemd")  # systemd: a podman container booted by systemd (sandbox/systemd.py)
 
 # In-host mount point -> per-host directory name under hosts/<name>/fs/.
+# provision's caches on a host, each keyed by what it was made from (a bundle by its sha256, preflight's
+# tables and the registry's skeletons by their files' mtime and size): what `reset()` keeps by default
+KEPT_CACHES = ("var/lib/provision/bundles", "var/lib/provision/cache")
+
 MOUNTS = {
     "/root": "root",
     "/tmp": "tmp",
@@ -778,9 +782,12 @@ class SandboxHost:
             return
         _install_sglang(self, fresh=False)
 
-    def reset(self) -> None:
+    def reset(self, keep_caches: bool = True) -> None:
         """Back to just after `up`: sshd running and thawed, no process but init and sshd,
-        no file that `up` did not make (outside SGLang), SGLang pristine."""
+        no file that `up` did not make (outside SGLang), SGLang pristine. `keep_caches`: provision's
+        caches on the host stay (KEPT_CACHES: each keyed by what it was made from, as on a host
+        provision ran on before), so a test does not pay the first call's bundle and preflight
+        reads again; False: no provision state at all."""
         if not self.alive():
             raise SandboxError(f"host {self.name} is not running: `up` it again")
         self.thaw()
@@ -791,7 +798,7 @@ class SandboxHost:
         for pid, _ in doomed:
             _signal(pid, signal.SIGKILL)
         _wait_gone(doomed, 5)
-        self._prune_files()
+        self._prune_files(KEPT_CACHES if keep_caches else ())
         self.reset_sglang()
 
     def _sglang_rel(self) -> set[str]:
@@ -809,11 +816,13 @@ class SandboxHost:
             paths += [os.path.normpath(os.path.join(rel_top, f)) for f in files]
         (self.state_dir / "manifest.json").write_text(json.dumps(sorted(paths)) + "\n")
 
-    def _prune_files(self) -> None:
+    def _prune_files(self, keep: tuple = ()) -> None:
         path = self.state_dir / "manifest.json"
         if not path.exists():
             return
-        known, skip = set(json.loads(path.read_text())), self._sglang_rel()
+        known, skip = set(json.loads(path.read_text())), self._sglang_rel() | set(keep)
+        for rel in keep:  # the directories above a kept one stay too (their other files do not)
+            known |= {os.path.normpath(os.path.join(*rel.split("/")[:i])) for i in range(1, rel.count("/") + 1)}
         for top, dirs, files in os.walk(self.fs_dir):
             rel_top = os.path.relpath(top, self.fs_dir)
             for d in list(dirs):

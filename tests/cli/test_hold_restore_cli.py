@@ -28,7 +28,7 @@ def box(sandbox_factory):
 @pytest.fixture
 def host(box):
     """As built: SGLang 0.5.9 pristine, no provision state or backups (reset prunes them)."""
-    box.reset()
+    box.reset(keep_caches=False)
     assert not box.hostpath("/var/lib/provision").exists()
     return box
 

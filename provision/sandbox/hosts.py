@@ -63,11 +63,11 @@ VLLM_MODELS_IN_HOST = "/data/models/tiny-vllm"
 VLLM_PLAYBOOK = "sandbox-vllm"
 KINDS = ("namespaces", "systemd")  # systemd: a podman container booted by systemd (sandbox/systemd.py)
 
-# In-host mount point -> per-host directory name under hosts/<name>/fs/.
 # provision's caches on a host, each keyed by what it was made from (a bundle by its sha256, preflight's
 # tables and the registry's skeletons by their files' mtime and size): what `reset()` keeps by default
 KEPT_CACHES = ("var/lib/provision/bundles", "var/lib/provision/cache")
 
+# In-host mount point -> per-host directory name under hosts/<name>/fs/.
 MOUNTS = {
     "/root": "root",
     "/tmp": "tmp",
@@ -821,8 +821,9 @@ class SandboxHost:
         if not path.exists():
             return
         known, skip = set(json.loads(path.read_text())), self._sglang_rel() | set(keep)
-        for rel in keep:  # the directories above a kept one stay too (their other files do not)
-            known |= {os.path.normpath(os.path.join(*rel.split("/")[:i])) for i in range(1, rel.count("/") + 1)}
+        for rel in keep:  # the directories above a kept one that exists stay too (their other files do not)
+            if (self.fs_dir / rel).is_dir():
+                known |= {os.path.normpath(os.path.join(*rel.split("/")[:i])) for i in range(1, rel.count("/") + 1)}
         for top, dirs, files in os.walk(self.fs_dir):
             rel_top = os.path.relpath(top, self.fs_dir)
             for d in list(dirs):

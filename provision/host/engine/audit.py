@@ -34,10 +34,10 @@ import ast
 import gc
 import os
 
-from provision.host.engine.skeletons import Skeletons, cache_path
 from provision.host.engine.audit_index import (  # the method names are the audit's public names too
     MAX_DEPTH, PARITY_METHOD, SPEC_METHODS, TARGET_METHODS, FnInfo, Func, Index, IndexedClass, IndexedModule,
     is_self_attr, params_of, short)
+from provision.host.engine.skeletons import Skeletons, cache_path
 
 __all__ = ["DEFAULT_PARAMS", "PARITY_METHOD", "SPEC_METHODS", "TARGET_METHODS", "VERDICTS", "audit_models", "registry_of"]
 
